@@ -1,0 +1,261 @@
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can be wrong with a knot, one variant per rule of
+/// docs/FORMAT.md section 9, plus the writer's own failures.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Fewer bytes than the structure needs.
+    #[error("knot truncated: need {needed} bytes, have {available}")]
+    Truncated {
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes available.
+        available: u64,
+    },
+    /// The first eight bytes are not `GKQKNOT\0`.
+    #[error("not a GKQ knot: magic bytes are {found:02x?}")]
+    BadMagic {
+        /// What was found.
+        found: [u8; 8],
+    },
+    /// Version other than 2.
+    #[error("unsupported knot version {found} (this reader reads version 2)")]
+    UnsupportedVersion {
+        /// The version read.
+        found: u32,
+    },
+    /// `header_len` over the limit.
+    #[error("header of {len} bytes exceeds the limit of {max}")]
+    HeaderTooLarge {
+        /// Declared length.
+        len: u64,
+        /// Limit.
+        max: u64,
+    },
+    /// `data_offset` is not where the spec puts it.
+    #[error("data_offset is {found}, expected {expected}")]
+    BadDataOffset {
+        /// Read.
+        found: u64,
+        /// Required.
+        expected: u64,
+    },
+    /// The header digest does not match.
+    #[error("header checksum mismatch: stored {stored}, computed {computed}")]
+    HeaderChecksum {
+        /// Hex of the stored digest.
+        stored: String,
+        /// Hex of the computed digest.
+        computed: String,
+    },
+    /// A field extends past the end of the header.
+    #[error("header ends inside {what} at header offset {offset} (need {needed} more bytes)")]
+    HeaderEof {
+        /// The field being read.
+        what: &'static str,
+        /// Offset within the header.
+        offset: u64,
+        /// Missing bytes.
+        needed: u64,
+    },
+    /// Bytes left over after the block table.
+    #[error("{extra} unexpected bytes after the block table")]
+    HeaderTrailingBytes {
+        /// How many.
+        extra: u64,
+    },
+    /// A limit of section 8 exceeded.
+    #[error("{what} is {value}, over the limit of {max}")]
+    LimitExceeded {
+        /// Which limit.
+        what: &'static str,
+        /// Value read.
+        value: u64,
+        /// Limit.
+        max: u64,
+    },
+    /// A string is not UTF-8.
+    #[error("{what} at header offset {offset} is not valid UTF-8")]
+    InvalidUtf8 {
+        /// Which string.
+        what: &'static str,
+        /// Offset within the header.
+        offset: u64,
+    },
+    /// An empty key, block name or object name.
+    #[error("empty {what}")]
+    EmptyName {
+        /// Which name.
+        what: &'static str,
+    },
+    /// Metadata keys not strictly ascending.
+    #[error("metadata key {key:?} is not after {previous:?} (keys must be strictly ascending)")]
+    MetadataOrder {
+        /// Offending key.
+        key: String,
+        /// Key before it.
+        previous: String,
+    },
+    /// Unknown metadata value type.
+    #[error("metadata key {key:?} has unknown value type {tag}")]
+    UnknownValueType {
+        /// Key.
+        key: String,
+        /// Tag read.
+        tag: u8,
+    },
+    /// A bool byte other than 0 or 1.
+    #[error("metadata key {key:?} has bool byte {value} (must be 0 or 1)")]
+    NonCanonicalBool {
+        /// Key.
+        key: String,
+        /// Byte read.
+        value: u8,
+    },
+    /// A well-known key with the wrong type.
+    #[error("metadata key {key:?} must be {expected}, found {found}")]
+    MetadataType {
+        /// Key.
+        key: String,
+        /// Required type.
+        expected: &'static str,
+        /// Type found.
+        found: &'static str,
+    },
+    /// `source.files` and `source.sha256` differ in length.
+    #[error("source.files has {files} entries but source.sha256 has {hashes}")]
+    SourceListMismatch {
+        /// Files.
+        files: usize,
+        /// Hashes.
+        hashes: usize,
+    },
+    /// A `role.*` key names no block.
+    #[error("metadata {role} names block {name:?}, which is not in the knot")]
+    UnknownRoleBlock {
+        /// The role key.
+        role: String,
+        /// The name.
+        name: String,
+    },
+    /// Two blocks with one name.
+    #[error("duplicate block name {name:?}")]
+    DuplicateBlockName {
+        /// Name.
+        name: String,
+    },
+    /// Unknown encoding tag.
+    #[error("block {block:?} has unknown encoding {tag}")]
+    UnknownEncoding {
+        /// Block name.
+        block: String,
+        /// Tag read.
+        tag: u8,
+    },
+    /// Unknown dtype code.
+    #[error("block {block:?} has unknown dtype code {code}")]
+    UnknownDtype {
+        /// Block name.
+        block: String,
+        /// Code read.
+        code: u8,
+    },
+    /// Shape byte size overflows u64.
+    #[error("block {block:?}: shape {shape:?} overflows")]
+    ShapeOverflow {
+        /// Block name.
+        block: String,
+        /// Shape.
+        shape: Vec<u64>,
+    },
+    /// Payload length disagrees with the shape.
+    #[error("block {block:?}: payload is {found} bytes, shape and dtype need {expected}")]
+    PayloadLength {
+        /// Block name.
+        block: String,
+        /// Required.
+        expected: u64,
+        /// Stored.
+        found: u64,
+    },
+    /// Payload not at its canonical offset (overlap, hole, or misplacement).
+    #[error("block {block:?}: payload at offset {found}, expected {expected} (payloads must be packed in table order, {align}-aligned)", align = crate::layout::ALIGN)]
+    PayloadOffset {
+        /// Block name.
+        block: String,
+        /// Required offset.
+        expected: u64,
+        /// Stored offset.
+        found: u64,
+    },
+    /// `file_len` disagrees with the payloads or with the bytes given.
+    #[error("knot length is {found}, expected {expected}")]
+    FileLength {
+        /// Required.
+        expected: u64,
+        /// Found.
+        found: u64,
+    },
+    /// Padding that is not zero.
+    #[error("non-zero padding byte at offset {offset}")]
+    NonZeroPadding {
+        /// Absolute offset.
+        offset: u64,
+    },
+    /// An alias that breaks a rule.
+    #[error("alias block {block:?}: {reason}")]
+    BadAlias {
+        /// Block name.
+        block: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A spectral block that breaks a rule.
+    #[error("spectral block {block:?}: {reason}")]
+    BadSpectral {
+        /// Block name.
+        block: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Descriptors where none are allowed, or none where one is required.
+    #[error("block {block:?}: {reason}")]
+    DescriptorPlacement {
+        /// Block name.
+        block: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A descriptor field that disagrees with its block.
+    #[error("block {block:?}, row file {object:?}: {field} is {found}, expected {expected}")]
+    DescriptorField {
+        /// Block name.
+        block: String,
+        /// Object name.
+        object: String,
+        /// Field.
+        field: &'static str,
+        /// Required.
+        expected: String,
+        /// Found.
+        found: String,
+    },
+    /// A bad or duplicate object name.
+    #[error("block {block:?}: bad row file name {object:?}: {reason}")]
+    BadObjectName {
+        /// Block name.
+        block: String,
+        /// Object name.
+        object: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The writer was handed a block out of order or with the wrong length.
+    #[error("writer: {0}")]
+    Writer(String),
+    /// I/O from the writer's sink or a payload stream.
+    #[error("I/O error while writing the knot: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,36 @@
+//! Constants of the byte layout (docs/FORMAT.md sections 2 and 8).
+
+/// The eight magic bytes that open every knot: `"GKQKNOT\0"`.
+pub const MAGIC: [u8; 8] = *b"GKQKNOT\0";
+/// The only version this crate reads and writes.
+pub const VERSION: u32 = 2;
+/// Length of the fixed preamble.
+pub const PREAMBLE_LEN: u64 = 72;
+/// Alignment of every payload and of the payload region.
+pub const ALIGN: u64 = 4096;
+
+/// Largest header a parser accepts.
+pub const MAX_HEADER_LEN: u64 = 16 * 1024 * 1024;
+/// Most metadata entries.
+pub const MAX_METADATA_ENTRIES: u32 = 4096;
+/// Longest metadata key.
+pub const MAX_KEY_LEN: usize = 256;
+/// Longest `STR` value.
+pub const MAX_STRING_LEN: usize = 65_536;
+/// Most items of a `STR_LIST`.
+pub const MAX_LIST_LEN: u32 = 65_536;
+/// Most blocks.
+pub const MAX_BLOCKS: u32 = 65_536;
+/// Longest block or object name.
+pub const MAX_NAME_LEN: usize = 1024;
+/// Most dimensions of a shape.
+pub const MAX_NDIM: u8 = 8;
+/// Most columnar descriptors per block.
+pub const MAX_DESCRIPTORS: u8 = 8;
+/// Largest spectral rank.
+pub const MAX_RANK: u32 = 65_536;
+
+/// `align_up(x, ALIGN)`, or `None` on overflow.
+pub fn align_up(x: u64) -> Option<u64> {
+    x.checked_next_multiple_of(ALIGN)
+}

@@ -1,0 +1,52 @@
+//! The GKQ v2 knot format.
+//!
+//! The normative specification is `docs/FORMAT.md` at the root of the
+//! repository; this crate implements it and nothing else.
+//!
+//! **Invariant:** this is the only crate that knows the byte layout of a knot,
+//! and it does no I/O of its own: the parser works on byte slices (an mmap, or
+//! a prefix fetched over HTTP), and the writer on any `Write + Seek`.
+//!
+//! - [`parse_prefix`]: learn the header from the first bytes of a knot, or how
+//!   many bytes are still needed (what a remote reader uses).
+//! - [`Knot::parse`]: validate a whole knot held in memory, then borrow its
+//!   payloads without copying.
+//! - [`KnotWriter`]: write a knot from streamed payloads, hashing as it writes.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+
+mod cast;
+mod dtype;
+mod error;
+pub mod layout;
+mod model;
+mod parse;
+mod spectral;
+mod write;
+
+#[cfg(test)]
+mod testutil;
+#[cfg(test)]
+mod tests;
+
+pub use cast::{CastReport, cast_row, decode_f32};
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use model::{
+    Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, Metadata, Payload, Preamble,
+    Quant, Value, keys, rows_object_name,
+};
+pub use parse::{Knot, KnotHeader, Prefix, parse_prefix};
+pub use spectral::{SpectralParts, reconstruct_spectral};
+pub use write::KnotWriter;
+
+/// Lowercase hex of a digest, as stored in `source.sha256`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len().saturating_mul(2));
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}

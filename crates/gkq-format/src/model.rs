@@ -1,0 +1,319 @@
+use std::collections::BTreeMap;
+
+use crate::dtype::DType;
+
+/// Block flag bit 0: the block may be served from a columnar row file.
+pub const COLUMNAR_ELIGIBLE: u32 = 1;
+
+/// Well-known metadata keys (docs/FORMAT.md section 3.1).
+pub mod keys {
+    /// `STR`: producing tool and version.
+    pub const TOOL: &str = "gkq.tool";
+    /// `STR`: `architectures[0]` of the source config.
+    pub const ARCHITECTURE: &str = "model.architecture";
+    /// `STR`: `model_type` of the source config.
+    pub const MODEL_TYPE: &str = "model.type";
+    /// `U64`: rows of the token embedding.
+    pub const VOCAB_SIZE: &str = "model.vocab_size";
+    /// `U64`: columns of the token embedding.
+    pub const HIDDEN_SIZE: &str = "model.hidden_size";
+    /// `BOOL`: lm_head is the token embedding.
+    pub const TIE_WORD_EMBEDDINGS: &str = "model.tie_word_embeddings";
+    /// `STR`: block name of the token embedding.
+    pub const ROLE_TOKEN_EMBD: &str = "role.token_embd";
+    /// `STR`: block name of the lm_head.
+    pub const ROLE_LM_HEAD: &str = "role.lm_head";
+    /// `STR`: source model id.
+    pub const SOURCE_MODEL_ID: &str = "source.model_id";
+    /// `STR`: source revision.
+    pub const SOURCE_REVISION: &str = "source.revision";
+    /// `STR_LIST`: source file names.
+    pub const SOURCE_FILES: &str = "source.files";
+    /// `STR_LIST`: hex sha256 of each source file.
+    pub const SOURCE_SHA256: &str = "source.sha256";
+}
+
+/// A typed metadata value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// Type 1.
+    U64(u64),
+    /// Type 2.
+    Bool(bool),
+    /// Type 3.
+    Str(String),
+    /// Type 4.
+    StrList(Vec<String>),
+}
+
+impl Value {
+    pub(crate) fn tag(&self) -> u8 {
+        match self {
+            Value::U64(_) => 1,
+            Value::Bool(_) => 2,
+            Value::Str(_) => 3,
+            Value::StrList(_) => 4,
+        }
+    }
+
+    pub(crate) fn type_name(tag: u8) -> &'static str {
+        match tag {
+            1 => "U64",
+            2 => "BOOL",
+            3 => "STR",
+            4 => "STR_LIST",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Metadata entries, kept sorted by key (the on-disk order).
+pub type Metadata = BTreeMap<String, Value>;
+
+/// Where a block's payload lives in the knot, and its digest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Payload {
+    /// Absolute offset in the knot.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// SHA-256 of the payload bytes.
+    pub sha256: [u8; 32],
+}
+
+/// Quantisation of spectral factors (docs/FORMAT.md section 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quant {
+    /// Factors stored in `factor_dtype`.
+    None,
+    /// Factors stored as u8 with per-row f32 scale and zero.
+    U8Affine,
+}
+
+/// How a block stores its tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// The tensor's bytes, row-major.
+    Dense(Payload),
+    /// Rank-K factors.
+    Spectral {
+        /// K.
+        rank: u32,
+        /// Dtype of U and Vt.
+        factor_dtype: DType,
+        /// Quantisation of U and Vt.
+        quant: Quant,
+        /// The factors.
+        payload: Payload,
+    },
+    /// The same tensor as block `target` (a tied lm_head).
+    Alias {
+        /// Index of a dense or spectral block.
+        target: u32,
+    },
+}
+
+impl Encoding {
+    /// The payload, if the block has one.
+    pub fn payload(&self) -> Option<&Payload> {
+        match self {
+            Encoding::Dense(p) | Encoding::Spectral { payload: p, .. } => Some(p),
+            Encoding::Alias { .. } => None,
+        }
+    }
+
+    pub(crate) fn payload_mut(&mut self) -> Option<&mut Payload> {
+        match self {
+            Encoding::Dense(p) | Encoding::Spectral { payload: p, .. } => Some(p),
+            Encoding::Alias { .. } => None,
+        }
+    }
+
+    pub(crate) fn tag(&self) -> u8 {
+        match self {
+            Encoding::Dense(_) => 0,
+            Encoding::Spectral { .. } => 1,
+            Encoding::Alias { .. } => 2,
+        }
+    }
+}
+
+/// A columnar row file of a block (docs/FORMAT.md section 3.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnarDescriptor {
+    /// Dtype of the rows in the file.
+    pub dtype: DType,
+    /// Number of rows (the vocabulary size).
+    pub rows: u64,
+    /// Bytes per row.
+    pub row_bytes: u64,
+    /// `rows * row_bytes`: the Content-Length a server must report.
+    pub byte_len: u64,
+    /// SHA-256 of the whole file.
+    pub sha256: [u8; 32],
+    /// File name relative to the knot.
+    pub object: String,
+}
+
+impl ColumnarDescriptor {
+    /// A descriptor for a `[rows, cols]` tensor in `dtype`, with a zero digest
+    /// (the writer fills it in), or `None` if the sizes overflow.
+    pub fn for_shape(rows: u64, cols: u64, dtype: DType, object: String) -> Option<Self> {
+        let row_bytes = cols.checked_mul(dtype.itemsize())?;
+        let byte_len = rows.checked_mul(row_bytes)?;
+        Some(ColumnarDescriptor {
+            dtype,
+            rows,
+            row_bytes,
+            byte_len,
+            sha256: [0; 32],
+            object,
+        })
+    }
+
+    /// Byte range `[start, end)` of rows `first..first + count`, or `None`
+    /// past the end or on overflow.
+    pub fn row_range(&self, first: u64, count: u64) -> Option<(u64, u64)> {
+        let end_row = first.checked_add(count)?;
+        if end_row > self.rows {
+            return None;
+        }
+        Some((
+            first.checked_mul(self.row_bytes)?,
+            end_row.checked_mul(self.row_bytes)?,
+        ))
+    }
+}
+
+/// The object name writers give a row file: `<role>.<dtype>.rows`.
+pub fn rows_object_name(role: &str, dtype: DType) -> String {
+    format!("{role}.{}.rows", dtype.name())
+}
+
+/// One entry of the block table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Tensor name, unique in the knot.
+    pub name: String,
+    /// Dtype of the tensor's values.
+    pub dtype: DType,
+    /// Flag bits; see [`COLUMNAR_ELIGIBLE`]. Unknown bits are kept as read.
+    pub flags: u32,
+    /// Shape, outermost first.
+    pub shape: Vec<u64>,
+    /// Storage.
+    pub encoding: Encoding,
+    /// Columnar row files (only on columnar-eligible dense 2-D blocks).
+    pub columnar: Vec<ColumnarDescriptor>,
+}
+
+impl Block {
+    /// A dense block with a zero digest; the writer assigns offset and digest.
+    pub fn dense(name: impl Into<String>, dtype: DType, shape: Vec<u64>) -> Option<Block> {
+        let len = shape_bytes(&shape, dtype)?;
+        Some(Block {
+            name: name.into(),
+            dtype,
+            flags: 0,
+            shape,
+            encoding: Encoding::Dense(Payload {
+                offset: 0,
+                len,
+                sha256: [0; 32],
+            }),
+            columnar: Vec::new(),
+        })
+    }
+
+    /// Whether bit 0 is set.
+    pub fn is_columnar_eligible(&self) -> bool {
+        self.flags & COLUMNAR_ELIGIBLE != 0
+    }
+
+    /// Number of elements, or `None` on overflow.
+    pub fn elements(&self) -> Option<u64> {
+        self.shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
+    }
+}
+
+/// `product(shape) * itemsize`, or `None` on overflow.
+pub(crate) fn shape_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(dtype.itemsize(), |a, &d| a.checked_mul(d))
+}
+
+/// The fixed preamble (docs/FORMAT.md section 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Preamble {
+    /// Length of the header after the preamble.
+    pub header_len: u64,
+    /// Start of the payload region.
+    pub data_offset: u64,
+    /// Total knot length.
+    pub file_len: u64,
+    /// SHA-256 of preamble bytes 0..40 and the header.
+    pub header_sha256: [u8; 32],
+}
+
+/// Metadata plus block table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// Typed key/values.
+    pub metadata: Metadata,
+    /// The block table, in payload order.
+    pub blocks: Vec<Block>,
+}
+
+impl Header {
+    /// Index of the block called `name`.
+    pub fn block_index(&self, name: &str) -> Option<usize> {
+        self.blocks.iter().position(|b| b.name == name)
+    }
+
+    /// The block called `name`.
+    pub fn block(&self, name: &str) -> Option<&Block> {
+        self.blocks.iter().find(|b| b.name == name)
+    }
+
+    /// Follows an alias to the block that holds the data.
+    pub fn resolve(&self, index: usize) -> Option<&Block> {
+        let b = self.blocks.get(index)?;
+        match b.encoding {
+            Encoding::Alias { target } => self.blocks.get(usize::try_from(target).ok()?),
+            _ => Some(b),
+        }
+    }
+
+    /// A `STR` metadata value.
+    pub fn meta_str(&self, key: &str) -> Option<&str> {
+        match self.metadata.get(key) {
+            Some(Value::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A `U64` metadata value.
+    pub fn meta_u64(&self, key: &str) -> Option<u64> {
+        match self.metadata.get(key) {
+            Some(Value::U64(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A `BOOL` metadata value.
+    pub fn meta_bool(&self, key: &str) -> Option<bool> {
+        match self.metadata.get(key) {
+            Some(Value::Bool(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A `STR_LIST` metadata value.
+    pub fn meta_list(&self, key: &str) -> Option<&[String]> {
+        match self.metadata.get(key) {
+            Some(Value::StrList(v)) => Some(v),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,590 @@
+//! One test per validation rule of docs/FORMAT.md section 9, the golden
+//! vector, writer round trips and property tests.
+#![allow(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::unwrap_used)]
+
+use std::io::Cursor;
+
+use proptest::prelude::*;
+
+use crate::layout::*;
+use crate::model::*;
+use crate::testutil::*;
+use crate::*;
+
+fn write_knot(header: Header, payloads: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let mut w = KnotWriter::new(Cursor::new(Vec::new()), header)?;
+    let indices: Vec<usize> = w
+        .header()
+        .blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.encoding.payload().is_some())
+        .map(|(i, _)| i)
+        .collect();
+    for (i, p) in indices.into_iter().zip(payloads) {
+        w.write_payload(i, p.as_slice())?;
+    }
+    Ok(w.finish()?.0.into_inner())
+}
+
+fn golden() -> Vec<u8> {
+    let (header, payloads) = golden_parts();
+    let mut w = KnotWriter::new(Cursor::new(Vec::new()), header).unwrap();
+    w.write_payload(0, payloads[0].as_slice()).unwrap();
+    // The row file of an f32 block in f32 is the payload itself.
+    let sha: [u8; 32] = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&payloads[0]).into()
+    };
+    w.set_columnar_sha256(0, DType::F32, sha).unwrap();
+    w.finish().unwrap().0.into_inner()
+}
+
+/// `hexdump -C` output.
+fn hexdump(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    let mut prev: Option<&[u8]> = None;
+    let mut starred = false;
+    for (i, line) in bytes.chunks(16).enumerate() {
+        if prev == Some(line) && line.len() == 16 {
+            if !starred {
+                out.push_str("*\n");
+                starred = true;
+            }
+            continue;
+        }
+        starred = false;
+        prev = Some(line);
+        let mut hex = String::new();
+        for (j, b) in line.iter().enumerate() {
+            if j == 8 {
+                hex.push(' ');
+            }
+            hex.push_str(&format!("{b:02x} "));
+        }
+        let ascii: String = line
+            .iter()
+            .map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '.' })
+            .collect();
+        out.push_str(&format!("{:08x}  {hex:<49} |{ascii}|\n", i * 16));
+    }
+    out.push_str(&format!("{:08x}\n", bytes.len()));
+    out
+}
+
+/// Reads `hexdump -C` output back into bytes.
+fn parse_hexdump(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut last: Vec<u8> = Vec::new();
+    let mut star = false;
+    for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        if line == "*" {
+            star = true;
+            continue;
+        }
+        let (off, rest) = line.split_at(8.min(line.len()));
+        let off = usize::from_str_radix(off, 16).expect("hexdump offset");
+        if star {
+            while out.len() < off {
+                out.extend_from_slice(&last);
+            }
+            star = false;
+        }
+        assert_eq!(out.len(), off, "hexdump offsets are contiguous");
+        let hex = rest.split('|').next().unwrap_or("");
+        last = hex
+            .split_whitespace()
+            .map(|h| u8::from_str_radix(h, 16).expect("hex byte"))
+            .collect();
+        out.extend_from_slice(&last);
+    }
+    out
+}
+
+#[test]
+fn golden_vector() {
+    let bytes = golden();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = dir.join("tests/golden/tiny.knot");
+    if std::env::var_os("GKQ_BLESS").is_some() {
+        std::fs::write(&path, &bytes).unwrap();
+        println!("{}", hexdump(&bytes));
+    }
+    let stored = std::fs::read(&path).expect("tests/golden/tiny.knot (GKQ_BLESS=1 writes it)");
+    assert!(stored == bytes, "writer output differs from tests/golden/tiny.knot");
+    let doc = std::fs::read_to_string(dir.join("../../docs/FORMAT.md")).unwrap();
+    let start = doc.find("GOLDEN-HEXDUMP-BEGIN\n").expect("begin marker") + 21;
+    let end = doc.find("GOLDEN-HEXDUMP-END").expect("end marker");
+    let from_doc = parse_hexdump(&doc[start..end]);
+    assert!(from_doc == bytes, "docs/FORMAT.md dump differs from the writer's output");
+    assert_eq!(&doc[start..end], hexdump(&bytes), "dump formatting");
+    let knot = Knot::parse(&stored).unwrap();
+    assert_eq!(knot.verify_payload(0), Some(true));
+    assert_eq!(knot.verify_payload(1), Some(true), "alias reads its target");
+    assert_eq!(knot.payload(1), knot.payload(0));
+}
+
+fn err(bytes: &[u8]) -> Error {
+    Knot::parse(bytes).expect_err("knot must be rejected")
+}
+
+/// Re-encodes the header region of `bytes` after `edit` and fixes the checksum.
+fn edit_header(bytes: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let pre = crate::parse::parse_preamble(bytes).unwrap();
+    let mut head = bytes[72..72 + pre.header_len as usize].to_vec();
+    edit(&mut head);
+    let header_len = head.len() as u64;
+    let data_offset = align_up(72 + header_len).unwrap();
+    let mut out = vec![0u8; data_offset as usize];
+    let new_pre = Preamble {
+        header_len,
+        data_offset,
+        file_len: data_offset,
+        header_sha256: [0; 32],
+    };
+    reseal(&mut out, &new_pre, &head);
+    out
+}
+
+fn empty_header_bytes() -> Vec<u8> {
+    raw_knot(&Header::default())
+}
+
+#[test]
+fn rule_truncated() {
+    let g = golden();
+    assert!(matches!(err(&g[..50]), Error::Truncated { needed: 72, .. }));
+    assert_eq!(parse_prefix(&g[..50]).unwrap(), Prefix::NeedBytes { total: 72 });
+    let Prefix::NeedBytes { total } = parse_prefix(&g[..72]).unwrap() else {
+        panic!("72 bytes are not the whole header");
+    };
+    assert!(matches!(parse_prefix(&g[..total as usize]).unwrap(), Prefix::Complete(_)));
+    assert!(matches!(err(&g[..total as usize]), Error::FileLength { .. }));
+    assert!(matches!(err(&g[..g.len() - 1]), Error::FileLength { .. }));
+}
+
+#[test]
+fn rule_magic_and_version() {
+    let mut g = golden();
+    g[0] = b'X';
+    assert!(matches!(err(&g), Error::BadMagic { .. }));
+    let mut g = golden();
+    g[8] = 3;
+    assert!(matches!(err(&g), Error::UnsupportedVersion { found: 3 }));
+}
+
+#[test]
+fn rule_header_too_large() {
+    let mut g = golden();
+    g[16..24].copy_from_slice(&(MAX_HEADER_LEN + 1).to_le_bytes());
+    assert!(matches!(err(&g), Error::HeaderTooLarge { .. }));
+    g[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(matches!(err(&g), Error::HeaderTooLarge { .. }));
+}
+
+#[test]
+fn rule_data_offset() {
+    let mut g = golden();
+    g[24..32].copy_from_slice(&8192u64.to_le_bytes());
+    assert!(matches!(err(&g), Error::BadDataOffset { expected: 4096, found: 8192 }));
+}
+
+#[test]
+fn rule_header_checksum() {
+    let mut g = golden();
+    g[80] ^= 1;
+    assert!(matches!(err(&g), Error::HeaderChecksum { .. }));
+    let mut g = golden();
+    g[32] ^= 1; // file_len is covered too
+    assert!(matches!(err(&g), Error::HeaderChecksum { .. }));
+}
+
+#[test]
+fn rule_header_eof_and_trailing() {
+    let g = edit_header(&golden(), |h| {
+        h.pop();
+    });
+    assert!(matches!(err(&g), Error::HeaderEof { .. }), "{:?}", err(&g));
+    let g = edit_header(&empty_header_bytes(), |h| h.push(0));
+    assert!(matches!(err(&g), Error::HeaderTrailingBytes { extra: 1 }));
+    // a count that cannot fit in the remaining bytes is refused before allocating
+    let g = edit_header(&empty_header_bytes(), |h| h[4..8].copy_from_slice(&60_000u32.to_le_bytes()));
+    assert!(matches!(err(&g), Error::HeaderEof { what: "block table", .. }));
+}
+
+#[test]
+fn rule_limits_utf8_empty() {
+    let g = edit_header(&empty_header_bytes(), |h| h[0..4].copy_from_slice(&u32::MAX.to_le_bytes()));
+    assert!(matches!(err(&g), Error::LimitExceeded { what: "metadata entry count", .. }));
+    let g = edit_header(&empty_header_bytes(), |h| h[4..8].copy_from_slice(&(MAX_BLOCKS + 1).to_le_bytes()));
+    assert!(matches!(err(&g), Error::LimitExceeded { what: "block count", .. }));
+    // one metadata entry whose key is 0xff
+    let entry = |key: &[u8], tag: u8, value: &[u8]| {
+        let mut h = 1u32.to_le_bytes().to_vec();
+        h.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        h.extend_from_slice(key);
+        h.push(tag);
+        h.extend_from_slice(value);
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h
+    };
+    let g = edit_header(&empty_header_bytes(), |h| *h = entry(&[0xff], 1, &[0; 8]));
+    assert!(matches!(err(&g), Error::InvalidUtf8 { what: "metadata key", .. }));
+    let g = edit_header(&empty_header_bytes(), |h| *h = entry(b"", 1, &[0; 8]));
+    assert!(matches!(err(&g), Error::EmptyName { .. }));
+    let long = vec![b'k'; MAX_KEY_LEN + 1];
+    let g = edit_header(&empty_header_bytes(), |h| *h = entry(&long, 1, &[0; 8]));
+    assert!(matches!(err(&g), Error::LimitExceeded { what: "metadata key", .. }));
+    let g = edit_header(&empty_header_bytes(), |h| *h = entry(b"k", 9, &[0; 8]));
+    assert!(matches!(err(&g), Error::UnknownValueType { tag: 9, .. }));
+    let g = edit_header(&empty_header_bytes(), |h| *h = entry(b"k", 2, &[2]));
+    assert!(matches!(err(&g), Error::NonCanonicalBool { value: 2, .. }));
+    let g = edit_header(&empty_header_bytes(), |h| *h = entry(b"k", 3, &u32::MAX.to_le_bytes()));
+    assert!(matches!(err(&g), Error::LimitExceeded { what: "STR value", .. }));
+    // ndim 9
+    let (mut header, _) = golden_parts();
+    header.blocks.truncate(1);
+    header.metadata.clear();
+    let g = raw_knot(&header);
+    let ndim_at = 72 + 4 + 4 + 2 + "embed.weight".len() + 1 + 1 + 4;
+    assert_eq!(g[ndim_at], 2);
+    let g = edit_header(&g, |h| h[ndim_at - 72] = 9);
+    assert!(matches!(err(&g), Error::LimitExceeded { what: "ndim", .. }));
+}
+
+#[test]
+fn rule_metadata() {
+    let two = |a: &[u8], b: &[u8]| {
+        let mut h = 2u32.to_le_bytes().to_vec();
+        for k in [a, b] {
+            h.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            h.extend_from_slice(k);
+            h.push(1);
+            h.extend_from_slice(&[0; 8]);
+        }
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h
+    };
+    let g = edit_header(&empty_header_bytes(), |h| *h = two(b"b", b"a"));
+    assert!(matches!(err(&g), Error::MetadataOrder { .. }));
+    let g = edit_header(&empty_header_bytes(), |h| *h = two(b"a", b"a"));
+    assert!(matches!(err(&g), Error::MetadataOrder { .. }));
+
+    let (mut h, _) = golden_parts();
+    h.metadata.insert(keys::VOCAB_SIZE.into(), Value::Str("2".into()));
+    assert!(matches!(err(&raw_knot(&h)), Error::MetadataType { expected: "U64", .. }));
+    let (mut h, _) = golden_parts();
+    h.metadata.insert(keys::SOURCE_FILES.into(), Value::StrList(vec!["a".into()]));
+    assert!(matches!(err(&raw_knot(&h)), Error::SourceListMismatch { files: 1, hashes: 0 }));
+    let (mut h, _) = golden_parts();
+    h.metadata.insert(keys::ROLE_LM_HEAD.into(), Value::Str("nope".into()));
+    assert!(matches!(err(&raw_knot(&h)), Error::UnknownRoleBlock { .. }));
+}
+
+fn laid_out(mut h: Header) -> Header {
+    let head_len = crate::write::encode_header(&h).unwrap().len() as u64;
+    let mut cursor = align_up(72 + head_len).unwrap();
+    for b in &mut h.blocks {
+        if let Some(p) = b.encoding.payload_mut() {
+            p.offset = align_up(cursor).unwrap();
+            cursor = p.offset + p.len;
+        }
+    }
+    h
+}
+
+#[test]
+fn golden_parts_lay_out_validly() {
+    let (h, _) = golden_parts();
+    Knot::parse(&raw_knot(&laid_out(h))).unwrap();
+}
+
+#[test]
+fn rule_blocks() {
+    let (mut h, _) = golden_parts();
+    h.blocks[1].name = "embed.weight".into();
+    h.metadata.remove(keys::ROLE_LM_HEAD);
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DuplicateBlockName { .. }));
+
+    let (h, _) = golden_parts();
+    let g = raw_knot(&laid_out(h));
+    let needle = b"\x0c\x00embed.weight";
+    let enc_at = g.windows(needle.len()).position(|w| w == needle).unwrap() + needle.len();
+    assert_eq!(&g[enc_at - 12..enc_at], b"embed.weight");
+    let bad_enc = edit_header(&g, |x| x[enc_at - 72] = 7);
+    assert!(matches!(err(&bad_enc), Error::UnknownEncoding { tag: 7, .. }));
+    let bad_dtype = edit_header(&g, |x| x[enc_at + 1 - 72] = 99);
+    assert!(matches!(err(&bad_dtype), Error::UnknownDtype { code: 99, .. }));
+
+    let (mut h, _) = golden_parts();
+    h.blocks[0].shape = vec![u64::MAX, 3];
+    h.blocks[1].shape = vec![u64::MAX, 3];
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::ShapeOverflow { .. }));
+}
+
+#[test]
+fn rule_payload_layout() {
+    let (mut h, _) = golden_parts();
+    if let Encoding::Dense(p) = &mut h.blocks[0].encoding {
+        p.len = 20;
+    }
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::PayloadLength { expected: 24, found: 20, .. }));
+
+    // overlapping payloads: a second block placed on top of the first
+    let (mut h, _) = golden_parts();
+    let mut other = Block::dense("other", DType::F32, vec![6]).unwrap();
+    other.flags = 0;
+    h.blocks.push(other);
+    let mut h = laid_out(h);
+    let first = h.blocks[0].encoding.payload().unwrap().offset;
+    h.blocks[2].encoding.payload_mut().unwrap().offset = first;
+    assert!(matches!(err(&raw_knot(&h)), Error::PayloadOffset { .. }));
+    // a hole: one page further than canonical
+    h.blocks[2].encoding.payload_mut().unwrap().offset = first + 8192;
+    assert!(matches!(err(&raw_knot(&h)), Error::PayloadOffset { .. }));
+    // offset past the end of the file
+    let mut g = golden();
+    let pre = crate::parse::parse_preamble(&g).unwrap();
+    let head = g[72..72 + pre.header_len as usize].to_vec();
+    let short = Preamble { file_len: pre.file_len - 4, ..pre };
+    reseal(&mut g, &short, &head);
+    assert!(matches!(err(&g), Error::FileLength { .. }));
+}
+
+#[test]
+fn rule_non_zero_padding() {
+    let mut g = golden();
+    g[4000] = 1;
+    assert!(matches!(err(&g), Error::NonZeroPadding { offset: 4000 }));
+}
+
+#[test]
+fn rule_alias() {
+    let (mut h, _) = golden_parts();
+    h.blocks[1].encoding = Encoding::Alias { target: 5 };
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadAlias { .. }));
+    let (mut h, _) = golden_parts();
+    h.blocks[1].encoding = Encoding::Alias { target: 1 };
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadAlias { .. }));
+    let (mut h, _) = golden_parts();
+    h.blocks[1].dtype = DType::F16;
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadAlias { .. }));
+    let (mut h, _) = golden_parts();
+    h.blocks[1].flags = 0;
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadAlias { .. }));
+}
+
+fn spectral_block(rank: u32, factor: DType, quant: Quant) -> Block {
+    let (m, n, k) = (3u64, 4u64, u64::from(rank));
+    let len = match quant {
+        Quant::None => (m * k + k * n) * factor.itemsize() + 4 * k,
+        Quant::U8Affine => m * k + 8 * m + 4 * k + k * n + 8 * k,
+    };
+    Block {
+        name: "attn.q".into(),
+        dtype: DType::F32,
+        flags: 0,
+        shape: vec![m, n],
+        encoding: Encoding::Spectral {
+            rank,
+            factor_dtype: factor,
+            quant,
+            payload: Payload { offset: 0, len, sha256: [0; 32] },
+        },
+        columnar: vec![],
+    }
+}
+
+#[test]
+fn rule_spectral() {
+    for (block, ok) in [
+        (spectral_block(2, DType::F32, Quant::None), true),
+        (spectral_block(2, DType::U8, Quant::U8Affine), true),
+        (spectral_block(0, DType::F32, Quant::None), false),
+        (spectral_block(MAX_RANK + 1, DType::F32, Quant::None), false),
+        (spectral_block(2, DType::U8, Quant::None), false),
+        (spectral_block(2, DType::F16, Quant::U8Affine), false),
+    ] {
+        let h = laid_out(Header { metadata: Metadata::new(), blocks: vec![block] });
+        let bytes = raw_knot(&h);
+        let r = Knot::parse(&bytes);
+        assert_eq!(r.is_ok(), ok, "{r:?}");
+        if !ok {
+            assert!(matches!(r, Err(Error::BadSpectral { .. })));
+        }
+    }
+    let mut b = spectral_block(2, DType::F32, Quant::None);
+    b.encoding.payload_mut().unwrap().len += 4;
+    let h = laid_out(Header { metadata: Metadata::new(), blocks: vec![b] });
+    assert!(matches!(err(&raw_knot(&h)), Error::PayloadLength { .. }));
+}
+
+#[test]
+fn rule_descriptors() {
+    let (mut h, _) = golden_parts();
+    h.blocks[0].columnar.clear();
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorPlacement { .. }));
+    let (mut h, _) = golden_parts();
+    h.blocks[0].flags = 0;
+    h.blocks[1].flags = 0;
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorPlacement { .. }));
+    let (mut h, _) = golden_parts();
+    h.blocks[0].columnar[0].row_bytes = 8;
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorField { field: "row_bytes", .. }));
+    let (mut h, _) = golden_parts();
+    h.blocks[0].columnar[0].rows = 3;
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorField { field: "rows", .. }));
+    let (mut h, _) = golden_parts();
+    h.blocks[0].columnar[0].byte_len = 25;
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorField { field: "byte_len", .. }));
+    let (mut h, _) = golden_parts();
+    let dup = h.blocks[0].columnar[0].clone();
+    h.blocks[0].columnar.push(ColumnarDescriptor { object: "other.rows".into(), ..dup });
+    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorField { field: "dtype", .. }));
+    for name in ["../etc/passwd", ".hidden", "a/b", ""] {
+        let (mut h, _) = golden_parts();
+        h.blocks[0].columnar[0].object = name.into();
+        assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadObjectName { .. }), "{name}");
+    }
+}
+
+#[test]
+fn unknown_flag_bits_and_reserved_are_ignored() {
+    let (mut h, payloads) = golden_parts();
+    h.blocks[0].flags |= 0x8000_0020;
+    h.blocks[1].flags |= 0x10;
+    let mut g = write_knot(h, &payloads).unwrap();
+    let knot = Knot::parse(&g).unwrap();
+    assert!(knot.blocks()[0].is_columnar_eligible());
+    assert_eq!(knot.blocks()[0].flags, 0x8000_0021);
+    // reserved preamble field: not checksummed-trusted, ignored
+    let pre = crate::parse::parse_preamble(&g).unwrap();
+    let head = g[72..72 + pre.header_len as usize].to_vec();
+    g[12] = 0xAA;
+    let mut p = crate::write::encode_preamble(&pre);
+    p[12] = 0xAA;
+    let digest = crate::parse::header_digest(&p, &head);
+    g[40..72].copy_from_slice(&digest);
+    Knot::parse(&g).unwrap();
+}
+
+#[test]
+fn writer_checks_lengths_and_order() {
+    let (mut h, _) = golden_parts();
+    h.blocks.push(Block::dense("b2", DType::U8, vec![3]).unwrap());
+    let mut w = KnotWriter::new(Cursor::new(Vec::new()), h.clone()).unwrap();
+    assert!(matches!(w.write_chunk(2, &[1, 2, 3]), Err(Error::Writer(_))), "out of order");
+    assert!(matches!(w.write_payload(0, &[0u8; 25][..]), Err(Error::Writer(_))), "too long");
+    let mut w = KnotWriter::new(Cursor::new(Vec::new()), h.clone()).unwrap();
+    assert!(matches!(w.write_payload(0, &[0u8; 23][..]), Err(Error::Writer(_))), "too short");
+    let mut w = KnotWriter::new(Cursor::new(Vec::new()), h).unwrap();
+    w.write_payload(0, &[0u8; 24][..]).unwrap();
+    assert!(matches!(w.finish(), Err(Error::Writer(_))), "missing payload");
+}
+
+#[test]
+fn spectral_round_trip_and_reconstruction() {
+    // U (3x2), S (2), Vt (2x4) in f32
+    let u = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
+    let s = [2.0f32, 0.5];
+    let vt = [1.0f32, 2.0, 3.0, 4.0, -1.0, 0.0, 1.0, 2.0];
+    let payload: Vec<u8> = u.iter().chain(&s).chain(&vt).flat_map(|x| x.to_le_bytes()).collect();
+    let h = Header { metadata: Metadata::new(), blocks: vec![spectral_block(2, DType::F32, Quant::None)] };
+    let g = write_knot(h, &[payload]).unwrap();
+    let knot = Knot::parse(&g).unwrap();
+    let w = reconstruct_spectral(&knot.blocks()[0], knot.payload(0).unwrap()).unwrap();
+    let w: Vec<f32> = w.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(w, [2.0, 4.0, 6.0, 8.0, -0.5, 0.0, 0.5, 1.0, 1.5, 4.0, 6.5, 9.0]);
+
+    // u8 quantised: q=zero+1 with scale 1 gives 1.0 everywhere
+    let mut p = Vec::new();
+    p.extend([3u8; 6]); // U_q 3x2
+    p.extend([1.0f32; 3].iter().flat_map(|x| x.to_le_bytes())); // U_scale
+    p.extend([2.0f32; 3].iter().flat_map(|x| x.to_le_bytes())); // U_zero -> (3-2)*1 = 1
+    p.extend([1.0f32, 1.0].iter().flat_map(|x| x.to_le_bytes())); // S
+    p.extend([4u8; 8]); // Vt_q 2x4
+    p.extend([0.5f32; 2].iter().flat_map(|x| x.to_le_bytes())); // Vt_scale
+    p.extend([0.0f32; 2].iter().flat_map(|x| x.to_le_bytes())); // Vt_zero -> 2.0
+    let h = Header { metadata: Metadata::new(), blocks: vec![spectral_block(2, DType::U8, Quant::U8Affine)] };
+    let g = write_knot(h, &[p]).unwrap();
+    let knot = Knot::parse(&g).unwrap();
+    let parts = SpectralParts::decode(&knot.blocks()[0], knot.payload(0).unwrap()).unwrap();
+    assert!(parts.reconstruct().iter().all(|&x| x == 4.0));
+}
+
+fn arb_block(i: usize) -> impl Strategy<Value = (Block, Vec<u8>)> {
+    let dtypes = proptest::sample::select(DType::ALL.to_vec());
+    (dtypes, proptest::collection::vec(0u64..5, 0..4), any::<u32>(), any::<bool>(), any::<u64>())
+        .prop_map(move |(dtype, shape, flags, columnar, seed)| {
+            let mut b = Block::dense(format!("blk{i}.weight"), dtype, shape.clone()).unwrap();
+            b.flags = flags & !COLUMNAR_ELIGIBLE;
+            if columnar && shape.len() == 2 {
+                b.flags |= COLUMNAR_ELIGIBLE;
+                let d = if dtype.is_castable_float() { DType::BF16 } else { dtype };
+                b.columnar.push(
+                    ColumnarDescriptor::for_shape(shape[0], shape[1], d, format!("b{i}.{d}.rows")).unwrap(),
+                );
+            }
+            let len = b.encoding.payload().unwrap().len as usize;
+            let bytes = (0..len).map(|j| (seed.wrapping_mul(j as u64 + 1) >> 7) as u8).collect();
+            (b, bytes)
+        })
+}
+
+fn arb_knot() -> impl Strategy<Value = (Header, Vec<Vec<u8>>)> {
+    (0usize..6, proptest::collection::btree_map("[a-z.]{1,12}", any::<u64>(), 0..5)).prop_flat_map(|(n, md)| {
+        let blocks: Vec<_> = (0..n).map(arb_block).collect();
+        (blocks, Just(md)).prop_map(|(blocks, md)| {
+            let (blocks, payloads): (Vec<_>, Vec<_>) = blocks.into_iter().unzip();
+            let metadata = md
+                .into_iter()
+                .filter(|(k, _)| !k.starts_with("model.") && !k.starts_with("role.") && !k.starts_with("source.") && k != keys::TOOL)
+                .map(|(k, v)| (k, Value::U64(v)))
+                .collect();
+            (Header { metadata, blocks }, payloads)
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn prop_round_trip((header, payloads) in arb_knot()) {
+        let bytes = write_knot(header.clone(), &payloads).unwrap();
+        let knot = Knot::parse(&bytes).unwrap();
+        let got = knot.header().header();
+        prop_assert_eq!(&got.metadata, &header.metadata);
+        prop_assert_eq!(got.blocks.len(), header.blocks.len());
+        for (i, (a, b)) in got.blocks.iter().zip(&header.blocks).enumerate() {
+            prop_assert_eq!(&a.name, &b.name);
+            prop_assert_eq!(a.shape.clone(), b.shape.clone());
+            prop_assert_eq!(a.flags, b.flags);
+            prop_assert_eq!(knot.payload(i).unwrap(), payloads[i].as_slice());
+            prop_assert_eq!(knot.verify_payload(i), Some(true));
+        }
+        // deterministic
+        prop_assert_eq!(write_knot(header, &payloads).unwrap(), bytes);
+    }
+
+    #[test]
+    fn prop_mutations_never_panic((header, payloads) in arb_knot(), flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8), cut in any::<usize>()) {
+        let mut bytes = write_knot(header, &payloads).unwrap();
+        for (at, v) in flips {
+            let i = at % bytes.len();
+            bytes[i] ^= v.max(1);
+        }
+        let _ = Knot::parse(&bytes);
+        let _ = parse_prefix(&bytes);
+        let _ = Knot::parse(&bytes[..cut % (bytes.len() + 1)]);
+    }
+
+    #[test]
+    fn prop_arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = Knot::parse(&bytes);
+        let mut with_magic = MAGIC.to_vec();
+        with_magic.extend_from_slice(&2u32.to_le_bytes());
+        with_magic.extend_from_slice(&bytes);
+        let _ = Knot::parse(&with_magic);
+    }
+}
