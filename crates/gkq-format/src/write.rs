@@ -340,6 +340,13 @@ impl<W: Write + Seek> KnotWriter<W> {
         self.end_payload(index)
     }
 
+    /// Metadata, for values only known once the payloads are written (such
+    /// as source file digests). Their encoded size must not change:
+    /// [`KnotWriter::finish`] refuses a header whose length changed.
+    pub fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.header.metadata
+    }
+
     /// Records the digest of the row file of block `index` in `dtype`.
     pub fn set_columnar_sha256(&mut self, index: usize, dtype: DType, sha256: [u8; 32]) -> Result<()> {
         let d = self

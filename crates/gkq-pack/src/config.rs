@@ -1,0 +1,150 @@
+//! The parts of a Hugging Face `config.json` that packing needs.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::error::{PackError, Result};
+
+/// Model families whose tensor names the packer knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// Llama-style decoders: Qwen2/3, Llama, Mistral, Mixtral, Phi-3, Gemma 1-3.
+    Decoder,
+    /// GPT-2.
+    Gpt2,
+    /// BERT.
+    Bert,
+    /// RoBERTa.
+    Roberta,
+}
+
+impl Family {
+    /// Known embedding tensor names, most likely first.
+    pub fn embed_names(self) -> &'static [&'static str] {
+        match self {
+            Family::Decoder => &["model.embed_tokens.weight", "embed_tokens.weight"],
+            Family::Gpt2 => &["transformer.wte.weight", "wte.weight"],
+            Family::Bert => &[
+                "bert.embeddings.word_embeddings.weight",
+                "embeddings.word_embeddings.weight",
+            ],
+            Family::Roberta => &[
+                "roberta.embeddings.word_embeddings.weight",
+                "embeddings.word_embeddings.weight",
+            ],
+        }
+    }
+
+    /// Known lm_head tensor names.
+    pub fn lm_head_names(self) -> &'static [&'static str] {
+        match self {
+            Family::Decoder | Family::Gpt2 => &["lm_head.weight"],
+            Family::Bert => &["cls.predictions.decoder.weight"],
+            Family::Roberta => &["lm_head.decoder.weight"],
+        }
+    }
+
+    /// `tie_word_embeddings` when the config does not say.
+    fn default_tied(self, model_type: &str) -> bool {
+        match self {
+            Family::Gpt2 | Family::Bert | Family::Roberta => true,
+            Family::Decoder => model_type.starts_with("gemma"),
+        }
+    }
+}
+
+/// What packing reads from `config.json`.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    /// Where it was read.
+    pub path: PathBuf,
+    /// `architectures[0]`, or `model_type` when absent.
+    pub architecture: String,
+    /// `model_type`.
+    pub model_type: String,
+    /// The family, if known.
+    pub family: Option<Family>,
+    /// `vocab_size`.
+    pub vocab_size: u64,
+    /// `hidden_size` / `n_embd` / `d_model`, when present.
+    pub hidden_size: Option<u64>,
+    /// `tie_word_embeddings`, or the family's default.
+    pub tie_word_embeddings: bool,
+    /// Optional `_name_or_path`.
+    pub name_or_path: Option<String>,
+}
+
+fn family_of(model_type: &str, architecture: &str) -> Option<Family> {
+    let mt = model_type.to_ascii_lowercase();
+    match mt.as_str() {
+        "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe" | "llama" | "mistral" | "mixtral" | "phi3"
+        | "gemma" | "gemma2" | "gemma3_text" => Some(Family::Decoder),
+        "gpt2" => Some(Family::Gpt2),
+        "bert" => Some(Family::Bert),
+        "roberta" => Some(Family::Roberta),
+        _ => {
+            let a = architecture.to_ascii_lowercase();
+            if a.starts_with("gpt2") {
+                Some(Family::Gpt2)
+            } else if a.starts_with("bert") {
+                Some(Family::Bert)
+            } else if ["qwen", "llama", "mistral", "phi3", "gemma"]
+                .iter()
+                .any(|p| a.starts_with(p))
+            {
+                Some(Family::Decoder)
+            } else {
+                None
+            }
+        }
+    }
+}
+
+impl ModelConfig {
+    /// Reads `<dir>/config.json`.
+    pub fn read(dir: &Path) -> Result<ModelConfig> {
+        let path = dir.join("config.json");
+        let err = |reason: String| PackError::Config {
+            path: path.clone(),
+            reason,
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))?;
+        if !v.is_object() {
+            return Err(err("not a JSON object".into()));
+        }
+        let model_type = v["model_type"].as_str().unwrap_or_default().to_owned();
+        let architecture = v["architectures"][0]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| model_type.clone());
+        if architecture.is_empty() {
+            return Err(err("neither architectures nor model_type is set".into()));
+        }
+        let vocab_size = v["vocab_size"]
+            .as_u64()
+            .or_else(|| v["n_vocab"].as_u64())
+            .ok_or_else(|| err("vocab_size is missing or not a non-negative integer".into()))?;
+        let hidden_size = ["hidden_size", "n_embd", "d_model"]
+            .iter()
+            .find_map(|k| v[*k].as_u64());
+        let family = family_of(&model_type, &architecture);
+        let tie_word_embeddings = match &v["tie_word_embeddings"] {
+            Value::Bool(b) => *b,
+            Value::Null => family.is_some_and(|f| f.default_tied(&model_type)),
+            other => return Err(err(format!("tie_word_embeddings is {other}, not a bool"))),
+        };
+        Ok(ModelConfig {
+            path,
+            architecture,
+            model_type,
+            family,
+            vocab_size,
+            hidden_size,
+            tie_word_embeddings,
+            name_or_path: v["_name_or_path"].as_str().map(str::to_owned),
+        })
+    }
+}

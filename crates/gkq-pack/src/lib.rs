@@ -1,0 +1,494 @@
+//! `gkq-pack`: a Hugging Face model directory → a GKQ v2 knot plus the
+//! row-aligned columnar files of its token embedding and lm_head.
+//!
+//! One pass over the source: each tensor is read in bounded chunks with
+//! positioned reads, cast (in parallel, with rayon) where its role asks for
+//! it, hashed while it is written, and fed to the source file's own hasher
+//! on the way, so source digests cost no second read. Output is atomic (see
+//! [`output`]) and deterministic.
+
+pub mod config;
+mod error;
+pub mod output;
+pub mod roles;
+pub mod source;
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gkq_format::{
+    Block, COLUMNAR_ELIGIBLE, CastReport, ColumnarDescriptor, DType, Encoding, Header, KnotWriter,
+    Metadata, Value, cast_row, keys, rows_object_name,
+};
+use rayon::prelude::*;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+pub use config::ModelConfig;
+pub use error::{PackError, Result};
+pub use output::KNOT_NAME;
+pub use roles::Roles;
+pub use source::{SourceModel, SourceTensor};
+
+use error::IoContext;
+use output::{Output, finish_file, write_all};
+
+/// The producing tool, recorded in `gkq.tool`.
+pub const TOOL: &str = concat!("gkq-pack ", env!("CARGO_PKG_VERSION"));
+
+/// Bytes of source read per step.
+const CHUNK: usize = 8 << 20;
+
+/// What to pack and how.
+#[derive(Clone, Debug)]
+pub struct PackOptions {
+    /// The Hugging Face model directory.
+    pub model_dir: PathBuf,
+    /// The output directory.
+    pub out_dir: PathBuf,
+    /// Row file dtypes; the first is also the dtype of the role blocks.
+    pub dtypes: Vec<DType>,
+    /// Override of the embedding tensor name.
+    pub embed_tensor: Option<String>,
+    /// Override of the lm_head tensor name.
+    pub lm_head_tensor: Option<String>,
+    /// Replace the contents of an existing output directory.
+    pub force: bool,
+    /// Accept narrowing casts that overflow to infinity.
+    pub allow_lossy: bool,
+}
+
+impl PackOptions {
+    /// Defaults: f32 rows, no overrides.
+    pub fn new(model_dir: impl Into<PathBuf>, out_dir: impl Into<PathBuf>) -> PackOptions {
+        PackOptions {
+            model_dir: model_dir.into(),
+            out_dir: out_dir.into(),
+            dtypes: vec![DType::F32],
+            embed_tensor: None,
+            lm_head_tensor: None,
+            force: false,
+            allow_lossy: false,
+        }
+    }
+}
+
+/// Progress sink (the binary shows a bar; the library prints nothing).
+pub trait Progress: Sync {
+    /// Total source bytes to process.
+    fn start(&self, _total: u64) {}
+    /// Source bytes processed since the last call.
+    fn advance(&self, _bytes: u64) {}
+}
+
+/// A [`Progress`] that shows nothing.
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// A file written, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FileReport {
+    /// Path.
+    pub path: PathBuf,
+    /// Length.
+    pub bytes: u64,
+    /// Hex SHA-256.
+    pub sha256: String,
+}
+
+/// A columnar row file, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ColumnarReport {
+    /// Block name.
+    pub tensor: String,
+    /// `token_embd` or `lm_head`.
+    pub role: String,
+    /// Row dtype.
+    pub dtype: String,
+    /// Path.
+    pub path: PathBuf,
+    /// Rows.
+    pub rows: u64,
+    /// Bytes per row.
+    pub row_bytes: u64,
+    /// Length.
+    pub bytes: u64,
+    /// Hex SHA-256.
+    pub sha256: String,
+}
+
+/// A cast that was performed, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CastSummary {
+    /// Tensor.
+    pub tensor: String,
+    /// From dtype.
+    pub from: String,
+    /// To dtype.
+    pub to: String,
+    /// Largest absolute rounding error (0 for widening casts).
+    pub max_abs_error: f64,
+    /// Whether any finite value became infinite (only with `--allow-lossy`).
+    pub overflowed: bool,
+}
+
+/// What [`pack`] produced (the `--json` output).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PackReport {
+    /// The knot.
+    pub knot: FileReport,
+    /// The row files.
+    pub columnar: Vec<ColumnarReport>,
+    /// lm_head recorded as an alias of the embedding.
+    pub tied: bool,
+    /// Blocks in the knot.
+    pub tensors: usize,
+    /// Sum of the source file sizes.
+    pub source_bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Casts performed.
+    pub casts: Vec<CastSummary>,
+    /// `config.json` architecture.
+    pub architecture: String,
+    /// Embedding tensor name.
+    pub token_embd: String,
+    /// lm_head block name.
+    pub lm_head: String,
+}
+
+/// One role block and its row files while packing.
+struct RoleOut {
+    block: usize,
+    role: &'static str,
+    /// `(dtype, temp path, writer, hasher)` for dtypes other than the block's.
+    extra: Vec<(DType, PathBuf, BufWriter<File>, Sha256)>,
+    /// Writer of the row file in the block's dtype (its digest is the payload's).
+    same: (PathBuf, BufWriter<File>),
+    casts: Vec<CastSummary>,
+}
+
+fn check_dtypes(dtypes: &[DType]) -> Result<Vec<DType>> {
+    let mut out: Vec<DType> = Vec::new();
+    for &d in dtypes {
+        if !d.is_castable_float() {
+            return Err(PackError::Dtype(format!("{d} is not one of f32, f16, bf16")));
+        }
+        if out.contains(&d) {
+            return Err(PackError::Dtype(format!("{d} given twice")));
+        }
+        out.push(d);
+    }
+    if out.is_empty() {
+        out.push(DType::F32);
+    }
+    Ok(out)
+}
+
+/// Casts a chunk of whole rows in parallel. Returns the bytes and the merged report.
+fn cast_rows(src: &[u8], from: DType, to: DType, row_bytes: usize) -> (Vec<u8>, CastReport) {
+    const ROWS_PER_TASK: usize = 256;
+    let per_task = row_bytes.max(1) * ROWS_PER_TASK;
+    let parts: Vec<(Vec<u8>, CastReport)> = src
+        .par_chunks(per_task)
+        .map(|c| {
+            let mut out = Vec::with_capacity(c.len() / from.itemsize() as usize * to.itemsize() as usize);
+            let r = cast_row(c, from, to, &mut out).expect("role dtypes are castable floats");
+            (out, r)
+        })
+        .collect();
+    let mut report = CastReport::default();
+    let mut bytes = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+    let elems_per_task = per_task / from.itemsize() as usize;
+    for (i, (b, r)) in parts.into_iter().enumerate() {
+        report.merge(r, i * elems_per_task);
+        bytes.extend_from_slice(&b);
+    }
+    (bytes, report)
+}
+
+fn overflow_error(tensor: &str, src: &[u8], from: DType, to: DType, first_row: u64, cols: u64, idx: usize) -> PackError {
+    let size = from.itemsize() as usize;
+    let mut v = Vec::new();
+    gkq_format::decode_f32(&src[idx * size..(idx + 1) * size], from, &mut v);
+    PackError::CastOverflow {
+        tensor: tensor.to_owned(),
+        row: first_row + idx as u64 / cols,
+        col: idx as u64 % cols,
+        value: v.first().copied().unwrap_or(f32::NAN),
+        to: to.to_string(),
+    }
+}
+
+/// Builds the knot header (payload lengths set; offsets and digests come
+/// from the writer).
+fn plan(cfg: &ModelConfig, src: &SourceModel, roles: &Roles, dtypes: &[DType], source_sha: &[String]) -> Result<Header> {
+    let d0 = dtypes[0];
+    let mut blocks = Vec::new();
+    let mut embed_index = 0u32;
+    for t in &src.tensors {
+        let is_embed = t.name == roles.embed;
+        let is_lm = roles.lm_head.as_deref() == Some(t.name.as_str());
+        if roles.tied && t.name == roles.lm_head_block {
+            continue; // identical lm_head: recorded as the alias below
+        }
+        if !(is_embed || is_lm) {
+            blocks.push(Block::dense(t.name.clone(), t.dtype, t.shape.clone()).ok_or_else(|| PackError::Safetensors {
+                path: src.file_of(t).path.clone(),
+                reason: format!("tensor {:?}: shape {:?} overflows", t.name, t.shape),
+            })?);
+            continue;
+        }
+        if !t.dtype.is_castable_float() {
+            return Err(PackError::NotCastable { tensor: t.name.clone(), from: t.dtype.to_string(), to: d0.to_string() });
+        }
+        let role = if is_embed { "token_embd" } else { "lm_head" };
+        let mut b = Block::dense(t.name.clone(), d0, t.shape.clone()).expect("2-D shape checked by roles");
+        b.flags = COLUMNAR_ELIGIBLE;
+        let (rows, cols) = (t.shape[0], t.shape[1]);
+        for &d in dtypes {
+            b.columnar.push(ColumnarDescriptor::for_shape(rows, cols, d, rows_object_name(role, d)).expect("shape checked"));
+        }
+        if is_embed {
+            embed_index = u32::try_from(blocks.len()).expect("block count is limited");
+        }
+        blocks.push(b);
+    }
+    if roles.tied {
+        let e = &blocks[embed_index as usize];
+        blocks.push(Block {
+            name: roles.lm_head_block.clone(),
+            dtype: e.dtype,
+            flags: e.flags,
+            shape: e.shape.clone(),
+            encoding: Encoding::Alias { target: embed_index },
+            columnar: Vec::new(),
+        });
+    }
+    let embed = src.tensor(&roles.embed).expect("role tensor exists");
+    let mut md = Metadata::new();
+    md.insert(keys::TOOL.into(), Value::Str(TOOL.into()));
+    md.insert(keys::ARCHITECTURE.into(), Value::Str(cfg.architecture.clone()));
+    md.insert(keys::MODEL_TYPE.into(), Value::Str(cfg.model_type.clone()));
+    md.insert(keys::VOCAB_SIZE.into(), Value::U64(embed.shape[0]));
+    md.insert(keys::HIDDEN_SIZE.into(), Value::U64(embed.shape[1]));
+    md.insert(keys::TIE_WORD_EMBEDDINGS.into(), Value::Bool(roles.tied));
+    md.insert(keys::ROLE_TOKEN_EMBD.into(), Value::Str(roles.embed.clone()));
+    md.insert(keys::ROLE_LM_HEAD.into(), Value::Str(roles.lm_head_block.clone()));
+    if let Some(id) = &cfg.name_or_path {
+        md.insert(keys::SOURCE_MODEL_ID.into(), Value::Str(id.clone()));
+    }
+    md.insert(keys::SOURCE_FILES.into(), Value::StrList(src.files.iter().map(|f| f.name.clone()).collect()));
+    md.insert(keys::SOURCE_SHA256.into(), Value::StrList(source_sha.to_vec()));
+    Ok(Header { metadata: md, blocks })
+}
+
+/// Packs `opts.model_dir` into `opts.out_dir`.
+pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
+    let started = Instant::now();
+    let dtypes = check_dtypes(&opts.dtypes)?;
+    if opts.out_dir.exists() && !opts.force {
+        return Err(PackError::OutDirExists { path: opts.out_dir.clone() });
+    }
+    let cfg = ModelConfig::read(&opts.model_dir)?;
+    let src = SourceModel::open(&opts.model_dir)?;
+    let roles = roles::decide(&cfg, &src, opts.embed_tensor.as_deref(), opts.lm_head_tensor.as_deref())?;
+    // Digests of the source files are only known at the end; the header's
+    // size does not depend on their values, so plan with placeholders.
+    let placeholder = vec!["0".repeat(64); src.files.len()];
+    let header = plan(&cfg, &src, &roles, &dtypes, &placeholder)?;
+
+    let mut out = Output::prepare(&opts.out_dir, opts.force)?;
+    let (knot_tmp, knot_file) = out.create(KNOT_NAME)?;
+    let mut writer = KnotWriter::new(knot_file, header).map_err(|error| PackError::Format { path: knot_tmp.clone(), error })?;
+    let fmt_err = |source: gkq_format::Error| match source {
+        gkq_format::Error::Io(error) => PackError::Io { path: knot_tmp.clone(), error },
+        error => PackError::Format { path: knot_tmp.clone(), error },
+    };
+
+    let mut role_outs: Vec<RoleOut> = Vec::new();
+    for (i, b) in writer.header().blocks.iter().enumerate() {
+        if b.columnar.is_empty() {
+            continue;
+        }
+        let role = if b.name == roles.embed { "token_embd" } else { "lm_head" };
+        let mut extra = Vec::new();
+        let mut same = None;
+        for d in &b.columnar {
+            let (p, w) = out.create(&d.object)?;
+            if d.dtype == b.dtype {
+                same = Some((p, w));
+            } else {
+                extra.push((d.dtype, p, w, Sha256::new()));
+            }
+        }
+        role_outs.push(RoleOut { block: i, role, extra, same: same.expect("first dtype is the block dtype"), casts: Vec::new() });
+    }
+
+    progress.start(src.total_bytes());
+    let mut file_hashers: Vec<Sha256> = Vec::new();
+    for i in 0..src.files.len() {
+        let mut h = Sha256::new();
+        h.update(src.read_header(i)?);
+        file_hashers.push(h);
+    }
+    let indices: Vec<Option<usize>> = src
+        .tensors
+        .iter()
+        .map(|t| writer.header().block_index(&t.name).filter(|&i| writer.header().blocks[i].encoding.payload().is_some()))
+        .collect();
+    let mut buf = vec![0u8; CHUNK];
+    for (t, &index) in src.tensors.iter().zip(&indices) {
+        let role = role_outs.iter_mut().find(|r| Some(r.block) == index);
+        let hasher = &mut file_hashers[t.file];
+        match (index, role) {
+            (Some(index), Some(role)) => {
+                let cols = t.shape[1];
+                let row_bytes = (cols * t.dtype.itemsize()) as usize;
+                let rows_per_chunk = (CHUNK / row_bytes.max(1)).max(1);
+                let block_dtype = writer.header().blocks[index].dtype;
+                let mut block_report = CastReport::default();
+                let mut extra_reports = vec![CastReport::default(); role.extra.len()];
+                let mut row = 0u64;
+                while row < t.shape[0] {
+                    let n = (t.shape[0] - row).min(rows_per_chunk as u64);
+                    let len = n as usize * row_bytes;
+                    if buf.len() < len {
+                        buf.resize(len, 0);
+                    }
+                    let chunk = &mut buf[..len];
+                    src.read(t, row * row_bytes as u64, chunk)?;
+                    let chunk = &*chunk;
+                    let ((block_bytes, r), ()) = rayon::join(|| cast_rows(chunk, t.dtype, block_dtype, row_bytes), || hasher.update(chunk));
+                    if let Some(idx) = r.first_overflow
+                        && !opts.allow_lossy
+                    {
+                        return Err(overflow_error(&t.name, chunk, t.dtype, block_dtype, row, cols, idx));
+                    }
+                    block_report.merge(r, 0);
+                    writer.write_chunk(index, &block_bytes).map_err(fmt_err)?;
+                    write_all(&mut role.same.1, &block_bytes, &role.same.0)?;
+                    let out_row_bytes = (cols * block_dtype.itemsize()) as usize;
+                    for ((d, path, w, h), rep) in role.extra.iter_mut().zip(&mut extra_reports) {
+                        let (bytes, r) = cast_rows(&block_bytes, block_dtype, *d, out_row_bytes);
+                        if let Some(idx) = r.first_overflow
+                            && !opts.allow_lossy
+                        {
+                            return Err(overflow_error(&t.name, &block_bytes, block_dtype, *d, row, cols, idx));
+                        }
+                        rep.merge(r, 0);
+                        h.update(&bytes);
+                        write_all(w, &bytes, path)?;
+                    }
+                    progress.advance(len as u64);
+                    row += n;
+                }
+                let digest = writer.end_payload(index).map_err(fmt_err)?;
+                writer.set_columnar_sha256(index, block_dtype, digest).map_err(fmt_err)?;
+                if t.dtype != block_dtype {
+                    role.casts.push(CastSummary { tensor: t.name.clone(), from: t.dtype.to_string(), to: block_dtype.to_string(), max_abs_error: block_report.max_abs_error, overflowed: block_report.first_overflow.is_some() });
+                }
+                for ((d, ..), rep) in role.extra.iter().zip(&extra_reports) {
+                    role.casts.push(CastSummary { tensor: t.name.clone(), from: block_dtype.to_string(), to: d.to_string(), max_abs_error: rep.max_abs_error, overflowed: rep.first_overflow.is_some() });
+                }
+            }
+            (index, _) => {
+                // a plain block, or a tied lm_head identical to the embedding
+                // (alias: read only for the source digest)
+                let mut at = 0u64;
+                while at < t.len {
+                    let n = (t.len - at).min(CHUNK as u64) as usize;
+                    let chunk = &mut buf[..n];
+                    src.read(t, at, chunk)?;
+                    let chunk = &*chunk;
+                    match index {
+                        Some(i) => {
+                            let (w, ()) = rayon::join(|| writer.write_chunk(i, chunk), || hasher.update(chunk));
+                            w.map_err(fmt_err)?;
+                        }
+                        None => hasher.update(chunk),
+                    }
+                    progress.advance(n as u64);
+                    at += n as u64;
+                }
+                if let Some(i) = index {
+                    writer.end_payload(i).map_err(fmt_err)?;
+                }
+            }
+        }
+    }
+
+    let source_sha: Vec<String> = file_hashers.into_iter().map(|h| gkq_format::hex(&h.finalize())).collect();
+    if let Some(Value::StrList(list)) = writer_metadata_mut(&mut writer) {
+        *list = source_sha;
+    }
+    let mut columnar = Vec::new();
+    let mut casts = Vec::new();
+    for r in role_outs {
+        let b = &writer.header().blocks[r.block];
+        let block_name = b.name.clone();
+        let same_desc = b.columnar.iter().find(|d| d.dtype == b.dtype).expect("block dtype descriptor").clone();
+        finish_file(r.same.1, &r.same.0)?;
+        let mut files = vec![(same_desc.clone(), same_desc.sha256)];
+        for (d, path, w, h) in r.extra {
+            finish_file(w, &path)?;
+            let digest: [u8; 32] = h.finalize().into();
+            writer.set_columnar_sha256(r.block, d, digest).map_err(fmt_err)?;
+            let desc = writer.header().blocks[r.block].columnar.iter().find(|x| x.dtype == d).expect("descriptor").clone();
+            files.push((desc, digest));
+        }
+        for (d, digest) in files {
+            columnar.push(ColumnarReport {
+                tensor: block_name.clone(),
+                role: r.role.to_owned(),
+                dtype: d.dtype.to_string(),
+                path: opts.out_dir.join(&d.object),
+                rows: d.rows,
+                row_bytes: d.row_bytes,
+                bytes: d.byte_len,
+                sha256: gkq_format::hex(&digest),
+            });
+        }
+        casts.extend(r.casts);
+    }
+    let tensors = writer.header().blocks.len();
+    let (knot_writer, _) = writer.finish().map_err(fmt_err)?;
+    let mut knot_file = finish_file(knot_writer, &knot_tmp)?;
+    let (knot_bytes, knot_sha) = hash_file(&mut knot_file, &knot_tmp)?;
+    out.commit()?;
+    Ok(PackReport {
+        knot: FileReport { path: opts.out_dir.join(KNOT_NAME), bytes: knot_bytes, sha256: knot_sha },
+        columnar,
+        tied: roles.tied,
+        tensors,
+        source_bytes: src.total_bytes(),
+        seconds: started.elapsed().as_secs_f64(),
+        casts,
+        architecture: cfg.architecture,
+        token_embd: roles.embed,
+        lm_head: roles.lm_head_block,
+    })
+}
+
+fn writer_metadata_mut<W: Write + std::io::Seek>(w: &mut KnotWriter<W>) -> Option<&mut Value> {
+    w.metadata_mut().get_mut(keys::SOURCE_SHA256)
+}
+
+fn hash_file(f: &mut File, path: &Path) -> Result<(u64, String)> {
+    use std::io::{Seek, SeekFrom};
+    f.seek(SeekFrom::Start(0)).at(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        let n = f.read(&mut buf).at(path)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((total, gkq_format::hex(&h.finalize())))
+}

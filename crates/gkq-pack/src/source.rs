@@ -1,0 +1,277 @@
+//! A Hugging Face model directory: one `model.safetensors`, or shards listed
+//! in `model.safetensors.index.json`.
+//!
+//! Headers are parsed and validated by the `safetensors` crate over a memory
+//! map (only the header pages are touched). Tensor bytes are then read with
+//! positioned reads into caller buffers, so memory stays bounded by the
+//! buffer size whatever the model size.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use gkq_format::DType;
+use safetensors::{Dtype, SafeTensors};
+use sha2::{Digest, Sha256};
+
+use crate::error::{IoContext, PackError, Result};
+
+/// One safetensors file.
+#[derive(Debug)]
+pub struct SourceFile {
+    /// File name relative to the model directory.
+    pub name: String,
+    /// Full path.
+    pub path: PathBuf,
+    file: File,
+    /// File length.
+    pub len: u64,
+    /// `8 + header length`: where tensor data starts.
+    pub data_start: u64,
+}
+
+/// One tensor of the source model.
+#[derive(Clone, Debug)]
+pub struct SourceTensor {
+    /// Tensor name.
+    pub name: String,
+    /// Index into [`SourceModel::files`].
+    pub file: usize,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Absolute offset of its bytes in the file.
+    pub offset: u64,
+    /// Byte length.
+    pub len: u64,
+}
+
+/// The model's safetensors files and their tensors.
+#[derive(Debug)]
+pub struct SourceModel {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// Files in name order.
+    pub files: Vec<SourceFile>,
+    /// Tensors in file order, then offset order: the order of their bytes.
+    pub tensors: Vec<SourceTensor>,
+    by_name: HashMap<String, usize>,
+}
+
+/// Maps a safetensors dtype to the knot's, if GKQ v2 carries it.
+pub fn map_dtype(d: Dtype) -> Option<DType> {
+    Some(match d {
+        Dtype::BOOL => DType::Bool,
+        Dtype::U8 => DType::U8,
+        Dtype::I8 => DType::I8,
+        Dtype::F8_E5M2 => DType::F8E5M2,
+        Dtype::F8_E4M3 => DType::F8E4M3,
+        Dtype::I16 => DType::I16,
+        Dtype::U16 => DType::U16,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::I32 => DType::I32,
+        Dtype::U32 => DType::U32,
+        Dtype::F32 => DType::F32,
+        Dtype::F64 => DType::F64,
+        Dtype::I64 => DType::I64,
+        Dtype::U64 => DType::U64,
+        _ => return None,
+    })
+}
+
+fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> {
+    let path = dir.join(name);
+    let file = File::open(&path).at(&path)?;
+    let len = file.metadata().at(&path)?.len();
+    // SAFETY: the map is read-only and only used to let the safetensors crate
+    // parse and validate the header; tensor bytes are read with pread. The
+    // file must not be truncated while packing (the same contract as every
+    // mmap-based safetensors loader).
+    #[allow(unsafe_code)]
+    let map = unsafe { memmap2::Mmap::map(&file) }.at(&path)?;
+    let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| PackError::Safetensors {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    drop(map);
+    let data_start = 8u64.saturating_add(n as u64);
+    let infos = meta.tensors();
+    let mut tensors = Vec::with_capacity(infos.len());
+    for name in meta.offset_keys() {
+        let Some(info) = infos.get(&name) else { continue };
+        let dtype = map_dtype(info.dtype).ok_or_else(|| PackError::UnsupportedDtype {
+            path: path.clone(),
+            tensor: name.clone(),
+            dtype: format!("{:?}", info.dtype),
+        })?;
+        let (s, e) = info.data_offsets;
+        tensors.push(SourceTensor {
+            name,
+            file: 0,
+            dtype,
+            shape: info.shape.iter().map(|&d| d as u64).collect(),
+            offset: data_start.saturating_add(s as u64),
+            len: e.saturating_sub(s) as u64,
+        });
+    }
+    tensors.sort_by_key(|t| t.offset);
+    Ok((
+        SourceFile {
+            name: name.to_owned(),
+            path,
+            file,
+            len,
+            data_start,
+        },
+        tensors,
+    ))
+}
+
+impl SourceModel {
+    /// Opens and validates every safetensors file of `dir`.
+    pub fn open(dir: &Path) -> Result<SourceModel> {
+        let index_path = dir.join("model.safetensors.index.json");
+        let mut expected: Option<BTreeMap<String, String>> = None;
+        let names: Vec<String> = if index_path.exists() {
+            let err = |reason: String| PackError::Index {
+                path: index_path.clone(),
+                reason,
+            };
+            let text = std::fs::read_to_string(&index_path).map_err(|e| err(e.to_string()))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))?;
+            let map = v["weight_map"]
+                .as_object()
+                .ok_or_else(|| err("weight_map is missing or not an object".into()))?;
+            let mut wm = BTreeMap::new();
+            for (t, f) in map {
+                let f = f
+                    .as_str()
+                    .ok_or_else(|| err(format!("weight_map[{t:?}] is not a string")))?;
+                if f.contains('/') || f.starts_with('.') {
+                    return Err(err(format!("shard name {f:?} is not a plain file name")));
+                }
+                wm.insert(t.clone(), f.to_owned());
+            }
+            let shards: BTreeSet<String> = wm.values().cloned().collect();
+            for s in &shards {
+                let p = dir.join(s);
+                if !p.is_file() {
+                    return Err(PackError::MissingShard {
+                        index: index_path.clone(),
+                        shard: s.clone(),
+                        path: p,
+                    });
+                }
+            }
+            expected = Some(wm);
+            shards.into_iter().collect()
+        } else if dir.join("model.safetensors").is_file() {
+            vec!["model.safetensors".to_owned()]
+        } else {
+            return Err(PackError::NoWeights {
+                dir: dir.to_path_buf(),
+            });
+        };
+        let mut files = Vec::new();
+        let mut tensors: Vec<SourceTensor> = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        for (i, name) in names.iter().enumerate() {
+            let (file, ts) = open_file(dir, name)?;
+            for mut t in ts {
+                t.file = i;
+                if let Some(&prev) = by_name.get(&t.name) {
+                    let first = tensors
+                        .get(prev)
+                        .and_then(|p| files.get(p.file))
+                        .map_or_else(PathBuf::new, |f: &SourceFile| f.path.clone());
+                    return Err(PackError::DuplicateTensor {
+                        tensor: t.name,
+                        first,
+                        second: file.path.clone(),
+                    });
+                }
+                by_name.insert(t.name.clone(), tensors.len());
+                tensors.push(t);
+            }
+            files.push(file);
+        }
+        if let Some(wm) = expected {
+            for (t, shard) in wm {
+                let found = by_name
+                    .get(&t)
+                    .and_then(|&i| tensors.get(i))
+                    .and_then(|x| files.get(x.file))
+                    .is_some_and(|f| f.name == shard);
+                if !found {
+                    return Err(PackError::IndexTensorMissing {
+                        index: index_path.clone(),
+                        tensor: t,
+                        shard,
+                    });
+                }
+            }
+        }
+        Ok(SourceModel {
+            dir: dir.to_path_buf(),
+            files,
+            tensors,
+            by_name,
+        })
+    }
+
+    /// The tensor called `name`.
+    pub fn tensor(&self, name: &str) -> Option<&SourceTensor> {
+        self.by_name.get(name).and_then(|&i| self.tensors.get(i))
+    }
+
+    /// Sum of the source file sizes.
+    pub fn total_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.len).sum()
+    }
+
+    /// The file holding `t`.
+    pub fn file_of(&self, t: &SourceTensor) -> &SourceFile {
+        self.files.get(t.file).expect("tensor file index is set by open()")
+    }
+
+    /// Reads `buf.len()` bytes of `t` starting `at` bytes into the tensor.
+    pub fn read(&self, t: &SourceTensor, at: u64, buf: &mut [u8]) -> Result<()> {
+        let f = self.file_of(t);
+        f.file
+            .read_exact_at(buf, t.offset.saturating_add(at))
+            .at(&f.path)
+    }
+
+    /// Reads the first `data_start` bytes of file `i` (length + JSON header).
+    pub fn read_header(&self, i: usize) -> Result<Vec<u8>> {
+        let f = self.files.get(i).expect("file index in range");
+        let mut buf = vec![0u8; usize::try_from(f.data_start).expect("header fits in memory")];
+        f.file.read_exact_at(&mut buf, 0).at(&f.path)?;
+        Ok(buf)
+    }
+
+    /// SHA-256 of each whole file, read in 8 MiB chunks, files in parallel.
+    pub fn hash_files(&self) -> Result<Vec<[u8; 32]>> {
+        use rayon::prelude::*;
+        self.files
+            .par_iter()
+            .map(|f| {
+                let mut h = Sha256::new();
+                let mut buf = vec![0u8; 8 << 20];
+                let mut at = 0u64;
+                while at < f.len {
+                    let n = (f.len - at).min(buf.len() as u64) as usize;
+                    let chunk = &mut buf[..n];
+                    f.file.read_exact_at(chunk, at).at(&f.path)?;
+                    h.update(&*chunk);
+                    at += n as u64;
+                }
+                Ok(h.finalize().into())
+            })
+            .collect()
+    }
+}

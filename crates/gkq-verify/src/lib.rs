@@ -1,0 +1,1 @@
+//! Release gate (in progress).
