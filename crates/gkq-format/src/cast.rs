@@ -121,23 +121,41 @@ mod tests {
     fn narrowing_rounds_to_nearest_even() {
         // 1 + 2^-11 is halfway between two f16 values: ties to even gives 1.0.
         let mut out = Vec::new();
-        let r = cast_row(&f32s(&[1.0 + 2f32.powi(-11)]), DType::F32, DType::F16, &mut out)
-            .expect("castable");
+        let r = cast_row(
+            &f32s(&[1.0 + 2f32.powi(-11)]),
+            DType::F32,
+            DType::F16,
+            &mut out,
+        )
+        .expect("castable");
         assert_eq!(out, f16::from_f32(1.0).to_le_bytes());
         assert!((r.max_abs_error - 2f64.powi(-11)).abs() < 1e-12);
         // bf16: 1 + 2^-8 ties to 1.0, 1 + 3*2^-8 ties up to 1 + 2^-6.
         out.clear();
-        cast_row(&f32s(&[1.0 + 2f32.powi(-8), 1.0 + 3.0 * 2f32.powi(-8)]), DType::F32, DType::BF16, &mut out)
-            .expect("castable");
+        cast_row(
+            &f32s(&[1.0 + 2f32.powi(-8), 1.0 + 3.0 * 2f32.powi(-8)]),
+            DType::F32,
+            DType::BF16,
+            &mut out,
+        )
+        .expect("castable");
         assert_eq!(out.get(..2), Some(&bf16::from_f32(1.0).to_le_bytes()[..]));
-        assert_eq!(out.get(2..4), Some(&bf16::from_bits(0x3f82).to_le_bytes()[..]));
+        assert_eq!(
+            out.get(2..4),
+            Some(&bf16::from_bits(0x3f82).to_le_bytes()[..])
+        );
     }
 
     #[test]
     fn f16_overflow_is_reported() {
         let mut out = Vec::new();
-        let r = cast_row(&f32s(&[1.0, 65504.0, -70000.0, 1e6]), DType::F32, DType::F16, &mut out)
-            .expect("castable");
+        let r = cast_row(
+            &f32s(&[1.0, 65504.0, -70000.0, 1e6]),
+            DType::F32,
+            DType::F16,
+            &mut out,
+        )
+        .expect("castable");
         assert_eq!(r.first_overflow, Some(2));
         let r = cast_row(&f32s(&[f32::MAX]), DType::F32, DType::BF16, &mut out).expect("castable");
         assert_eq!(r.first_overflow, Some(0));

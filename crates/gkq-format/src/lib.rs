@@ -26,9 +26,9 @@ mod spectral;
 mod write;
 
 #[cfg(test)]
-mod testutil;
-#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod testutil;
 
 pub use cast::{CastReport, cast_row, decode_f32};
 pub use dtype::DType;

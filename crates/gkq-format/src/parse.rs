@@ -164,7 +164,11 @@ pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<Preamble> {
 
 pub(crate) fn header_digest(preamble_bytes: &[u8], header: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();
-    h.update(preamble_bytes.get(..CHECKSUMMED_PREAMBLE).unwrap_or(preamble_bytes));
+    h.update(
+        preamble_bytes
+            .get(..CHECKSUMMED_PREAMBLE)
+            .unwrap_or(preamble_bytes),
+    );
     h.update(header);
     h.finalize().into()
 }
@@ -280,7 +284,11 @@ fn parse_block(c: &mut Cursor<'_>) -> Result<Block> {
         tag => return Err(Error::UnknownEncoding { block: name, tag }),
     };
     let n = c.u8("descriptor count")?;
-    limit("descriptors per block", u64::from(n), u64::from(MAX_DESCRIPTORS))?;
+    limit(
+        "descriptors per block",
+        u64::from(n),
+        u64::from(MAX_DESCRIPTORS),
+    )?;
     let mut columnar = Vec::with_capacity(usize::from(n));
     for _ in 0..n {
         let code = c.u8("descriptor dtype")?;
@@ -392,13 +400,7 @@ fn valid_object_name(s: &str) -> std::result::Result<(), &'static str> {
     Ok(())
 }
 
-fn spectral_len(
-    m: u64,
-    n: u64,
-    k: u64,
-    factor: DType,
-    quant: Quant,
-) -> Option<u64> {
+fn spectral_len(m: u64, n: u64, k: u64, factor: DType, quant: Quant) -> Option<u64> {
     let f = factor.itemsize();
     let mk = m.checked_mul(k)?;
     let kn = k.checked_mul(n)?;

@@ -1,6 +1,10 @@
 //! One test per validation rule of docs/FORMAT.md section 9, the golden
 //! vector, writer round trips and property tests.
-#![allow(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::unwrap_used)]
+#![allow(
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::unwrap_used
+)]
 
 use std::io::Cursor;
 
@@ -64,7 +68,13 @@ fn hexdump(bytes: &[u8]) -> String {
         }
         let ascii: String = line
             .iter()
-            .map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '.' })
+            .map(|&b| {
+                if (0x20..0x7f).contains(&b) {
+                    b as char
+                } else {
+                    '.'
+                }
+            })
             .collect();
         out.push_str(&format!("{:08x}  {hex:<49} |{ascii}|\n", i * 16));
     }
@@ -111,12 +121,18 @@ fn golden_vector() {
         println!("{}", hexdump(&bytes));
     }
     let stored = std::fs::read(&path).expect("tests/golden/tiny.knot (GKQ_BLESS=1 writes it)");
-    assert!(stored == bytes, "writer output differs from tests/golden/tiny.knot");
+    assert!(
+        stored == bytes,
+        "writer output differs from tests/golden/tiny.knot"
+    );
     let doc = std::fs::read_to_string(dir.join("../../docs/FORMAT.md")).unwrap();
     let start = doc.find("GOLDEN-HEXDUMP-BEGIN\n").expect("begin marker") + 21;
     let end = doc.find("GOLDEN-HEXDUMP-END").expect("end marker");
     let from_doc = parse_hexdump(&doc[start..end]);
-    assert!(from_doc == bytes, "docs/FORMAT.md dump differs from the writer's output");
+    assert!(
+        from_doc == bytes,
+        "docs/FORMAT.md dump differs from the writer's output"
+    );
     assert_eq!(&doc[start..end], hexdump(&bytes), "dump formatting");
     let knot = Knot::parse(&stored).unwrap();
     assert_eq!(knot.verify_payload(0), Some(true));
@@ -154,12 +170,21 @@ fn empty_header_bytes() -> Vec<u8> {
 fn rule_truncated() {
     let g = golden();
     assert!(matches!(err(&g[..50]), Error::Truncated { needed: 72, .. }));
-    assert_eq!(parse_prefix(&g[..50]).unwrap(), Prefix::NeedBytes { total: 72 });
+    assert_eq!(
+        parse_prefix(&g[..50]).unwrap(),
+        Prefix::NeedBytes { total: 72 }
+    );
     let Prefix::NeedBytes { total } = parse_prefix(&g[..72]).unwrap() else {
         panic!("72 bytes are not the whole header");
     };
-    assert!(matches!(parse_prefix(&g[..total as usize]).unwrap(), Prefix::Complete(_)));
-    assert!(matches!(err(&g[..total as usize]), Error::FileLength { .. }));
+    assert!(matches!(
+        parse_prefix(&g[..total as usize]).unwrap(),
+        Prefix::Complete(_)
+    ));
+    assert!(matches!(
+        err(&g[..total as usize]),
+        Error::FileLength { .. }
+    ));
     assert!(matches!(err(&g[..g.len() - 1]), Error::FileLength { .. }));
 }
 
@@ -186,7 +211,13 @@ fn rule_header_too_large() {
 fn rule_data_offset() {
     let mut g = golden();
     g[24..32].copy_from_slice(&8192u64.to_le_bytes());
-    assert!(matches!(err(&g), Error::BadDataOffset { expected: 4096, found: 8192 }));
+    assert!(matches!(
+        err(&g),
+        Error::BadDataOffset {
+            expected: 4096,
+            found: 8192
+        }
+    ));
 }
 
 #[test]
@@ -208,16 +239,40 @@ fn rule_header_eof_and_trailing() {
     let g = edit_header(&empty_header_bytes(), |h| h.push(0));
     assert!(matches!(err(&g), Error::HeaderTrailingBytes { extra: 1 }));
     // a count that cannot fit in the remaining bytes is refused before allocating
-    let g = edit_header(&empty_header_bytes(), |h| h[4..8].copy_from_slice(&60_000u32.to_le_bytes()));
-    assert!(matches!(err(&g), Error::HeaderEof { what: "block table", .. }));
+    let g = edit_header(&empty_header_bytes(), |h| {
+        h[4..8].copy_from_slice(&60_000u32.to_le_bytes())
+    });
+    assert!(matches!(
+        err(&g),
+        Error::HeaderEof {
+            what: "block table",
+            ..
+        }
+    ));
 }
 
 #[test]
 fn rule_limits_utf8_empty() {
-    let g = edit_header(&empty_header_bytes(), |h| h[0..4].copy_from_slice(&u32::MAX.to_le_bytes()));
-    assert!(matches!(err(&g), Error::LimitExceeded { what: "metadata entry count", .. }));
-    let g = edit_header(&empty_header_bytes(), |h| h[4..8].copy_from_slice(&(MAX_BLOCKS + 1).to_le_bytes()));
-    assert!(matches!(err(&g), Error::LimitExceeded { what: "block count", .. }));
+    let g = edit_header(&empty_header_bytes(), |h| {
+        h[0..4].copy_from_slice(&u32::MAX.to_le_bytes())
+    });
+    assert!(matches!(
+        err(&g),
+        Error::LimitExceeded {
+            what: "metadata entry count",
+            ..
+        }
+    ));
+    let g = edit_header(&empty_header_bytes(), |h| {
+        h[4..8].copy_from_slice(&(MAX_BLOCKS + 1).to_le_bytes())
+    });
+    assert!(matches!(
+        err(&g),
+        Error::LimitExceeded {
+            what: "block count",
+            ..
+        }
+    ));
     // one metadata entry whose key is 0xff
     let entry = |key: &[u8], tag: u8, value: &[u8]| {
         let mut h = 1u32.to_le_bytes().to_vec();
@@ -229,18 +284,38 @@ fn rule_limits_utf8_empty() {
         h
     };
     let g = edit_header(&empty_header_bytes(), |h| *h = entry(&[0xff], 1, &[0; 8]));
-    assert!(matches!(err(&g), Error::InvalidUtf8 { what: "metadata key", .. }));
+    assert!(matches!(
+        err(&g),
+        Error::InvalidUtf8 {
+            what: "metadata key",
+            ..
+        }
+    ));
     let g = edit_header(&empty_header_bytes(), |h| *h = entry(b"", 1, &[0; 8]));
     assert!(matches!(err(&g), Error::EmptyName { .. }));
     let long = vec![b'k'; MAX_KEY_LEN + 1];
     let g = edit_header(&empty_header_bytes(), |h| *h = entry(&long, 1, &[0; 8]));
-    assert!(matches!(err(&g), Error::LimitExceeded { what: "metadata key", .. }));
+    assert!(matches!(
+        err(&g),
+        Error::LimitExceeded {
+            what: "metadata key",
+            ..
+        }
+    ));
     let g = edit_header(&empty_header_bytes(), |h| *h = entry(b"k", 9, &[0; 8]));
     assert!(matches!(err(&g), Error::UnknownValueType { tag: 9, .. }));
     let g = edit_header(&empty_header_bytes(), |h| *h = entry(b"k", 2, &[2]));
     assert!(matches!(err(&g), Error::NonCanonicalBool { value: 2, .. }));
-    let g = edit_header(&empty_header_bytes(), |h| *h = entry(b"k", 3, &u32::MAX.to_le_bytes()));
-    assert!(matches!(err(&g), Error::LimitExceeded { what: "STR value", .. }));
+    let g = edit_header(&empty_header_bytes(), |h| {
+        *h = entry(b"k", 3, &u32::MAX.to_le_bytes())
+    });
+    assert!(matches!(
+        err(&g),
+        Error::LimitExceeded {
+            what: "STR value",
+            ..
+        }
+    ));
     // ndim 9
     let (mut header, _) = golden_parts();
     header.blocks.truncate(1);
@@ -271,13 +346,28 @@ fn rule_metadata() {
     assert!(matches!(err(&g), Error::MetadataOrder { .. }));
 
     let (mut h, _) = golden_parts();
-    h.metadata.insert(keys::VOCAB_SIZE.into(), Value::Str("2".into()));
-    assert!(matches!(err(&raw_knot(&h)), Error::MetadataType { expected: "U64", .. }));
+    h.metadata
+        .insert(keys::VOCAB_SIZE.into(), Value::Str("2".into()));
+    assert!(matches!(
+        err(&raw_knot(&h)),
+        Error::MetadataType {
+            expected: "U64",
+            ..
+        }
+    ));
     let (mut h, _) = golden_parts();
-    h.metadata.insert(keys::SOURCE_FILES.into(), Value::StrList(vec!["a".into()]));
-    assert!(matches!(err(&raw_knot(&h)), Error::SourceListMismatch { files: 1, hashes: 0 }));
+    h.metadata
+        .insert(keys::SOURCE_FILES.into(), Value::StrList(vec!["a".into()]));
+    assert!(matches!(
+        err(&raw_knot(&h)),
+        Error::SourceListMismatch {
+            files: 1,
+            hashes: 0
+        }
+    ));
     let (mut h, _) = golden_parts();
-    h.metadata.insert(keys::ROLE_LM_HEAD.into(), Value::Str("nope".into()));
+    h.metadata
+        .insert(keys::ROLE_LM_HEAD.into(), Value::Str("nope".into()));
     assert!(matches!(err(&raw_knot(&h)), Error::UnknownRoleBlock { .. }));
 }
 
@@ -304,7 +394,10 @@ fn rule_blocks() {
     let (mut h, _) = golden_parts();
     h.blocks[1].name = "embed.weight".into();
     h.metadata.remove(keys::ROLE_LM_HEAD);
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DuplicateBlockName { .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::DuplicateBlockName { .. }
+    ));
 
     let (h, _) = golden_parts();
     let g = raw_knot(&laid_out(h));
@@ -312,14 +405,23 @@ fn rule_blocks() {
     let enc_at = g.windows(needle.len()).position(|w| w == needle).unwrap() + needle.len();
     assert_eq!(&g[enc_at - 12..enc_at], b"embed.weight");
     let bad_enc = edit_header(&g, |x| x[enc_at - 72] = 7);
-    assert!(matches!(err(&bad_enc), Error::UnknownEncoding { tag: 7, .. }));
+    assert!(matches!(
+        err(&bad_enc),
+        Error::UnknownEncoding { tag: 7, .. }
+    ));
     let bad_dtype = edit_header(&g, |x| x[enc_at + 1 - 72] = 99);
-    assert!(matches!(err(&bad_dtype), Error::UnknownDtype { code: 99, .. }));
+    assert!(matches!(
+        err(&bad_dtype),
+        Error::UnknownDtype { code: 99, .. }
+    ));
 
     let (mut h, _) = golden_parts();
     h.blocks[0].shape = vec![u64::MAX, 3];
     h.blocks[1].shape = vec![u64::MAX, 3];
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::ShapeOverflow { .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::ShapeOverflow { .. }
+    ));
 }
 
 #[test]
@@ -328,7 +430,14 @@ fn rule_payload_layout() {
     if let Encoding::Dense(p) = &mut h.blocks[0].encoding {
         p.len = 20;
     }
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::PayloadLength { expected: 24, found: 20, .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::PayloadLength {
+            expected: 24,
+            found: 20,
+            ..
+        }
+    ));
 
     // overlapping payloads: a second block placed on top of the first
     let (mut h, _) = golden_parts();
@@ -346,7 +455,10 @@ fn rule_payload_layout() {
     let mut g = golden();
     let pre = crate::parse::parse_preamble(&g).unwrap();
     let head = g[72..72 + pre.header_len as usize].to_vec();
-    let short = Preamble { file_len: pre.file_len - 4, ..pre };
+    let short = Preamble {
+        file_len: pre.file_len - 4,
+        ..pre
+    };
     reseal(&mut g, &short, &head);
     assert!(matches!(err(&g), Error::FileLength { .. }));
 }
@@ -362,16 +474,28 @@ fn rule_non_zero_padding() {
 fn rule_alias() {
     let (mut h, _) = golden_parts();
     h.blocks[1].encoding = Encoding::Alias { target: 5 };
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadAlias { .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::BadAlias { .. }
+    ));
     let (mut h, _) = golden_parts();
     h.blocks[1].encoding = Encoding::Alias { target: 1 };
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadAlias { .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::BadAlias { .. }
+    ));
     let (mut h, _) = golden_parts();
     h.blocks[1].dtype = DType::F16;
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadAlias { .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::BadAlias { .. }
+    ));
     let (mut h, _) = golden_parts();
     h.blocks[1].flags = 0;
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadAlias { .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::BadAlias { .. }
+    ));
 }
 
 fn spectral_block(rank: u32, factor: DType, quant: Quant) -> Block {
@@ -389,7 +513,11 @@ fn spectral_block(rank: u32, factor: DType, quant: Quant) -> Block {
             rank,
             factor_dtype: factor,
             quant,
-            payload: Payload { offset: 0, len, sha256: [0; 32] },
+            payload: Payload {
+                offset: 0,
+                len,
+                sha256: [0; 32],
+            },
         },
         columnar: vec![],
     }
@@ -405,7 +533,10 @@ fn rule_spectral() {
         (spectral_block(2, DType::U8, Quant::None), false),
         (spectral_block(2, DType::F16, Quant::U8Affine), false),
     ] {
-        let h = laid_out(Header { metadata: Metadata::new(), blocks: vec![block] });
+        let h = laid_out(Header {
+            metadata: Metadata::new(),
+            blocks: vec![block],
+        });
         let bytes = raw_knot(&h);
         let r = Knot::parse(&bytes);
         assert_eq!(r.is_ok(), ok, "{r:?}");
@@ -415,7 +546,10 @@ fn rule_spectral() {
     }
     let mut b = spectral_block(2, DType::F32, Quant::None);
     b.encoding.payload_mut().unwrap().len += 4;
-    let h = laid_out(Header { metadata: Metadata::new(), blocks: vec![b] });
+    let h = laid_out(Header {
+        metadata: Metadata::new(),
+        blocks: vec![b],
+    });
     assert!(matches!(err(&raw_knot(&h)), Error::PayloadLength { .. }));
 }
 
@@ -423,28 +557,58 @@ fn rule_spectral() {
 fn rule_descriptors() {
     let (mut h, _) = golden_parts();
     h.blocks[0].columnar.clear();
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorPlacement { .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::DescriptorPlacement { .. }
+    ));
     let (mut h, _) = golden_parts();
     h.blocks[0].flags = 0;
     h.blocks[1].flags = 0;
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorPlacement { .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::DescriptorPlacement { .. }
+    ));
     let (mut h, _) = golden_parts();
     h.blocks[0].columnar[0].row_bytes = 8;
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorField { field: "row_bytes", .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::DescriptorField {
+            field: "row_bytes",
+            ..
+        }
+    ));
     let (mut h, _) = golden_parts();
     h.blocks[0].columnar[0].rows = 3;
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorField { field: "rows", .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::DescriptorField { field: "rows", .. }
+    ));
     let (mut h, _) = golden_parts();
     h.blocks[0].columnar[0].byte_len = 25;
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorField { field: "byte_len", .. }));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::DescriptorField {
+            field: "byte_len",
+            ..
+        }
+    ));
     let (mut h, _) = golden_parts();
     let dup = h.blocks[0].columnar[0].clone();
-    h.blocks[0].columnar.push(ColumnarDescriptor { object: "other.rows".into(), ..dup });
-    assert!(matches!(err(&raw_knot(&laid_out(h))), Error::DescriptorField { field: "dtype", .. }));
+    h.blocks[0].columnar.push(ColumnarDescriptor {
+        object: "other.rows".into(),
+        ..dup
+    });
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::DescriptorField { field: "dtype", .. }
+    ));
     for name in ["../etc/passwd", ".hidden", "a/b", ""] {
         let (mut h, _) = golden_parts();
         h.blocks[0].columnar[0].object = name.into();
-        assert!(matches!(err(&raw_knot(&laid_out(h))), Error::BadObjectName { .. }), "{name}");
+        assert!(
+            matches!(err(&raw_knot(&laid_out(h))), Error::BadObjectName { .. }),
+            "{name}"
+        );
     }
 }
 
@@ -471,15 +635,28 @@ fn unknown_flag_bits_and_reserved_are_ignored() {
 #[test]
 fn writer_checks_lengths_and_order() {
     let (mut h, _) = golden_parts();
-    h.blocks.push(Block::dense("b2", DType::U8, vec![3]).unwrap());
+    h.blocks
+        .push(Block::dense("b2", DType::U8, vec![3]).unwrap());
     let mut w = KnotWriter::new(Cursor::new(Vec::new()), h.clone()).unwrap();
-    assert!(matches!(w.write_chunk(2, &[1, 2, 3]), Err(Error::Writer(_))), "out of order");
-    assert!(matches!(w.write_payload(0, &[0u8; 25][..]), Err(Error::Writer(_))), "too long");
+    assert!(
+        matches!(w.write_chunk(2, &[1, 2, 3]), Err(Error::Writer(_))),
+        "out of order"
+    );
+    assert!(
+        matches!(w.write_payload(0, &[0u8; 25][..]), Err(Error::Writer(_))),
+        "too long"
+    );
     let mut w = KnotWriter::new(Cursor::new(Vec::new()), h.clone()).unwrap();
-    assert!(matches!(w.write_payload(0, &[0u8; 23][..]), Err(Error::Writer(_))), "too short");
+    assert!(
+        matches!(w.write_payload(0, &[0u8; 23][..]), Err(Error::Writer(_))),
+        "too short"
+    );
     let mut w = KnotWriter::new(Cursor::new(Vec::new()), h).unwrap();
     w.write_payload(0, &[0u8; 24][..]).unwrap();
-    assert!(matches!(w.finish(), Err(Error::Writer(_))), "missing payload");
+    assert!(
+        matches!(w.finish(), Err(Error::Writer(_))),
+        "missing payload"
+    );
 }
 
 #[test]
@@ -488,13 +665,27 @@ fn spectral_round_trip_and_reconstruction() {
     let u = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
     let s = [2.0f32, 0.5];
     let vt = [1.0f32, 2.0, 3.0, 4.0, -1.0, 0.0, 1.0, 2.0];
-    let payload: Vec<u8> = u.iter().chain(&s).chain(&vt).flat_map(|x| x.to_le_bytes()).collect();
-    let h = Header { metadata: Metadata::new(), blocks: vec![spectral_block(2, DType::F32, Quant::None)] };
+    let payload: Vec<u8> = u
+        .iter()
+        .chain(&s)
+        .chain(&vt)
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let h = Header {
+        metadata: Metadata::new(),
+        blocks: vec![spectral_block(2, DType::F32, Quant::None)],
+    };
     let g = write_knot(h, &[payload]).unwrap();
     let knot = Knot::parse(&g).unwrap();
     let w = reconstruct_spectral(&knot.blocks()[0], knot.payload(0).unwrap()).unwrap();
-    let w: Vec<f32> = w.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
-    assert_eq!(w, [2.0, 4.0, 6.0, 8.0, -0.5, 0.0, 0.5, 1.0, 1.5, 4.0, 6.5, 9.0]);
+    let w: Vec<f32> = w
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(
+        w,
+        [2.0, 4.0, 6.0, 8.0, -0.5, 0.0, 0.5, 1.0, 1.5, 4.0, 6.5, 9.0]
+    );
 
     // u8 quantised: q=zero+1 with scale 1 gives 1.0 everywhere
     let mut p = Vec::new();
@@ -505,7 +696,10 @@ fn spectral_round_trip_and_reconstruction() {
     p.extend([4u8; 8]); // Vt_q 2x4
     p.extend([0.5f32; 2].iter().flat_map(|x| x.to_le_bytes())); // Vt_scale
     p.extend([0.0f32; 2].iter().flat_map(|x| x.to_le_bytes())); // Vt_zero -> 2.0
-    let h = Header { metadata: Metadata::new(), blocks: vec![spectral_block(2, DType::U8, Quant::U8Affine)] };
+    let h = Header {
+        metadata: Metadata::new(),
+        blocks: vec![spectral_block(2, DType::U8, Quant::U8Affine)],
+    };
     let g = write_knot(h, &[p]).unwrap();
     let knot = Knot::parse(&g).unwrap();
     let parts = SpectralParts::decode(&knot.blocks()[0], knot.payload(0).unwrap()).unwrap();
@@ -514,36 +708,58 @@ fn spectral_round_trip_and_reconstruction() {
 
 fn arb_block(i: usize) -> impl Strategy<Value = (Block, Vec<u8>)> {
     let dtypes = proptest::sample::select(DType::ALL.to_vec());
-    (dtypes, proptest::collection::vec(0u64..5, 0..4), any::<u32>(), any::<bool>(), any::<u64>())
+    (
+        dtypes,
+        proptest::collection::vec(0u64..5, 0..4),
+        any::<u32>(),
+        any::<bool>(),
+        any::<u64>(),
+    )
         .prop_map(move |(dtype, shape, flags, columnar, seed)| {
             let mut b = Block::dense(format!("blk{i}.weight"), dtype, shape.clone()).unwrap();
             b.flags = flags & !COLUMNAR_ELIGIBLE;
             if columnar && shape.len() == 2 {
                 b.flags |= COLUMNAR_ELIGIBLE;
-                let d = if dtype.is_castable_float() { DType::BF16 } else { dtype };
+                let d = if dtype.is_castable_float() {
+                    DType::BF16
+                } else {
+                    dtype
+                };
                 b.columnar.push(
-                    ColumnarDescriptor::for_shape(shape[0], shape[1], d, format!("b{i}.{d}.rows")).unwrap(),
+                    ColumnarDescriptor::for_shape(shape[0], shape[1], d, format!("b{i}.{d}.rows"))
+                        .unwrap(),
                 );
             }
             let len = b.encoding.payload().unwrap().len as usize;
-            let bytes = (0..len).map(|j| (seed.wrapping_mul(j as u64 + 1) >> 7) as u8).collect();
+            let bytes = (0..len)
+                .map(|j| (seed.wrapping_mul(j as u64 + 1) >> 7) as u8)
+                .collect();
             (b, bytes)
         })
 }
 
 fn arb_knot() -> impl Strategy<Value = (Header, Vec<Vec<u8>>)> {
-    (0usize..6, proptest::collection::btree_map("[a-z.]{1,12}", any::<u64>(), 0..5)).prop_flat_map(|(n, md)| {
-        let blocks: Vec<_> = (0..n).map(arb_block).collect();
-        (blocks, Just(md)).prop_map(|(blocks, md)| {
-            let (blocks, payloads): (Vec<_>, Vec<_>) = blocks.into_iter().unzip();
-            let metadata = md
-                .into_iter()
-                .filter(|(k, _)| !k.starts_with("model.") && !k.starts_with("role.") && !k.starts_with("source.") && k != keys::TOOL)
-                .map(|(k, v)| (k, Value::U64(v)))
-                .collect();
-            (Header { metadata, blocks }, payloads)
+    (
+        0usize..6,
+        proptest::collection::btree_map("[a-z.]{1,12}", any::<u64>(), 0..5),
+    )
+        .prop_flat_map(|(n, md)| {
+            let blocks: Vec<_> = (0..n).map(arb_block).collect();
+            (blocks, Just(md)).prop_map(|(blocks, md)| {
+                let (blocks, payloads): (Vec<_>, Vec<_>) = blocks.into_iter().unzip();
+                let metadata = md
+                    .into_iter()
+                    .filter(|(k, _)| {
+                        !k.starts_with("model.")
+                            && !k.starts_with("role.")
+                            && !k.starts_with("source.")
+                            && k != keys::TOOL
+                    })
+                    .map(|(k, v)| (k, Value::U64(v)))
+                    .collect();
+                (Header { metadata, blocks }, payloads)
+            })
         })
-    })
 }
 
 proptest! {

@@ -1,5 +1,10 @@
 //! Helpers shared by this crate's unit tests and by other crates' tests.
-#![allow(missing_docs)]
+#![allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
 
 use crate::dtype::DType;
 use crate::layout::{PREAMBLE_LEN, align_up};
@@ -9,8 +14,14 @@ use crate::model::*;
 pub fn golden_parts() -> (Header, Vec<Vec<u8>>) {
     let mut md = Metadata::new();
     md.insert(keys::VOCAB_SIZE.into(), Value::U64(2));
-    md.insert(keys::ROLE_TOKEN_EMBD.into(), Value::Str("embed.weight".into()));
-    md.insert(keys::ROLE_LM_HEAD.into(), Value::Str("lm_head.weight".into()));
+    md.insert(
+        keys::ROLE_TOKEN_EMBD.into(),
+        Value::Str("embed.weight".into()),
+    );
+    md.insert(
+        keys::ROLE_LM_HEAD.into(),
+        Value::Str("lm_head.weight".into()),
+    );
     let mut embed = Block::dense("embed.weight", DType::F32, vec![2, 3]).expect("small shape");
     embed.flags = COLUMNAR_ELIGIBLE;
     embed.columnar.push(

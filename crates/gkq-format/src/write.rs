@@ -263,9 +263,9 @@ impl<W: Write + Seek> KnotWriter<W> {
             .and_then(|b| b.encoding.payload())
             .map(|p| p.offset)
             .ok_or_else(|| Error::Writer(format!("block {index} has no payload")))?;
-        let pad = offset.checked_sub(self.pos).ok_or_else(|| {
-            Error::Writer(format!("position {} past offset {offset}", self.pos))
-        })?;
+        let pad = offset
+            .checked_sub(self.pos)
+            .ok_or_else(|| Error::Writer(format!("position {} past offset {offset}", self.pos)))?;
         write_zeros(&mut self.out, pad)?;
         self.pos = offset;
         self.current = Some((index, Sha256::new(), 0));
@@ -348,7 +348,12 @@ impl<W: Write + Seek> KnotWriter<W> {
     }
 
     /// Records the digest of the row file of block `index` in `dtype`.
-    pub fn set_columnar_sha256(&mut self, index: usize, dtype: DType, sha256: [u8; 32]) -> Result<()> {
+    pub fn set_columnar_sha256(
+        &mut self,
+        index: usize,
+        dtype: DType,
+        sha256: [u8; 32],
+    ) -> Result<()> {
         let d = self
             .header
             .blocks
@@ -362,7 +367,10 @@ impl<W: Write + Seek> KnotWriter<W> {
     /// Writes preamble and header after checking them as a reader would.
     pub fn finish(mut self) -> Result<(W, KnotHeader)> {
         if let Some(b) = self.header.blocks.get(self.next) {
-            return Err(Error::Writer(format!("block {:?} has no payload written", b.name)));
+            return Err(Error::Writer(format!(
+                "block {:?} has no payload written",
+                b.name
+            )));
         }
         let header = encode_header(&self.header)?;
         if header.len() as u64 != self.header_len {

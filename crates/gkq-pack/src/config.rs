@@ -78,8 +78,8 @@ pub struct ModelConfig {
 fn family_of(model_type: &str, architecture: &str) -> Option<Family> {
     let mt = model_type.to_ascii_lowercase();
     match mt.as_str() {
-        "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe" | "llama" | "mistral" | "mixtral" | "phi3"
-        | "gemma" | "gemma2" | "gemma3_text" => Some(Family::Decoder),
+        "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe" | "llama" | "mistral" | "mixtral"
+        | "phi3" | "gemma" | "gemma2" | "gemma3_text" => Some(Family::Decoder),
         "gpt2" => Some(Family::Gpt2),
         "bert" => Some(Family::Bert),
         "roberta" => Some(Family::Roberta),

@@ -129,7 +129,9 @@ pub enum PackError {
         shape: Vec<u64>,
     },
     /// `tie_word_embeddings` is true but a differing lm_head is stored.
-    #[error("{config}: tie_word_embeddings is true but {lm_head:?} differs from {embed:?}; fix the config or pass --lm-head-tensor")]
+    #[error(
+        "{config}: tie_word_embeddings is true but {lm_head:?} differs from {embed:?}; fix the config or pass --lm-head-tensor"
+    )]
     TieConflict {
         /// The config path.
         config: PathBuf,
@@ -139,7 +141,9 @@ pub enum PackError {
         lm_head: String,
     },
     /// A tensor that cannot be cast to the requested dtype.
-    #[error("tensor {tensor:?} has dtype {from}, which cannot be cast to {to} (only f32/f16/bf16 are cast)")]
+    #[error(
+        "tensor {tensor:?} has dtype {from}, which cannot be cast to {to} (only f32/f16/bf16 are cast)"
+    )]
     NotCastable {
         /// The tensor.
         tensor: String,
@@ -149,7 +153,9 @@ pub enum PackError {
         to: String,
     },
     /// A narrowing cast that would produce an infinity.
-    #[error("tensor {tensor:?}, row {row}, column {col}: value {value} does not fit in {to} (pass --allow-lossy to accept infinities)")]
+    #[error(
+        "tensor {tensor:?}, row {row}, column {col}: value {value} does not fit in {to} (pass --allow-lossy to accept infinities)"
+    )]
     CastOverflow {
         /// The tensor.
         tensor: String,
@@ -185,7 +191,7 @@ pub enum PackError {
         /// The knot path.
         path: PathBuf,
         /// The error.
-        error: gkq_format::Error,
+        error: Box<gkq_format::Error>,
     },
 }
 

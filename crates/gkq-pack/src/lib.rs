@@ -174,7 +174,9 @@ fn check_dtypes(dtypes: &[DType]) -> Result<Vec<DType>> {
     let mut out: Vec<DType> = Vec::new();
     for &d in dtypes {
         if !d.is_castable_float() {
-            return Err(PackError::Dtype(format!("{d} is not one of f32, f16, bf16")));
+            return Err(PackError::Dtype(format!(
+                "{d} is not one of f32, f16, bf16"
+            )));
         }
         if out.contains(&d) {
             return Err(PackError::Dtype(format!("{d} given twice")));
@@ -194,7 +196,8 @@ fn cast_rows(src: &[u8], from: DType, to: DType, row_bytes: usize) -> (Vec<u8>, 
     let parts: Vec<(Vec<u8>, CastReport)> = src
         .par_chunks(per_task)
         .map(|c| {
-            let mut out = Vec::with_capacity(c.len() / from.itemsize() as usize * to.itemsize() as usize);
+            let mut out =
+                Vec::with_capacity(c.len() / from.itemsize() as usize * to.itemsize() as usize);
             let r = cast_row(c, from, to, &mut out).expect("role dtypes are castable floats");
             (out, r)
         })
@@ -209,7 +212,15 @@ fn cast_rows(src: &[u8], from: DType, to: DType, row_bytes: usize) -> (Vec<u8>, 
     (bytes, report)
 }
 
-fn overflow_error(tensor: &str, src: &[u8], from: DType, to: DType, first_row: u64, cols: u64, idx: usize) -> PackError {
+fn overflow_error(
+    tensor: &str,
+    src: &[u8],
+    from: DType,
+    to: DType,
+    first_row: u64,
+    cols: u64,
+    idx: usize,
+) -> PackError {
     let size = from.itemsize() as usize;
     let mut v = Vec::new();
     gkq_format::decode_f32(&src[idx * size..(idx + 1) * size], from, &mut v);
@@ -224,7 +235,13 @@ fn overflow_error(tensor: &str, src: &[u8], from: DType, to: DType, first_row: u
 
 /// Builds the knot header (payload lengths set; offsets and digests come
 /// from the writer).
-fn plan(cfg: &ModelConfig, src: &SourceModel, roles: &Roles, dtypes: &[DType], source_sha: &[String]) -> Result<Header> {
+fn plan(
+    cfg: &ModelConfig,
+    src: &SourceModel,
+    roles: &Roles,
+    dtypes: &[DType],
+    source_sha: &[String],
+) -> Result<Header> {
     let d0 = dtypes[0];
     let mut blocks = Vec::new();
     let mut embed_index = 0u32;
@@ -235,21 +252,33 @@ fn plan(cfg: &ModelConfig, src: &SourceModel, roles: &Roles, dtypes: &[DType], s
             continue; // identical lm_head: recorded as the alias below
         }
         if !(is_embed || is_lm) {
-            blocks.push(Block::dense(t.name.clone(), t.dtype, t.shape.clone()).ok_or_else(|| PackError::Safetensors {
-                path: src.file_of(t).path.clone(),
-                reason: format!("tensor {:?}: shape {:?} overflows", t.name, t.shape),
-            })?);
+            blocks.push(
+                Block::dense(t.name.clone(), t.dtype, t.shape.clone()).ok_or_else(|| {
+                    PackError::Safetensors {
+                        path: src.file_of(t).path.clone(),
+                        reason: format!("tensor {:?}: shape {:?} overflows", t.name, t.shape),
+                    }
+                })?,
+            );
             continue;
         }
         if !t.dtype.is_castable_float() {
-            return Err(PackError::NotCastable { tensor: t.name.clone(), from: t.dtype.to_string(), to: d0.to_string() });
+            return Err(PackError::NotCastable {
+                tensor: t.name.clone(),
+                from: t.dtype.to_string(),
+                to: d0.to_string(),
+            });
         }
         let role = if is_embed { "token_embd" } else { "lm_head" };
-        let mut b = Block::dense(t.name.clone(), d0, t.shape.clone()).expect("2-D shape checked by roles");
+        let mut b =
+            Block::dense(t.name.clone(), d0, t.shape.clone()).expect("2-D shape checked by roles");
         b.flags = COLUMNAR_ELIGIBLE;
         let (rows, cols) = (t.shape[0], t.shape[1]);
         for &d in dtypes {
-            b.columnar.push(ColumnarDescriptor::for_shape(rows, cols, d, rows_object_name(role, d)).expect("shape checked"));
+            b.columnar.push(
+                ColumnarDescriptor::for_shape(rows, cols, d, rows_object_name(role, d))
+                    .expect("shape checked"),
+            );
         }
         if is_embed {
             embed_index = u32::try_from(blocks.len()).expect("block count is limited");
@@ -263,26 +292,46 @@ fn plan(cfg: &ModelConfig, src: &SourceModel, roles: &Roles, dtypes: &[DType], s
             dtype: e.dtype,
             flags: e.flags,
             shape: e.shape.clone(),
-            encoding: Encoding::Alias { target: embed_index },
+            encoding: Encoding::Alias {
+                target: embed_index,
+            },
             columnar: Vec::new(),
         });
     }
     let embed = src.tensor(&roles.embed).expect("role tensor exists");
     let mut md = Metadata::new();
     md.insert(keys::TOOL.into(), Value::Str(TOOL.into()));
-    md.insert(keys::ARCHITECTURE.into(), Value::Str(cfg.architecture.clone()));
+    md.insert(
+        keys::ARCHITECTURE.into(),
+        Value::Str(cfg.architecture.clone()),
+    );
     md.insert(keys::MODEL_TYPE.into(), Value::Str(cfg.model_type.clone()));
     md.insert(keys::VOCAB_SIZE.into(), Value::U64(embed.shape[0]));
     md.insert(keys::HIDDEN_SIZE.into(), Value::U64(embed.shape[1]));
     md.insert(keys::TIE_WORD_EMBEDDINGS.into(), Value::Bool(roles.tied));
-    md.insert(keys::ROLE_TOKEN_EMBD.into(), Value::Str(roles.embed.clone()));
-    md.insert(keys::ROLE_LM_HEAD.into(), Value::Str(roles.lm_head_block.clone()));
+    md.insert(
+        keys::ROLE_TOKEN_EMBD.into(),
+        Value::Str(roles.embed.clone()),
+    );
+    md.insert(
+        keys::ROLE_LM_HEAD.into(),
+        Value::Str(roles.lm_head_block.clone()),
+    );
     if let Some(id) = &cfg.name_or_path {
         md.insert(keys::SOURCE_MODEL_ID.into(), Value::Str(id.clone()));
     }
-    md.insert(keys::SOURCE_FILES.into(), Value::StrList(src.files.iter().map(|f| f.name.clone()).collect()));
-    md.insert(keys::SOURCE_SHA256.into(), Value::StrList(source_sha.to_vec()));
-    Ok(Header { metadata: md, blocks })
+    md.insert(
+        keys::SOURCE_FILES.into(),
+        Value::StrList(src.files.iter().map(|f| f.name.clone()).collect()),
+    );
+    md.insert(
+        keys::SOURCE_SHA256.into(),
+        Value::StrList(source_sha.to_vec()),
+    );
+    Ok(Header {
+        metadata: md,
+        blocks,
+    })
 }
 
 /// Packs `opts.model_dir` into `opts.out_dir`.
@@ -290,11 +339,18 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     let started = Instant::now();
     let dtypes = check_dtypes(&opts.dtypes)?;
     if opts.out_dir.exists() && !opts.force {
-        return Err(PackError::OutDirExists { path: opts.out_dir.clone() });
+        return Err(PackError::OutDirExists {
+            path: opts.out_dir.clone(),
+        });
     }
     let cfg = ModelConfig::read(&opts.model_dir)?;
     let src = SourceModel::open(&opts.model_dir)?;
-    let roles = roles::decide(&cfg, &src, opts.embed_tensor.as_deref(), opts.lm_head_tensor.as_deref())?;
+    let roles = roles::decide(
+        &cfg,
+        &src,
+        opts.embed_tensor.as_deref(),
+        opts.lm_head_tensor.as_deref(),
+    )?;
     // Digests of the source files are only known at the end; the header's
     // size does not depend on their values, so plan with placeholders.
     let placeholder = vec!["0".repeat(64); src.files.len()];
@@ -302,10 +358,19 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
 
     let mut out = Output::prepare(&opts.out_dir, opts.force)?;
     let (knot_tmp, knot_file) = out.create(KNOT_NAME)?;
-    let mut writer = KnotWriter::new(knot_file, header).map_err(|error| PackError::Format { path: knot_tmp.clone(), error })?;
+    let mut writer = KnotWriter::new(knot_file, header).map_err(|error| PackError::Format {
+        path: knot_tmp.clone(),
+        error: Box::new(error),
+    })?;
     let fmt_err = |source: gkq_format::Error| match source {
-        gkq_format::Error::Io(error) => PackError::Io { path: knot_tmp.clone(), error },
-        error => PackError::Format { path: knot_tmp.clone(), error },
+        gkq_format::Error::Io(error) => PackError::Io {
+            path: knot_tmp.clone(),
+            error,
+        },
+        error => PackError::Format {
+            path: knot_tmp.clone(),
+            error: Box::new(error),
+        },
     };
 
     let mut role_outs: Vec<RoleOut> = Vec::new();
@@ -313,7 +378,11 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         if b.columnar.is_empty() {
             continue;
         }
-        let role = if b.name == roles.embed { "token_embd" } else { "lm_head" };
+        let role = if b.name == roles.embed {
+            "token_embd"
+        } else {
+            "lm_head"
+        };
         let mut extra = Vec::new();
         let mut same = None;
         for d in &b.columnar {
@@ -324,7 +393,13 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                 extra.push((d.dtype, p, w, Sha256::new()));
             }
         }
-        role_outs.push(RoleOut { block: i, role, extra, same: same.expect("first dtype is the block dtype"), casts: Vec::new() });
+        role_outs.push(RoleOut {
+            block: i,
+            role,
+            extra,
+            same: same.expect("first dtype is the block dtype"),
+            casts: Vec::new(),
+        });
     }
 
     progress.start(src.total_bytes());
@@ -337,7 +412,12 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     let indices: Vec<Option<usize>> = src
         .tensors
         .iter()
-        .map(|t| writer.header().block_index(&t.name).filter(|&i| writer.header().blocks[i].encoding.payload().is_some()))
+        .map(|t| {
+            writer
+                .header()
+                .block_index(&t.name)
+                .filter(|&i| writer.header().blocks[i].encoding.payload().is_some())
+        })
         .collect();
     let mut buf = vec![0u8; CHUNK];
     for (t, &index) in src.tensors.iter().zip(&indices) {
@@ -361,11 +441,22 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                     let chunk = &mut buf[..len];
                     src.read(t, row * row_bytes as u64, chunk)?;
                     let chunk = &*chunk;
-                    let ((block_bytes, r), ()) = rayon::join(|| cast_rows(chunk, t.dtype, block_dtype, row_bytes), || hasher.update(chunk));
+                    let ((block_bytes, r), ()) = rayon::join(
+                        || cast_rows(chunk, t.dtype, block_dtype, row_bytes),
+                        || hasher.update(chunk),
+                    );
                     if let Some(idx) = r.first_overflow
                         && !opts.allow_lossy
                     {
-                        return Err(overflow_error(&t.name, chunk, t.dtype, block_dtype, row, cols, idx));
+                        return Err(overflow_error(
+                            &t.name,
+                            chunk,
+                            t.dtype,
+                            block_dtype,
+                            row,
+                            cols,
+                            idx,
+                        ));
                     }
                     block_report.merge(r, 0);
                     writer.write_chunk(index, &block_bytes).map_err(fmt_err)?;
@@ -376,7 +467,15 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                         if let Some(idx) = r.first_overflow
                             && !opts.allow_lossy
                         {
-                            return Err(overflow_error(&t.name, &block_bytes, block_dtype, *d, row, cols, idx));
+                            return Err(overflow_error(
+                                &t.name,
+                                &block_bytes,
+                                block_dtype,
+                                *d,
+                                row,
+                                cols,
+                                idx,
+                            ));
                         }
                         rep.merge(r, 0);
                         h.update(&bytes);
@@ -386,12 +485,26 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                     row += n;
                 }
                 let digest = writer.end_payload(index).map_err(fmt_err)?;
-                writer.set_columnar_sha256(index, block_dtype, digest).map_err(fmt_err)?;
+                writer
+                    .set_columnar_sha256(index, block_dtype, digest)
+                    .map_err(fmt_err)?;
                 if t.dtype != block_dtype {
-                    role.casts.push(CastSummary { tensor: t.name.clone(), from: t.dtype.to_string(), to: block_dtype.to_string(), max_abs_error: block_report.max_abs_error, overflowed: block_report.first_overflow.is_some() });
+                    role.casts.push(CastSummary {
+                        tensor: t.name.clone(),
+                        from: t.dtype.to_string(),
+                        to: block_dtype.to_string(),
+                        max_abs_error: block_report.max_abs_error,
+                        overflowed: block_report.first_overflow.is_some(),
+                    });
                 }
                 for ((d, ..), rep) in role.extra.iter().zip(&extra_reports) {
-                    role.casts.push(CastSummary { tensor: t.name.clone(), from: block_dtype.to_string(), to: d.to_string(), max_abs_error: rep.max_abs_error, overflowed: rep.first_overflow.is_some() });
+                    role.casts.push(CastSummary {
+                        tensor: t.name.clone(),
+                        from: block_dtype.to_string(),
+                        to: d.to_string(),
+                        max_abs_error: rep.max_abs_error,
+                        overflowed: rep.first_overflow.is_some(),
+                    });
                 }
             }
             (index, _) => {
@@ -405,7 +518,10 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                     let chunk = &*chunk;
                     match index {
                         Some(i) => {
-                            let (w, ()) = rayon::join(|| writer.write_chunk(i, chunk), || hasher.update(chunk));
+                            let (w, ()) = rayon::join(
+                                || writer.write_chunk(i, chunk),
+                                || hasher.update(chunk),
+                            );
                             w.map_err(fmt_err)?;
                         }
                         None => hasher.update(chunk),
@@ -420,7 +536,10 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         }
     }
 
-    let source_sha: Vec<String> = file_hashers.into_iter().map(|h| gkq_format::hex(&h.finalize())).collect();
+    let source_sha: Vec<String> = file_hashers
+        .into_iter()
+        .map(|h| gkq_format::hex(&h.finalize()))
+        .collect();
     if let Some(Value::StrList(list)) = writer_metadata_mut(&mut writer) {
         *list = source_sha;
     }
@@ -429,14 +548,26 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     for r in role_outs {
         let b = &writer.header().blocks[r.block];
         let block_name = b.name.clone();
-        let same_desc = b.columnar.iter().find(|d| d.dtype == b.dtype).expect("block dtype descriptor").clone();
+        let same_desc = b
+            .columnar
+            .iter()
+            .find(|d| d.dtype == b.dtype)
+            .expect("block dtype descriptor")
+            .clone();
         finish_file(r.same.1, &r.same.0)?;
         let mut files = vec![(same_desc.clone(), same_desc.sha256)];
         for (d, path, w, h) in r.extra {
             finish_file(w, &path)?;
             let digest: [u8; 32] = h.finalize().into();
-            writer.set_columnar_sha256(r.block, d, digest).map_err(fmt_err)?;
-            let desc = writer.header().blocks[r.block].columnar.iter().find(|x| x.dtype == d).expect("descriptor").clone();
+            writer
+                .set_columnar_sha256(r.block, d, digest)
+                .map_err(fmt_err)?;
+            let desc = writer.header().blocks[r.block]
+                .columnar
+                .iter()
+                .find(|x| x.dtype == d)
+                .expect("descriptor")
+                .clone();
             files.push((desc, digest));
         }
         for (d, digest) in files {
@@ -459,7 +590,11 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     let (knot_bytes, knot_sha) = hash_file(&mut knot_file, &knot_tmp)?;
     out.commit()?;
     Ok(PackReport {
-        knot: FileReport { path: opts.out_dir.join(KNOT_NAME), bytes: knot_bytes, sha256: knot_sha },
+        knot: FileReport {
+            path: opts.out_dir.join(KNOT_NAME),
+            bytes: knot_bytes,
+            sha256: knot_sha,
+        },
         columnar,
         tied: roles.tied,
         tensors,

@@ -66,9 +66,18 @@ fn human(r: &PackReport) {
         r.tensors,
         r.source_bytes,
         r.seconds,
-        if r.tied { ", lm_head tied to the embedding" } else { "" }
+        if r.tied {
+            ", lm_head tied to the embedding"
+        } else {
+            ""
+        }
     );
-    eprintln!("  {}  {} bytes  sha256 {}", r.knot.path.display(), r.knot.bytes, r.knot.sha256);
+    eprintln!(
+        "  {}  {} bytes  sha256 {}",
+        r.knot.path.display(),
+        r.knot.bytes,
+        r.knot.sha256
+    );
     for c in &r.columnar {
         eprintln!(
             "  {}  {} rows x {} bytes ({} {})  sha256 {}",
@@ -81,7 +90,10 @@ fn human(r: &PackReport) {
         );
     }
     for c in &r.casts {
-        eprintln!("  cast {} {} -> {}: max abs error {:e}", c.tensor, c.from, c.to, c.max_abs_error);
+        eprintln!(
+            "  cast {} {} -> {}: max abs error {:e}",
+            c.tensor, c.from, c.to, c.max_abs_error
+        );
     }
 }
 
@@ -89,7 +101,11 @@ fn run(args: Args) -> anyhow::Result<()> {
     let opts = PackOptions {
         model_dir: args.model_dir,
         out_dir: args.out,
-        dtypes: if args.dtypes.is_empty() { vec![DType::F32] } else { args.dtypes },
+        dtypes: if args.dtypes.is_empty() {
+            vec![DType::F32]
+        } else {
+            args.dtypes
+        },
         embed_tensor: args.embed_tensor,
         lm_head_tensor: args.lm_head_tensor,
         force: args.force,
@@ -99,8 +115,10 @@ fn run(args: Args) -> anyhow::Result<()> {
     let bar = if show_bar {
         let b = ProgressBar::new(0);
         b.set_style(
-            ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-                .context("progress template")?,
+            ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .context("progress template")?,
         );
         Bar(b)
     } else {

@@ -92,7 +92,9 @@ impl Output {
                 fs::remove_file(&p).at(&p)?;
             }
         }
-        File::open(&self.dir).and_then(|d| d.sync_all()).at(&self.dir)?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .at(&self.dir)?;
         self.committed = true;
         Ok(())
     }

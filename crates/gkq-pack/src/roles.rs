@@ -28,7 +28,12 @@ fn candidates(src: &SourceModel, vocab: u64) -> Vec<String> {
     c
 }
 
-fn check_shape(cfg: &ModelConfig, src: &SourceModel, t: &SourceTensor, role: &'static str) -> Result<()> {
+fn check_shape(
+    cfg: &ModelConfig,
+    src: &SourceModel,
+    t: &SourceTensor,
+    role: &'static str,
+) -> Result<()> {
     let [rows, cols] = t.shape.as_slice() else {
         return Err(PackError::NotTwoD {
             path: src.file_of(t).path.clone(),
@@ -116,7 +121,9 @@ pub fn decide(
         }
     };
     check_shape(cfg, src, embed, "token embedding")?;
-    let lm_names: &[&str] = cfg.family.map_or(&["lm_head.weight"], |f| f.lm_head_names());
+    let lm_names: &[&str] = cfg
+        .family
+        .map_or(&["lm_head.weight"], |f| f.lm_head_names());
     let lm_head = match lm_head_override {
         Some(name) => Some(src.tensor(name).ok_or_else(|| PackError::UnknownTensor {
             flag: "lm-head-tensor",
@@ -126,7 +133,11 @@ pub fn decide(
         None => lm_names.iter().find_map(|n| src.tensor(n)),
     };
     let Some(lm) = lm_head.filter(|lm| lm.name != embed.name) else {
-        let lm_head_block = lm_names.first().copied().unwrap_or("lm_head.weight").to_owned();
+        let lm_head_block = lm_names
+            .first()
+            .copied()
+            .unwrap_or("lm_head.weight")
+            .to_owned();
         return Ok(Roles {
             embed: embed.name.clone(),
             lm_head: None,

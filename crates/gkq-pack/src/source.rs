@@ -101,7 +101,9 @@ fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> 
     let infos = meta.tensors();
     let mut tensors = Vec::with_capacity(infos.len());
     for name in meta.offset_keys() {
-        let Some(info) = infos.get(&name) else { continue };
+        let Some(info) = infos.get(&name) else {
+            continue;
+        };
         let dtype = map_dtype(info.dtype).ok_or_else(|| PackError::UnsupportedDtype {
             path: path.clone(),
             tensor: name.clone(),
@@ -235,7 +237,9 @@ impl SourceModel {
 
     /// The file holding `t`.
     pub fn file_of(&self, t: &SourceTensor) -> &SourceFile {
-        self.files.get(t.file).expect("tensor file index is set by open()")
+        self.files
+            .get(t.file)
+            .expect("tensor file index is set by open()")
     }
 
     /// Reads `buf.len()` bytes of `t` starting `at` bytes into the tensor.
