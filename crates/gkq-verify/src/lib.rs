@@ -1,1 +1,617 @@
-//! Release gate (in progress).
+//! `gkq-verify`: the release gate for a packed model.
+//!
+//! Checks, each reported with every failure it found (file, tensor, row or
+//! byte range, expected vs found):
+//!
+//! 1. `knot`: the structure rules of docs/FORMAT.md and every payload digest;
+//! 2. `columnar`: each row file present, of the right length and digest, and
+//!    every row bit-identical to the dense block after the documented cast;
+//! 3. `source` (`--source`): every tensor bit-identical to the original
+//!    safetensors after the documented cast, every source tensor accounted
+//!    for, and the recorded source file digests;
+//! 4. `remote` (`--url`): Content-Length and Range behaviour of the published
+//!    objects (see [`remote`]).
+//!
+//! Local work is one pass per byte where it can be: a block's payload is
+//! hashed in the same pass that compares it with its row files, a row file
+//! is hashed while it is compared, and a source file while its tensors are
+//! compared. Independent files go in parallel (rayon).
+
+mod error;
+pub mod remote;
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gkq_format::{Block, ColumnarDescriptor, Encoding, Knot, cast_row, hex, keys};
+use gkq_pack::SourceModel;
+use rayon::prelude::*;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+pub use error::{Result, VerifyError};
+
+/// Bytes read per step.
+const CHUNK: usize = 8 << 20;
+/// Mismatching rows listed per file before summarising.
+const MAX_LISTED: usize = 5;
+
+/// What to verify.
+#[derive(Clone, Debug)]
+pub struct VerifyOptions {
+    /// An output directory of gkq-pack, or the knot itself.
+    pub target: PathBuf,
+    /// The original Hugging Face model directory.
+    pub source: Option<PathBuf>,
+    /// Base URL where the objects are published.
+    pub url: Option<String>,
+    /// Random rows checked per row file over HTTP (besides first and last).
+    pub sample_rows: u64,
+    /// Seed of the row sample.
+    pub seed: u64,
+    /// Per-request timeout for `--url`.
+    pub timeout: Duration,
+}
+
+impl VerifyOptions {
+    /// Local checks only, with the defaults.
+    pub fn new(target: impl Into<PathBuf>) -> VerifyOptions {
+        VerifyOptions {
+            target: target.into(),
+            source: None,
+            url: None,
+            sample_rows: 64,
+            seed: 0x6b6e_6f74,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One problem found by a check.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Failure {
+    /// The file or URL concerned.
+    pub object: String,
+    /// What is wrong, naming tensor, row or byte range, expected vs found.
+    pub message: String,
+}
+
+/// The outcome of one check.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Check {
+    /// `knot`, `columnar`, `source` or `remote`.
+    pub name: &'static str,
+    /// No failures.
+    pub passed: bool,
+    /// What was found wrong.
+    pub failures: Vec<Failure>,
+    /// Bytes read and hashed or compared.
+    pub bytes: u64,
+    /// Wall time of the check (checks run in parallel, so these overlap).
+    pub seconds: f64,
+    /// What was checked, in a few words.
+    pub summary: String,
+}
+
+/// All checks.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct VerifyReport {
+    /// Every check passed.
+    pub passed: bool,
+    /// The checks, in the order above.
+    pub checks: Vec<Check>,
+    /// Sum of the bytes of all checks.
+    pub bytes: u64,
+    /// Total wall time.
+    pub seconds: f64,
+}
+
+#[derive(Default)]
+struct Acc {
+    failures: Vec<Failure>,
+    bytes: u64,
+}
+
+impl Acc {
+    fn fail(&mut self, object: impl Into<String>, message: impl Into<String>) {
+        self.failures.push(Failure {
+            object: object.into(),
+            message: message.into(),
+        });
+    }
+    fn merge(&mut self, other: Acc) {
+        self.failures.extend(other.failures);
+        self.bytes += other.bytes;
+    }
+}
+
+fn check(name: &'static str, acc: Acc, started: Instant, summary: String) -> Check {
+    Check {
+        name,
+        passed: acc.failures.is_empty(),
+        failures: acc.failures,
+        bytes: acc.bytes,
+        seconds: started.elapsed().as_secs_f64(),
+        summary,
+    }
+}
+
+/// The knot path for a target that is a directory or a knot.
+pub fn knot_path(target: &Path) -> PathBuf {
+    if target.is_dir() {
+        target.join(gkq_pack::KNOT_NAME)
+    } else {
+        target.to_path_buf()
+    }
+}
+
+/// Lists rows of `a` and `b` (whole rows of `row_bytes`, starting at row
+/// `first_row`) that differ, up to `room` of them; returns how many differ.
+fn diff_rows(
+    a: &[u8],
+    b: &[u8],
+    row_bytes: usize,
+    first_row: u64,
+    listed: &mut Vec<u64>,
+    room: usize,
+) -> u64 {
+    if a == b {
+        return 0;
+    }
+    let mut n = 0;
+    for (i, (x, y)) in a
+        .chunks(row_bytes.max(1))
+        .zip(b.chunks(row_bytes.max(1)))
+        .enumerate()
+    {
+        if x != y {
+            n += 1;
+            if listed.len() < room {
+                listed.push(first_row + i as u64);
+            }
+        }
+    }
+    n
+}
+
+fn row_list(rows: &[u64], total: u64, row_bytes: u64) -> String {
+    let mut parts: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "row {r} (bytes {}-{})",
+                r * row_bytes,
+                (r + 1) * row_bytes - 1
+            )
+        })
+        .collect();
+    if total > rows.len() as u64 {
+        parts.push(format!("and {} more", total - rows.len() as u64));
+    }
+    parts.join(", ")
+}
+
+/// Hashes a block's payload; for a columnar block, also checks each row
+/// file in the same pass.
+fn check_block(knot: &Knot<'_>, dir: &Path, index: usize, cols: &mut Acc) -> Acc {
+    let mut acc = Acc::default();
+    let block = &knot.blocks()[index];
+    let (Some(payload), Some(p)) = (knot.payload(index), block.encoding.payload()) else {
+        return acc;
+    };
+    struct RowFile<'d> {
+        d: &'d ColumnarDescriptor,
+        file: File,
+        hasher: Sha256,
+        diff: u64,
+        listed: Vec<u64>,
+        len: u64,
+    }
+    let mut files: Vec<RowFile<'_>> = Vec::new();
+    for d in &block.columnar {
+        let path = dir.join(&d.object);
+        let opened = File::open(&path).and_then(|f| f.metadata().map(|m| (f, m.len())));
+        match opened {
+            Err(e) => cols.fail(
+                path.display().to_string(),
+                format!("row file of block {:?} ({} rows): {e}", block.name, d.dtype),
+            ),
+            Ok((_, len)) if len != d.byte_len => cols.fail(
+                path.display().to_string(),
+                format!(
+                    "size is {len} bytes, expected {} ({} rows x {} bytes){}",
+                    d.byte_len,
+                    d.rows,
+                    d.row_bytes,
+                    if len < d.byte_len { ": truncated" } else { "" }
+                ),
+            ),
+            Ok((file, len)) => files.push(RowFile {
+                d,
+                file,
+                hasher: Sha256::new(),
+                diff: 0,
+                listed: Vec::new(),
+                len,
+            }),
+        }
+    }
+    let mut hasher = Sha256::new();
+    let item = block.dtype.itemsize() as usize;
+    let src_row = block.shape.get(1).copied().unwrap_or(1) as usize * item;
+    let step = CHUNK
+        .checked_div(src_row)
+        .map_or(CHUNK, |n| n.max(1) * src_row);
+    let mut converted = Vec::new();
+    let mut buf = Vec::new();
+    let mut at = 0usize;
+    for chunk in payload.chunks(step.max(1)) {
+        hasher.update(chunk);
+        acc.bytes += chunk.len() as u64;
+        let first_row = at.checked_div(src_row).unwrap_or(0) as u64;
+        for rf in &mut files {
+            let rb = rf.d.row_bytes as usize;
+            let rows = chunk.len().checked_div(src_row).unwrap_or(0);
+            buf.resize(rows * rb, 0);
+            if let Err(e) = rf.file.read_exact_at(&mut buf, first_row * rb as u64) {
+                cols.fail(
+                    dir.join(&rf.d.object).display().to_string(),
+                    format!("read at row {first_row}: {e}"),
+                );
+                rf.diff = u64::MAX;
+                continue;
+            }
+            rf.hasher.update(&buf);
+            cols.bytes += buf.len() as u64;
+            let expected: &[u8] = if rf.d.dtype == block.dtype {
+                chunk
+            } else {
+                converted.clear();
+                cast_row(chunk, block.dtype, rf.d.dtype, &mut converted)
+                    .expect("descriptor dtypes are validated castable");
+                &converted
+            };
+            if rf.diff != u64::MAX {
+                rf.diff += diff_rows(expected, &buf, rb, first_row, &mut rf.listed, MAX_LISTED);
+            }
+        }
+        at += chunk.len();
+    }
+    let digest: [u8; 32] = hasher.finalize().into();
+    if digest != p.sha256 {
+        acc.fail(
+            format!("block {}", block.name),
+            format!(
+                "payload sha256 is {}, the header records {} (bytes {}-{} of the knot)",
+                hex(&digest),
+                hex(&p.sha256),
+                p.offset,
+                p.offset + p.len.max(1) - 1
+            ),
+        );
+    }
+    for rf in files {
+        let path = dir.join(&rf.d.object).display().to_string();
+        if rf.diff == u64::MAX {
+            continue;
+        }
+        let digest: [u8; 32] = rf.hasher.finalize().into();
+        if digest != rf.d.sha256 {
+            cols.fail(
+                path.clone(),
+                format!(
+                    "sha256 is {}, the knot records {} ({} bytes)",
+                    hex(&digest),
+                    hex(&rf.d.sha256),
+                    rf.len
+                ),
+            );
+        }
+        if rf.diff > 0 {
+            cols.fail(
+                path,
+                format!(
+                    "{} rows differ from block {:?} cast to {}: {}",
+                    rf.diff,
+                    block.name,
+                    rf.d.dtype,
+                    row_list(&rf.listed, rf.diff, rf.d.row_bytes)
+                ),
+            );
+        }
+    }
+    acc
+}
+
+/// Compares every tensor of one source file with the knot, hashing the file
+/// in the same pass.
+fn check_source_file(knot: &Knot<'_>, src: &SourceModel, file: usize) -> Acc {
+    let mut acc = Acc::default();
+    let f = &src.files[file];
+    let name = f.path.display().to_string();
+    let header = knot.header().header();
+    let mut hasher = Sha256::new();
+    match src.read_header(file) {
+        Ok(h) => hasher.update(h),
+        Err(e) => {
+            acc.fail(name, e.to_string());
+            return acc;
+        }
+    }
+    let mut buf = vec![0u8; CHUNK];
+    let mut converted = Vec::new();
+    for t in src.tensors.iter().filter(|t| t.file == file) {
+        let index = header.block_index(&t.name);
+        let target: Option<(&Block, &[u8])> =
+            index.and_then(|i| Some((header.resolve(i)?, knot.payload(i)?)));
+        let target = target.filter(|(b, _)| matches!(b.encoding, Encoding::Dense(_)));
+        if index.is_none() {
+            acc.fail(
+                name.clone(),
+                format!("tensor {:?} is not in the knot", t.name),
+            );
+        }
+        if let Some((b, _)) = target
+            && (b.shape != t.shape
+                || (b.dtype != t.dtype
+                    && !(b.dtype.is_castable_float() && t.dtype.is_castable_float())))
+        {
+            acc.fail(
+                name.clone(),
+                format!(
+                    "tensor {:?}: source is {} {:?}, knot block {:?} is {} {:?}",
+                    t.name, t.dtype, t.shape, b.name, b.dtype, b.shape
+                ),
+            );
+        }
+        let row = t.shape.get(1).copied().unwrap_or(1).max(1) * t.dtype.itemsize();
+        let step = if t.shape.len() == 2 {
+            (CHUNK as u64 / row).max(1) * row
+        } else {
+            CHUNK as u64
+        };
+        let out_row = t.shape.get(1).copied().unwrap_or(1).max(1)
+            * target.map_or(1, |(b, _)| b.dtype.itemsize());
+        let (mut at, mut diff, mut listed) = (0u64, 0u64, Vec::new());
+        while at < t.len {
+            let n = (t.len - at).min(step) as usize;
+            if buf.len() < n {
+                buf.resize(n, 0);
+            }
+            let chunk = &mut buf[..n];
+            if let Err(e) = src.read(t, at, chunk) {
+                acc.fail(name.clone(), e.to_string());
+                return acc;
+            }
+            hasher.update(&*chunk);
+            acc.bytes += n as u64;
+            if let Some((b, payload)) = target.filter(|(b, _)| b.shape == t.shape) {
+                let expected: &[u8] = if b.dtype == t.dtype {
+                    chunk
+                } else {
+                    converted.clear();
+                    if cast_row(chunk, t.dtype, b.dtype, &mut converted).is_none() {
+                        break;
+                    }
+                    &converted
+                };
+                let first_row = if t.shape.len() == 2 { at / row } else { 0 };
+                let start = (first_row * out_row) as usize;
+                let got = payload
+                    .get(start..start + expected.len())
+                    .unwrap_or_default();
+                let rb = if t.shape.len() == 2 {
+                    out_row as usize
+                } else {
+                    expected.len().max(1)
+                };
+                diff += diff_rows(expected, got, rb, first_row, &mut listed, MAX_LISTED);
+            }
+            at += n as u64;
+        }
+        if diff > 0 {
+            let what = if t.shape.len() == 2 {
+                row_list(&listed, diff, out_row)
+            } else {
+                "values differ".to_string()
+            };
+            acc.fail(
+                name.clone(),
+                format!(
+                    "tensor {:?} differs from the knot after the documented cast: {what}",
+                    t.name
+                ),
+            );
+        }
+    }
+    let digest = hex(&hasher.finalize());
+    let files = header.meta_list(keys::SOURCE_FILES).unwrap_or_default();
+    let hashes = header.meta_list(keys::SOURCE_SHA256).unwrap_or_default();
+    match files.iter().position(|n| *n == f.name) {
+        None => acc.fail(name, "source file is not listed in the knot's source.files"),
+        Some(i) if hashes.get(i) != Some(&digest) => acc.fail(
+            name,
+            format!(
+                "sha256 is {digest}, the knot records {}",
+                hashes.get(i).map_or("nothing", String::as_str)
+            ),
+        ),
+        Some(_) => {}
+    }
+    acc
+}
+
+/// Runs every check that the options ask for.
+pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
+    let started = Instant::now();
+    let path = knot_path(&opts.target);
+    let dir = path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    if let Some(s) = &opts.source
+        && !s.is_dir()
+    {
+        return Err(VerifyError::SourceNotDir { path: s.clone() });
+    }
+    if let Some(u) = &opts.url {
+        remote::check_url(u)?;
+    }
+    let file = File::open(&path).map_err(|error| VerifyError::OpenKnot {
+        path: path.clone(),
+        error,
+    })?;
+    // SAFETY: read-only map of a file this process does not modify; a knot
+    // changed underneath verification is reported as whatever mismatch it causes.
+    #[allow(unsafe_code)]
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|error| VerifyError::OpenKnot {
+        path: path.clone(),
+        error,
+    })?;
+    let knot_name = path.display().to_string();
+    let knot = match Knot::parse(&map) {
+        Ok(k) => k,
+        Err(e) => {
+            let mut acc = Acc::default();
+            acc.fail(knot_name, e.to_string());
+            let c = check("knot", acc, started, "structure".into());
+            return Ok(VerifyReport {
+                passed: false,
+                bytes: 0,
+                seconds: started.elapsed().as_secs_f64(),
+                checks: vec![c],
+            });
+        }
+    };
+
+    // Local work items: every payload (with its row files), every source file.
+    let source = opts.source.as_ref().map(|s| SourceModel::open(s));
+    enum Item {
+        Block(usize),
+        Source(usize),
+    }
+    let mut items: Vec<Item> = (0..knot.blocks().len())
+        .filter(|&i| knot.blocks()[i].encoding.payload().is_some())
+        .map(Item::Block)
+        .collect();
+    if let Some(Ok(src)) = &source {
+        items.extend((0..src.files.len()).map(Item::Source));
+    }
+    // Largest first so the tail of the parallel run is short.
+    let size = |it: &Item| match it {
+        Item::Block(i) => knot.blocks()[*i]
+            .encoding
+            .payload()
+            .map_or(0, |p| p.len * (1 + knot.blocks()[*i].columnar.len() as u64)),
+        Item::Source(i) => source
+            .as_ref()
+            .and_then(|s| s.as_ref().ok())
+            .map_or(0, |s| s.files[*i].len),
+    };
+    items.sort_by_key(|it| std::cmp::Reverse(size(it)));
+    let remote_started = Instant::now();
+    let (results, remote) = rayon::join(
+        || {
+            items
+                .par_iter()
+                .map(|it| {
+                    let t = Instant::now();
+                    match it {
+                        Item::Block(i) => {
+                            let mut cols = Acc::default();
+                            let k = check_block(&knot, &dir, *i, &mut cols);
+                            (k, cols, Acc::default(), t.elapsed())
+                        }
+                        Item::Source(i) => {
+                            let src = source
+                                .as_ref()
+                                .and_then(|s| s.as_ref().ok())
+                                .expect("source opened");
+                            (
+                                Acc::default(),
+                                Acc::default(),
+                                check_source_file(&knot, src, *i),
+                                t.elapsed(),
+                            )
+                        }
+                    }
+                })
+                .collect::<Vec<_>>()
+        },
+        || {
+            opts.url
+                .as_ref()
+                .map(|u| remote::check_remote(&knot, &map, &dir, u, opts))
+        },
+    );
+    let (mut k, mut c, mut s) = (Acc::default(), Acc::default(), Acc::default());
+    for (a, b, d, _) in results {
+        k.merge(a);
+        c.merge(b);
+        s.merge(d);
+    }
+    let header = knot.header().header();
+    let n_desc: usize = header.blocks.iter().map(|b| b.columnar.len()).sum();
+    let mut checks = vec![
+        check(
+            "knot",
+            k,
+            started,
+            format!("{} blocks, header and payload digests", header.blocks.len()),
+        ),
+        check(
+            "columnar",
+            c,
+            started,
+            format!("{n_desc} row files: size, sha256, every row against its block"),
+        ),
+    ];
+    if let Some(src) = source {
+        match src {
+            Err(e) => s.fail(
+                opts.source
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                e.to_string(),
+            ),
+            Ok(src) => {
+                // every knot block must come from the source
+                for b in &header.blocks {
+                    let aliased = matches!(b.encoding, Encoding::Alias { .. });
+                    if src.tensor(&b.name).is_none() && !aliased {
+                        s.fail(b.name.clone(), "block is not a tensor of the source model");
+                    }
+                }
+                let listed = header.meta_list(keys::SOURCE_FILES).unwrap_or_default();
+                for name in listed {
+                    if !src.files.iter().any(|f| &f.name == name) {
+                        s.fail(
+                            name.clone(),
+                            "listed in the knot's source.files but not in the source model",
+                        );
+                    }
+                }
+            }
+        }
+        checks.push(check(
+            "source",
+            s,
+            started,
+            "every tensor and source file digest against the original".into(),
+        ));
+    }
+    if let Some(r) = remote {
+        let mut c = check("remote", r.acc, remote_started, r.summary);
+        c.seconds = r.seconds;
+        checks.push(c);
+    }
+    let bytes = checks.iter().map(|c| c.bytes).sum();
+    Ok(VerifyReport {
+        passed: checks.iter().all(|c| c.passed),
+        checks,
+        bytes,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,33 @@
+use std::path::PathBuf;
+
+/// `Result` with [`VerifyError`].
+pub type Result<T, E = VerifyError> = std::result::Result<T, E>;
+
+/// Problems that stop verification before any check can run (exit status 2).
+/// Everything found *by* a check is a [`crate::Failure`] instead.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The knot (or the directory holding it) cannot be opened.
+    #[error("{path}: cannot open the knot: {error}")]
+    OpenKnot {
+        /// The path tried.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// `--source` is not a directory.
+    #[error("--source {path}: not a directory")]
+    SourceNotDir {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// `--url` is not an http(s) URL.
+    #[error("--url {url}: {reason}")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+        /// Why.
+        reason: &'static str,
+    },
+}

@@ -1,0 +1,108 @@
+//! `gkq-verify`: flags in, checks out. Exit 0 when every check passed, 1 when
+//! one failed, 2 when verification could not run.
+//!
+//! Output on stdout is one line per check and one per failure, tab-separated:
+//! `CHECK<TAB>PASS|FAIL<TAB>detail`, then `result<TAB>PASS|FAIL<TAB>...`;
+//! or one JSON object with `--json`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use gkq_verify::{VerifyOptions, VerifyReport};
+
+/// Verify a packed GKQ model before release.
+#[derive(Parser, Debug)]
+#[command(name = "gkq-verify", version)]
+struct Args {
+    /// A gkq-pack output directory, or the knot file.
+    target: PathBuf,
+    /// The original Hugging Face model directory: check every tensor against it.
+    #[arg(long)]
+    source: Option<PathBuf>,
+    /// Base URL of the published objects: check Content-Length and Range behaviour.
+    #[arg(long)]
+    url: Option<String>,
+    /// Random rows fetched per row file with --url (besides the first and last).
+    #[arg(long, default_value_t = 64)]
+    sample_rows: u64,
+    /// Seed of the sampled rows.
+    #[arg(long, default_value_t = 0x6b6e_6f74)]
+    seed: u64,
+    /// Timeout of each HTTP request, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Print only failures.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn print_lines(r: &VerifyReport, quiet: bool) {
+    for c in &r.checks {
+        if !quiet || !c.passed {
+            println!(
+                "{}\t{}\t{} ({} bytes, {:.3}s)",
+                c.name,
+                if c.passed { "PASS" } else { "FAIL" },
+                c.summary,
+                c.bytes,
+                c.seconds
+            );
+        }
+        for f in &c.failures {
+            println!("{}\tFAIL\t{}: {}", c.name, f.object, f.message);
+        }
+    }
+    if !quiet || !r.passed {
+        println!(
+            "result\t{}\t{} bytes checked in {:.3}s",
+            if r.passed { "PASS" } else { "FAIL" },
+            r.bytes,
+            r.seconds
+        );
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
+        eprintln!("gkq-verify: error: --timeout must be a positive number of seconds");
+        return ExitCode::from(2);
+    }
+    let opts = VerifyOptions {
+        target: args.target,
+        source: args.source,
+        url: args.url,
+        sample_rows: args.sample_rows,
+        seed: args.seed,
+        timeout: Duration::from_secs_f64(args.timeout),
+    };
+    match gkq_verify::verify(&opts) {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("gkq-verify: error: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            } else {
+                print_lines(&report, args.quiet);
+            }
+            if report.passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("gkq-verify: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! gkq-verify against packed fixtures: a clean package passes; every kind of
+//! damage named in the release-gate issue gives exit 1 and names the culprit.
+//! HTTP checks run against a real nginx on 127.0.0.1 started here.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use fixtures::servers::{Nginx, NginxOptions, Staller};
+
+struct Packed {
+    _tmp: tempfile::TempDir,
+    src: PathBuf,
+    out: PathBuf,
+}
+
+fn packed(preset: &str, dtypes: &[&str]) -> Packed {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    fixtures::write_model(&src, &fixtures::preset(preset).expect("preset")).expect("fixture");
+    let out = tmp.path().join("out");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.dtypes = dtypes.iter().map(|d| d.parse().expect("dtype")).collect();
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    Packed {
+        _tmp: tmp,
+        src,
+        out,
+    }
+}
+
+fn verify(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gkq-verify"))
+        .args(args)
+        .output()
+        .expect("run gkq-verify")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf8 path")
+}
+
+/// Asserts exit 1 and that stdout names every `needle`.
+fn fails_with(out: &Output, needles: &[&str]) {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout: {text}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for n in needles {
+        assert!(text.contains(n), "output should mention {n:?}:\n{text}");
+    }
+    assert!(text.lines().any(|l| l.starts_with("result\tFAIL")));
+}
+
+fn passes(out: &Output) {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout: {text}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.lines().any(|l| l.starts_with("result\tPASS")));
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut b = fs::read(path).expect("read");
+    b[at] ^= 0x40;
+    fs::write(path, b).expect("write");
+}
+
+#[test]
+fn clean_package_passes_every_check() {
+    for (preset, dtypes) in [
+        ("qwen2-tiny-bf16", &["f32", "bf16"][..]),
+        ("llama-tiny-f16-sharded", &["f16", "f32"][..]),
+    ] {
+        let p = packed(preset, dtypes);
+        let out = verify(&[s(&p.out), "--source", s(&p.src), "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["passed"], true);
+        let names: Vec<&str> = v["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .map(|c| c["name"].as_str().expect("name"))
+            .collect();
+        assert_eq!(names, ["knot", "columnar", "source"]);
+        assert!(v["bytes"].as_u64().expect("bytes") > 0);
+        // the knot path works as well as the directory
+        passes(&verify(&[s(&p.out.join("model.knot"))]));
+    }
+}
+
+#[test]
+fn flipped_byte_in_row_file() {
+    let p = packed("qwen2-tiny-f32", &["f32", "bf16"]);
+    let rows = p.out.join("token_embd.bf16.rows");
+    flip(&rows, 128 * 5 + 3); // row 5 of 128-byte rows
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &["token_embd.bf16.rows", "row 5 (bytes 640-767)", "sha256"],
+    );
+}
+
+#[test]
+fn truncated_row_file() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let rows = p.out.join("token_embd.f32.rows");
+    let len = fs::metadata(&rows).expect("meta").len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&rows)
+        .expect("open")
+        .set_len(len - 100)
+        .expect("truncate");
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &[
+            "token_embd.f32.rows",
+            "truncated",
+            &format!("expected {len}"),
+        ],
+    );
+}
+
+#[test]
+fn right_size_wrong_row() {
+    let p = packed("llama-tiny-bf16", &["f32"]);
+    let rows = p.out.join("lm_head.f32.rows");
+    let mut b = fs::read(&rows).expect("read");
+    let rb = 64 * 4;
+    let (r3, r9) = (b[3 * rb..4 * rb].to_vec(), b[9 * rb..10 * rb].to_vec());
+    b[3 * rb..4 * rb].copy_from_slice(&r9);
+    b[9 * rb..10 * rb].copy_from_slice(&r3);
+    fs::write(&rows, b).expect("write");
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &[
+            "lm_head.f32.rows",
+            "2 rows differ",
+            "row 3",
+            "row 9",
+            "lm_head.weight",
+        ],
+    );
+}
+
+#[test]
+fn knot_block_with_wrong_hash() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let knot = p.out.join("model.knot");
+    let bytes = fs::read(&knot).expect("read");
+    let k = gkq_format::Knot::parse(&bytes).expect("valid");
+    let i = k
+        .header()
+        .header()
+        .block_index("model.norm.weight")
+        .expect("block");
+    let off = k.header().payload_of(i).expect("payload").offset as usize;
+    drop(k);
+    flip(&knot, off + 2);
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &["block model.norm.weight", "payload sha256"],
+    );
+    // a damaged header is a structure failure, also exit 1
+    flip(&knot, 100);
+    fails_with(&verify(&[s(&p.out)]), &["knot\tFAIL", "header checksum"]);
+}
+
+#[test]
+fn missing_row_file() {
+    let p = packed("llama-tiny-f32", &["f32", "f16"]);
+    fs::remove_file(p.out.join("token_embd.f16.rows")).expect("rm");
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &["token_embd.f16.rows", "No such file"],
+    );
+}
+
+#[test]
+fn source_tensor_changed_after_packing() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    passes(&verify(&[s(&p.out), "--source", s(&p.src)]));
+    // change one value of one tensor in place
+    let st = p.src.join("model.safetensors");
+    let bytes = fs::read(&st).expect("read");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8")) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("json");
+    let start = header["model.layers.1.mlp.up_proj.weight"]["data_offsets"][0]
+        .as_u64()
+        .expect("offset") as usize;
+    flip(&st, 8 + n + start + 64 * 4 * 2 + 1); // row 2
+    fails_with(
+        &verify(&[s(&p.out), "--source", s(&p.src)]),
+        &[
+            "model.layers.1.mlp.up_proj.weight",
+            "row 2",
+            "model.safetensors",
+            "the knot records",
+        ],
+    );
+    // a usage error is exit 2
+    assert_eq!(
+        verify(&[s(&p.out), "--source", "/nonexistent"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+/// Packs, then serves a copy of the output (optionally damaged) with nginx.
+fn serve(
+    p: &Packed,
+    opts: &NginxOptions,
+    damage: impl FnOnce(&Path),
+) -> (Nginx, tempfile::TempDir) {
+    let www = tempfile::tempdir().expect("tmp");
+    let pub_dir = www.path().join("pub/v1");
+    fs::create_dir_all(&pub_dir).expect("mkdir");
+    for e in fs::read_dir(&p.out).expect("out") {
+        let e = e.expect("entry");
+        fs::copy(e.path(), pub_dir.join(e.file_name())).expect("copy");
+    }
+    damage(&pub_dir);
+    let nginx = Nginx::start(&www.path().join("pub"), &www.path().join("nginx"), opts)
+        .expect("start nginx (see scripts/install-test-deps.sh)");
+    (nginx, www)
+}
+
+#[test]
+fn remote_clean_package_passes() {
+    let p = packed("llama-tiny-bf16", &["f32", "bf16"]);
+    let (nginx, _www) = serve(&p, &NginxOptions::default(), |_| {});
+    let url = format!("{}/v1", nginx.url());
+    let out = verify(&[s(&p.out), "--url", &url, "--sample-rows", "16", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let remote = v["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == "remote")
+        .expect("remote check");
+    assert_eq!(remote["passed"], true);
+    let log = nginx.access_log();
+    assert!(log.contains("HEAD /v1/model.knot"), "{log}");
+    assert!(
+        log.contains("\"GET /v1/lm_head.bf16.rows HTTP/1.1\" 206"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("\" 200 ")
+            || log
+                .lines()
+                .filter(|l| l.contains("GET"))
+                .all(|l| l.contains("\" 206 ")),
+        "every GET was a 206: {log}"
+    );
+}
+
+#[test]
+fn remote_wrong_content_length() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let (nginx, _www) = serve(&p, &NginxOptions::default(), |d| {
+        let f = d.join("token_embd.f32.rows");
+        fs::OpenOptions::new()
+            .write(true)
+            .open(f)
+            .expect("open")
+            .set_len(1000)
+            .expect("truncate");
+    });
+    fails_with(
+        &verify(&[s(&p.out), "--url", &format!("{}/v1", nginx.url())]),
+        &[
+            "/v1/token_embd.f32.rows",
+            "Content-Length is 1000, expected 131072",
+        ],
+    );
+}
+
+#[test]
+fn remote_server_ignoring_range() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let (nginx, _www) = serve(
+        &p,
+        &NginxOptions {
+            ignore_ranges: true,
+            ..Default::default()
+        },
+        |_| {},
+    );
+    fails_with(
+        &verify(&[s(&p.out), "--url", &format!("{}/v1", nginx.url())]),
+        &["/v1/model.knot", "ignored the Range header", "HTTP 200"],
+    );
+}
+
+#[test]
+fn remote_404() {
+    let p = packed("llama-tiny-f32", &["f32"]);
+    let (nginx, _www) = serve(&p, &NginxOptions::default(), |d| {
+        fs::remove_file(d.join("lm_head.f32.rows")).expect("rm")
+    });
+    fails_with(
+        &verify(&[s(&p.out), "--url", &format!("{}/v1", nginx.url())]),
+        &["/v1/lm_head.f32.rows", "HTTP 404"],
+    );
+}
+
+#[test]
+fn remote_redirect_is_reported() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let opts = NginxOptions {
+        extra: "location /old/ { return 301 /v1/; }".into(),
+        ..Default::default()
+    };
+    let (nginx, _www) = serve(&p, &opts, |_| {});
+    fails_with(
+        &verify(&[s(&p.out), "--url", &format!("{}/old", nginx.url())]),
+        &["redirect (HTTP 301)"],
+    );
+}
+
+#[test]
+fn remote_stalled_server_times_out() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let staller = Staller::start().expect("staller");
+    let t = Instant::now();
+    let out = verify(&[s(&p.out), "--url", &staller.url(), "--timeout", "1"]);
+    fails_with(
+        &out,
+        &["timed out", &format!("{}/model.knot", staller.url())],
+    );
+    assert!(
+        t.elapsed().as_secs() < 20,
+        "a stalled server must not hang verification"
+    );
+}
