@@ -1,1 +1,114 @@
-fn main() {}
+//! `cargo xtask`: project tasks (see `cargo xtask --help`).
+//!
+//! - `demo`: pack and verify the committed tiny model (the README's first command);
+//! - `fuzz`: a bounded mutation fuzzer for the knot parser on the stable toolchain;
+//! - `bench pack|verify`: the performance benchmarks, with same-run references.
+
+mod bench;
+mod fuzz;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Pack the committed tiny model and verify it against its source.
+    Demo,
+    /// Fuzz the knot parser for a bounded time.
+    Fuzz {
+        /// How long to run.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Seed of the mutation stream.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Benchmarks (release builds, same-run reference timings).
+    Bench {
+        #[command(subcommand)]
+        which: bench::Which,
+        /// Repetitions per measurement (the median is reported).
+        #[arg(long, default_value_t = 3, global = true)]
+        reps: usize,
+    },
+}
+
+/// The workspace root.
+pub(crate) fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is in the workspace")
+        .to_path_buf()
+}
+
+/// `$CARGO`, or `cargo`.
+pub(crate) fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+/// Runs a command, failing with its name if it fails.
+pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+fn demo() -> anyhow::Result<()> {
+    run(cargo().args(["build", "--quiet", "-p", "gkq-pack", "-p", "gkq-verify"]))?;
+    let root = root();
+    let bin = root.join("target/debug");
+    let model = root.join("fixtures/models/qwen2-tiny");
+    let out = root.join("target/demo/qwen2-tiny");
+    let show = |c: &Command| {
+        let args: Vec<String> = c
+            .get_args()
+            .map(|a| {
+                a.to_string_lossy()
+                    .replace(&format!("{}/", root.display()), "")
+            })
+            .collect();
+        eprintln!(
+            "$ {} {}",
+            Path::new(c.get_program())
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+            args.join(" ")
+        );
+    };
+    let mut pack = Command::new(bin.join("gkq-pack"));
+    pack.arg(&model)
+        .arg("--out")
+        .arg(&out)
+        .args(["--force", "--dtype", "f32", "--dtype", "bf16"]);
+    show(&pack);
+    run(&mut pack)?;
+    let mut verify = Command::new(bin.join("gkq-verify"));
+    verify.arg(&out).arg("--source").arg(&model);
+    show(&verify);
+    run(&mut verify)?;
+    eprintln!("demo: packed and verified {}", out.display());
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Demo => demo(),
+        Cmd::Fuzz { seconds, seed } => fuzz::run(seconds, seed),
+        Cmd::Bench { which, reps } => bench::run(which, reps.max(1)),
+    }
+}

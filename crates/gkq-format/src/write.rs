@@ -155,6 +155,9 @@ pub(crate) fn encode_preamble(p: &Preamble) -> Vec<u8> {
     out
 }
 
+/// Chunks at least this large are hashed on a scoped thread while written.
+const PARALLEL_HASH_MIN: usize = 1 << 20;
+
 fn write_zeros(out: &mut impl Write, mut n: u64) -> Result<()> {
     const ZEROS: [u8; 4096] = [0; 4096];
     while n > 0 {
@@ -291,9 +294,18 @@ impl<W: Write + Seek> KnotWriter<W> {
                 "block {index}: {new_written} bytes written, payload is {len}"
             )));
         }
-        hasher.update(bytes);
         *written = new_written;
-        self.out.write_all(bytes)?;
+        if bytes.len() >= PARALLEL_HASH_MIN {
+            // Hash on a second thread while this one writes the same bytes:
+            // on large payloads the two cost about the same.
+            std::thread::scope(|s| {
+                s.spawn(|| hasher.update(bytes));
+                self.out.write_all(bytes)
+            })?;
+        } else {
+            hasher.update(bytes);
+            self.out.write_all(bytes)?;
+        }
         self.pos = self.pos.saturating_add(bytes.len() as u64);
         Ok(())
     }

@@ -10,6 +10,7 @@
 pub mod config;
 mod error;
 pub mod output;
+mod prefetch;
 pub mod roles;
 pub mod source;
 
@@ -33,13 +34,15 @@ pub use roles::Roles;
 pub use source::{SourceModel, SourceTensor};
 
 use error::IoContext;
-use output::{Output, finish_file, write_all};
+use output::{Output, flush_file, write_all};
 
 /// The producing tool, recorded in `gkq.tool`.
 pub const TOOL: &str = concat!("gkq-pack ", env!("CARGO_PKG_VERSION"));
 
 /// Bytes of source read per step.
 const CHUNK: usize = 8 << 20;
+/// Source bytes between two background writeback requests.
+const WRITEBACK_STEP: u64 = 128 << 20;
 
 /// What to pack and how.
 #[derive(Clone, Debug)]
@@ -157,6 +160,16 @@ pub struct PackReport {
     pub token_embd: String,
     /// lm_head block name.
     pub lm_head: String,
+    /// Peak resident set size of this process (Linux `VmHWM`), when known.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// Peak resident set size of this process, from `/proc/self/status`.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// One role block and its row files while packing.
@@ -358,6 +371,18 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
 
     let mut out = Output::prepare(&opts.out_dir, opts.force)?;
     let (knot_tmp, knot_file) = out.create(KNOT_NAME)?;
+    // Early writeback: a background thread syncs the files every
+    // WRITEBACK_STEP bytes, so the final fsync before commit has little left
+    // to do and disk writes overlap the CPU work. Errors here are not lost:
+    // the final sync reports them.
+    let knot_clone = knot_file.get_ref().try_clone().at(&knot_tmp)?;
+    let (sync_tx, sync_rx) = std::sync::mpsc::channel::<File>();
+    let syncer = std::thread::spawn(move || {
+        for f in sync_rx {
+            let _ = f.sync_data();
+        }
+    });
+    let mut since_sync = 0u64;
     let mut writer = KnotWriter::new(knot_file, header).map_err(|error| PackError::Format {
         path: knot_tmp.clone(),
         error: Box::new(error),
@@ -419,122 +444,153 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                 .filter(|&i| writer.header().blocks[i].encoding.payload().is_some())
         })
         .collect();
-    let mut buf = vec![0u8; CHUNK];
-    for (t, &index) in src.tensors.iter().zip(&indices) {
-        let role = role_outs.iter_mut().find(|r| Some(r.block) == index);
-        let hasher = &mut file_hashers[t.file];
-        match (index, role) {
-            (Some(index), Some(role)) => {
-                let cols = t.shape[1];
-                let row_bytes = (cols * t.dtype.itemsize()) as usize;
-                let rows_per_chunk = (CHUNK / row_bytes.max(1)).max(1);
-                let block_dtype = writer.header().blocks[index].dtype;
-                let mut block_report = CastReport::default();
-                let mut extra_reports = vec![CastReport::default(); role.extra.len()];
-                let mut row = 0u64;
-                while row < t.shape[0] {
-                    let n = (t.shape[0] - row).min(rows_per_chunk as u64);
-                    let len = n as usize * row_bytes;
-                    if buf.len() < len {
-                        buf.resize(len, 0);
-                    }
-                    let chunk = &mut buf[..len];
-                    src.read(t, row * row_bytes as u64, chunk)?;
-                    let chunk = &*chunk;
-                    let ((block_bytes, r), ()) = rayon::join(
-                        || cast_rows(chunk, t.dtype, block_dtype, row_bytes),
-                        || hasher.update(chunk),
-                    );
-                    if let Some(idx) = r.first_overflow
-                        && !opts.allow_lossy
-                    {
-                        return Err(overflow_error(
-                            &t.name,
-                            chunk,
-                            t.dtype,
-                            block_dtype,
-                            row,
-                            cols,
-                            idx,
-                        ));
-                    }
-                    block_report.merge(r, 0);
-                    writer.write_chunk(index, &block_bytes).map_err(fmt_err)?;
-                    write_all(&mut role.same.1, &block_bytes, &role.same.0)?;
-                    let out_row_bytes = (cols * block_dtype.itemsize()) as usize;
-                    for ((d, path, w, h), rep) in role.extra.iter_mut().zip(&mut extra_reports) {
-                        let (bytes, r) = cast_rows(&block_bytes, block_dtype, *d, out_row_bytes);
+    let is_role: Vec<bool> = indices
+        .iter()
+        .map(|i| role_outs.iter().any(|r| Some(r.block) == *i))
+        .collect();
+    let read_plan: Vec<(usize, u64, usize)> = src
+        .tensors
+        .iter()
+        .enumerate()
+        .flat_map(|(ti, t)| {
+            prefetch::plan(t, is_role[ti], CHUNK)
+                .into_iter()
+                .map(move |(at, n)| (ti, at, n))
+        })
+        .collect();
+    prefetch::with_prefetch(&src, &read_plan, |pf| {
+        for (ti, (t, &index)) in src.tensors.iter().zip(&indices).enumerate() {
+            let role = role_outs.iter_mut().find(|r| Some(r.block) == index);
+            let hasher = &mut file_hashers[t.file];
+            match (index, role) {
+                (Some(index), Some(role)) => {
+                    let cols = t.shape[1];
+                    let row_bytes = (cols * t.dtype.itemsize()) as usize;
+                    let block_dtype = writer.header().blocks[index].dtype;
+                    let mut block_report = CastReport::default();
+                    let mut extra_reports = vec![CastReport::default(); role.extra.len()];
+                    for (at, len) in prefetch::plan(t, true, CHUNK) {
+                        let row = at / row_bytes as u64;
+                        let n = (len / row_bytes) as u64;
+                        let buf = pf.next()?;
+                        let chunk = &buf[..];
+                        let ((block_bytes, r), ()) = rayon::join(
+                            || cast_rows(chunk, t.dtype, block_dtype, row_bytes),
+                            || hasher.update(chunk),
+                        );
                         if let Some(idx) = r.first_overflow
                             && !opts.allow_lossy
                         {
                             return Err(overflow_error(
                                 &t.name,
-                                &block_bytes,
+                                chunk,
+                                t.dtype,
                                 block_dtype,
-                                *d,
                                 row,
                                 cols,
                                 idx,
                             ));
                         }
-                        rep.merge(r, 0);
-                        h.update(&bytes);
-                        write_all(w, &bytes, path)?;
-                    }
-                    progress.advance(len as u64);
-                    row += n;
-                }
-                let digest = writer.end_payload(index).map_err(fmt_err)?;
-                writer
-                    .set_columnar_sha256(index, block_dtype, digest)
-                    .map_err(fmt_err)?;
-                if t.dtype != block_dtype {
-                    role.casts.push(CastSummary {
-                        tensor: t.name.clone(),
-                        from: t.dtype.to_string(),
-                        to: block_dtype.to_string(),
-                        max_abs_error: block_report.max_abs_error,
-                        overflowed: block_report.first_overflow.is_some(),
-                    });
-                }
-                for ((d, ..), rep) in role.extra.iter().zip(&extra_reports) {
-                    role.casts.push(CastSummary {
-                        tensor: t.name.clone(),
-                        from: block_dtype.to_string(),
-                        to: d.to_string(),
-                        max_abs_error: rep.max_abs_error,
-                        overflowed: rep.first_overflow.is_some(),
-                    });
-                }
-            }
-            (index, _) => {
-                // a plain block, or a tied lm_head identical to the embedding
-                // (alias: read only for the source digest)
-                let mut at = 0u64;
-                while at < t.len {
-                    let n = (t.len - at).min(CHUNK as u64) as usize;
-                    let chunk = &mut buf[..n];
-                    src.read(t, at, chunk)?;
-                    let chunk = &*chunk;
-                    match index {
-                        Some(i) => {
-                            let (w, ()) = rayon::join(
-                                || writer.write_chunk(i, chunk),
-                                || hasher.update(chunk),
-                            );
-                            w.map_err(fmt_err)?;
+                        block_report.merge(r, 0);
+                        writer.write_chunk(index, &block_bytes).map_err(fmt_err)?;
+                        write_all(&mut role.same.1, &block_bytes, &role.same.0)?;
+                        let out_row_bytes = (cols * block_dtype.itemsize()) as usize;
+                        for ((d, path, w, h), rep) in role.extra.iter_mut().zip(&mut extra_reports)
+                        {
+                            let (bytes, r) =
+                                cast_rows(&block_bytes, block_dtype, *d, out_row_bytes);
+                            if let Some(idx) = r.first_overflow
+                                && !opts.allow_lossy
+                            {
+                                return Err(overflow_error(
+                                    &t.name,
+                                    &block_bytes,
+                                    block_dtype,
+                                    *d,
+                                    row,
+                                    cols,
+                                    idx,
+                                ));
+                            }
+                            rep.merge(r, 0);
+                            h.update(&bytes);
+                            write_all(w, &bytes, path)?;
                         }
-                        None => hasher.update(chunk),
+                        progress.advance(len as u64);
+                        since_sync += len as u64;
+                        if since_sync >= WRITEBACK_STEP {
+                            since_sync = 0;
+                            for f in role
+                                .same
+                                .1
+                                .get_ref()
+                                .try_clone()
+                                .into_iter()
+                                .chain(knot_clone.try_clone())
+                            {
+                                let _ = sync_tx.send(f);
+                            }
+                        }
+                        debug_assert_eq!(n * row_bytes as u64, len as u64);
+                        pf.recycle(buf);
                     }
-                    progress.advance(n as u64);
-                    at += n as u64;
+                    let digest = writer.end_payload(index).map_err(fmt_err)?;
+                    writer
+                        .set_columnar_sha256(index, block_dtype, digest)
+                        .map_err(fmt_err)?;
+                    if t.dtype != block_dtype {
+                        role.casts.push(CastSummary {
+                            tensor: t.name.clone(),
+                            from: t.dtype.to_string(),
+                            to: block_dtype.to_string(),
+                            max_abs_error: block_report.max_abs_error,
+                            overflowed: block_report.first_overflow.is_some(),
+                        });
+                    }
+                    for ((d, ..), rep) in role.extra.iter().zip(&extra_reports) {
+                        role.casts.push(CastSummary {
+                            tensor: t.name.clone(),
+                            from: block_dtype.to_string(),
+                            to: d.to_string(),
+                            max_abs_error: rep.max_abs_error,
+                            overflowed: rep.first_overflow.is_some(),
+                        });
+                    }
                 }
-                if let Some(i) = index {
-                    writer.end_payload(i).map_err(fmt_err)?;
+                (index, _) => {
+                    // a plain block, or a tied lm_head identical to the embedding
+                    // (alias: read only for the source digest)
+                    for (_, n) in prefetch::plan(t, is_role[ti], CHUNK) {
+                        let buf = pf.next()?;
+                        let chunk = &buf[..];
+                        match index {
+                            Some(i) => {
+                                let (w, ()) = rayon::join(
+                                    || writer.write_chunk(i, chunk),
+                                    || hasher.update(chunk),
+                                );
+                                w.map_err(fmt_err)?;
+                            }
+                            None => hasher.update(chunk),
+                        }
+                        progress.advance(n as u64);
+                        since_sync += n as u64;
+                        if since_sync >= WRITEBACK_STEP {
+                            since_sync = 0;
+                            if let Ok(f) = knot_clone.try_clone() {
+                                let _ = sync_tx.send(f);
+                            }
+                        }
+                        pf.recycle(buf);
+                    }
+                    if let Some(i) = index {
+                        writer.end_payload(i).map_err(fmt_err)?;
+                    }
                 }
             }
         }
-    }
+        Ok(())
+    })?;
 
     let source_sha: Vec<String> = file_hashers
         .into_iter()
@@ -545,6 +601,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     }
     let mut columnar = Vec::new();
     let mut casts = Vec::new();
+    let mut row_files: Vec<(File, PathBuf)> = Vec::new();
     for r in role_outs {
         let b = &writer.header().blocks[r.block];
         let block_name = b.name.clone();
@@ -554,10 +611,10 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
             .find(|d| d.dtype == b.dtype)
             .expect("block dtype descriptor")
             .clone();
-        finish_file(r.same.1, &r.same.0)?;
+        row_files.push((flush_file(r.same.1, &r.same.0)?, r.same.0.clone()));
         let mut files = vec![(same_desc.clone(), same_desc.sha256)];
         for (d, path, w, h) in r.extra {
-            finish_file(w, &path)?;
+            row_files.push((flush_file(w, &path)?, path.clone()));
             let digest: [u8; 32] = h.finalize().into();
             writer
                 .set_columnar_sha256(r.block, d, digest)
@@ -586,8 +643,22 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     }
     let tensors = writer.header().blocks.len();
     let (knot_writer, _) = writer.finish().map_err(fmt_err)?;
-    let mut knot_file = finish_file(knot_writer, &knot_tmp)?;
-    let (knot_bytes, knot_sha) = hash_file(&mut knot_file, &knot_tmp)?;
+    drop(sync_tx);
+    let _ = syncer.join();
+    let knot_file = flush_file(knot_writer, &knot_tmp)?;
+    row_files.push((knot_file, knot_tmp.clone()));
+    // Syncing to disk waits on I/O, hashing the knot on the CPU: overlap them.
+    let (synced, hashed) = rayon::join(
+        || -> Result<()> {
+            for (f, p) in &row_files {
+                f.sync_all().at(p)?;
+            }
+            Ok(())
+        },
+        || hash_file(&knot_tmp),
+    );
+    synced?;
+    let (knot_bytes, knot_sha) = hashed?;
     out.commit()?;
     Ok(PackReport {
         knot: FileReport {
@@ -604,6 +675,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         architecture: cfg.architecture,
         token_embd: roles.embed,
         lm_head: roles.lm_head_block,
+        peak_rss_bytes: peak_rss_bytes(),
     })
 }
 
@@ -611,9 +683,8 @@ fn writer_metadata_mut<W: Write + std::io::Seek>(w: &mut KnotWriter<W>) -> Optio
     w.metadata_mut().get_mut(keys::SOURCE_SHA256)
 }
 
-fn hash_file(f: &mut File, path: &Path) -> Result<(u64, String)> {
-    use std::io::{Seek, SeekFrom};
-    f.seek(SeekFrom::Start(0)).at(path)?;
+fn hash_file(path: &Path) -> Result<(u64, String)> {
+    let mut f = File::open(path).at(path)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; CHUNK];
     let mut total = 0u64;

@@ -114,14 +114,12 @@ impl Drop for Output {
     }
 }
 
-/// Flushes a writer and syncs its file to disk.
-pub(crate) fn finish_file(w: BufWriter<File>, path: &Path) -> Result<File> {
-    let f = w.into_inner().map_err(|e| PackError::Io {
+/// Flushes a writer into its file (the caller syncs it before commit).
+pub(crate) fn flush_file(w: BufWriter<File>, path: &Path) -> Result<File> {
+    w.into_inner().map_err(|e| PackError::Io {
         path: path.to_path_buf(),
         error: e.into_error(),
-    })?;
-    f.sync_all().at(path)?;
-    Ok(f)
+    })
 }
 
 /// Writes all of `bytes`, naming `path` on failure.

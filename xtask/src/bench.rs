@@ -1,0 +1,225 @@
+//! Benchmarks. Each prints its figures next to a reference measured in the
+//! same run on the same files (`cp -r`, `sha256sum`), because these machines
+//! are noisy; the ratio is the number to compare with the targets.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+
+use crate::{cargo, root, run as run_cmd};
+
+#[derive(Subcommand, Clone, Copy)]
+pub(crate) enum Which {
+    /// Pack the qwen2.5-0.5b preset (f32 and bf16) against `cp -r`.
+    Pack,
+    /// Verify the packed qwen2.5-0.5b preset with --source against `sha256sum`.
+    Verify,
+}
+
+fn bench_dir() -> PathBuf {
+    root().join("target/bench")
+}
+
+fn release_bin(name: &str) -> PathBuf {
+    root().join("target/release").join(name)
+}
+
+/// Generates the qwen2.5-0.5b preset once (release build of the generator).
+fn model() -> anyhow::Result<PathBuf> {
+    let dir = bench_dir().join("qwen2.5-0.5b");
+    let stamp = dir.join(".complete");
+    if !stamp.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!(
+            "bench: generating the qwen2.5-0.5b preset (vocab 151936, hidden 896, 24 layers, bf16) in {}",
+            dir.display()
+        );
+        run_cmd(
+            Command::new(release_bin("gkq-fixtures"))
+                .arg("qwen2.5-0.5b")
+                .arg(&dir),
+        )?;
+        std::fs::write(&stamp, "")?;
+    }
+    Ok(dir)
+}
+
+fn build() -> anyhow::Result<()> {
+    run_cmd(cargo().args([
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        "gkq-pack",
+        "-p",
+        "gkq-verify",
+        "-p",
+        "fixtures",
+    ]))
+}
+
+fn sync() {
+    let _ = Command::new("sync").status();
+}
+
+/// Wall time of a command (after a `sync`, so earlier writeback does not
+/// land in this measurement), and its stdout.
+fn timed(cmd: &mut Command) -> anyhow::Result<(f64, Vec<u8>)> {
+    sync();
+    let t = Instant::now();
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    let secs = t.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok((secs, out.stdout))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn dir_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir)? {
+        let m = e?.metadata()?;
+        if m.is_file() {
+            n += m.len();
+        }
+    }
+    Ok(n)
+}
+
+fn pack_once(model: &Path, out: &Path, dtype: &str) -> anyhow::Result<(f64, serde_json::Value)> {
+    let (secs, stdout) = timed(
+        Command::new(release_bin("gkq-pack"))
+            .arg(model)
+            .arg("--out")
+            .arg(out)
+            .args(["--json", "--dtype", dtype]),
+    )?;
+    Ok((secs, serde_json::from_slice(&stdout)?))
+}
+
+fn bench_pack(reps: usize) -> anyhow::Result<()> {
+    let model = model()?;
+    let input = dir_bytes(&model)?;
+    let copy = bench_dir().join("cp-copy");
+    println!(
+        "bench pack: qwen2.5-0.5b preset, {:.1} MB of bf16 safetensors, {reps} runs each, medians",
+        input as f64 / 1e6
+    );
+    println!(
+        "gkq-pack syncs its output to disk before the atomic rename; `cp -r` does not, so `cp -r && sync` is shown too."
+    );
+    println!(
+        "| --dtype | pack s | input MB/s | peak RSS MiB | output MB | cp -r s | cp -r && sync s | pack/cp | pack/(cp+sync) | target pack/cp |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (dtype, target) in [("bf16", 2.0), ("f32", 2.5)] {
+        let out = bench_dir().join(format!("pack-{dtype}"));
+        let (mut packs, mut cps, mut cpss, mut rss, mut out_bytes) =
+            (Vec::new(), Vec::new(), Vec::new(), 0u64, 0u64);
+        for _ in 0..reps {
+            let _ = std::fs::remove_dir_all(&copy);
+            let (c, _) = timed(Command::new("cp").arg("-r").arg(&model).arg(&copy))?;
+            cps.push(c);
+            let _ = std::fs::remove_dir_all(&copy);
+            let (cs, _) = timed(Command::new("sh").arg("-c").arg(format!(
+                "cp -r '{}' '{}' && sync",
+                model.display(),
+                copy.display()
+            )))?;
+            cpss.push(cs);
+            let _ = std::fs::remove_dir_all(&copy);
+            let _ = std::fs::remove_dir_all(&out);
+            let (p, report) = pack_once(&model, &out, dtype)?;
+            packs.push(p);
+            rss = rss.max(report["peak_rss_bytes"].as_u64().unwrap_or(0));
+            out_bytes = dir_bytes(&out)?;
+        }
+        let (p, c, cs) = (median(packs), median(cps), median(cpss));
+        println!(
+            "| {dtype} | {p:.2} | {:.0} | {:.0} | {:.1} | {c:.2} | {cs:.2} | {:.2} | {:.2} | <= {target} |",
+            input as f64 / 1e6 / p,
+            rss as f64 / (1 << 20) as f64,
+            out_bytes as f64 / 1e6,
+            p / c,
+            p / cs
+        );
+    }
+    Ok(())
+}
+
+fn bench_verify(reps: usize) -> anyhow::Result<()> {
+    let model = model()?;
+    let out = bench_dir().join("pack-f32");
+    if !out.join("model.knot").exists() {
+        pack_once(&model, &out, "f32")?;
+    }
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in [&out, &model] {
+        for e in std::fs::read_dir(dir)? {
+            let p = e?.path();
+            if p.is_file()
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                && p.extension().is_none_or(|x| x != "json")
+            {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let total: u64 = files
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    // warm the page cache so both sides read from memory
+    timed(
+        Command::new("cat")
+            .args(&files)
+            .stdout(std::process::Stdio::null()),
+    )?;
+    let (mut vs, mut ss) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let (v, stdout) = timed(
+            Command::new(release_bin("gkq-verify"))
+                .arg(&out)
+                .arg("--source")
+                .arg(&model)
+                .arg("--json"),
+        )?;
+        let report: serde_json::Value = serde_json::from_slice(&stdout)?;
+        if report["passed"] != true {
+            bail!("verification failed: {report}");
+        }
+        vs.push(v);
+        let (s, _) = timed(Command::new("sha256sum").args(&files))?;
+        ss.push(s);
+    }
+    let (v, s) = (median(vs), median(ss));
+    println!(
+        "bench verify: packed qwen2.5-0.5b (f32 rows) with --source; {} files, {:.1} MB; {reps} runs, medians",
+        files.len(),
+        total as f64 / 1e6
+    );
+    println!("| gkq-verify s | sha256sum s (same files) | verify/sha256sum | target |");
+    println!("|---:|---:|---:|---:|");
+    println!("| {v:.2} | {s:.2} | {:.2} | <= 1.5 |", v / s);
+    Ok(())
+}
+
+pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
+    build()?;
+    std::fs::create_dir_all(bench_dir())?;
+    match which {
+        Which::Pack => bench_pack(reps),
+        Which::Verify => bench_verify(reps),
+    }
+}

@@ -1,0 +1,225 @@
+//! A mutation fuzzer for the knot parser that runs on the stable toolchain
+//! (cargo-fuzz needs nightly, which this project's machines do not have).
+//!
+//! Seeds are valid knots (the golden vector and generated ones with dense,
+//! spectral and alias blocks). Each input is a seed with random mutations:
+//! bit flips, byte overwrites, interesting integers (0, 1, max, lengths past
+//! the end) written over length and offset fields, truncation and
+//! extension. Half of the inputs get their header checksum recomputed so
+//! that mutations reach the header decoder and validator rather than
+//! stopping at the checksum. Every input goes through `Knot::parse` and
+//! `parse_prefix`, and for accepted knots through payload access and
+//! spectral reconstruction; any panic is a failure and the input is saved.
+
+use std::io::Cursor;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use gkq_format::{
+    Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, DType, Encoding, Header, Knot, KnotWriter,
+    Metadata, Payload, Prefix, Quant, SpectralParts, Value, keys, parse_prefix,
+};
+use sha2::{Digest, Sha256};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+}
+
+fn seeds() -> anyhow::Result<Vec<Vec<u8>>> {
+    let golden = std::fs::read(crate::root().join("crates/gkq-format/tests/golden/tiny.knot"))?;
+    let mut md = Metadata::new();
+    md.insert(keys::VOCAB_SIZE.into(), Value::U64(4));
+    md.insert(
+        keys::SOURCE_FILES.into(),
+        Value::StrList(vec!["model.safetensors".into()]),
+    );
+    md.insert(
+        keys::SOURCE_SHA256.into(),
+        Value::StrList(vec!["00".repeat(32)]),
+    );
+    md.insert(keys::ROLE_TOKEN_EMBD.into(), Value::Str("e".into()));
+    md.insert(keys::TIE_WORD_EMBEDDINGS.into(), Value::Bool(true));
+    let mut e = Block::dense("e", DType::BF16, vec![4, 3]).expect("small");
+    e.flags = COLUMNAR_ELIGIBLE;
+    for d in [DType::BF16, DType::F32] {
+        e.columnar
+            .push(ColumnarDescriptor::for_shape(4, 3, d, format!("e.{d}.rows")).expect("small"));
+    }
+    let spectral = Block {
+        name: "s".into(),
+        dtype: DType::F32,
+        flags: 0,
+        shape: vec![3, 2],
+        encoding: Encoding::Spectral {
+            rank: 1,
+            factor_dtype: DType::U8,
+            quant: Quant::U8Affine,
+            payload: Payload {
+                offset: 0,
+                len: 3 + 24 + 4 + 2 + 8,
+                sha256: [0; 32],
+            },
+        },
+        columnar: vec![],
+    };
+    let alias = Block {
+        name: "a".into(),
+        dtype: DType::BF16,
+        flags: COLUMNAR_ELIGIBLE,
+        shape: vec![4, 3],
+        encoding: Encoding::Alias { target: 0 },
+        columnar: vec![],
+    };
+    let ints = Block::dense("i", DType::I64, vec![2]).expect("small");
+    let header = Header {
+        metadata: md,
+        blocks: vec![e, spectral, alias, ints],
+    };
+    let mut w = KnotWriter::new(Cursor::new(Vec::new()), header)?;
+    w.write_payload(0, &[7u8; 24][..])?;
+    w.write_payload(1, &[1u8; 41][..])?;
+    w.write_payload(3, &[2u8; 16][..])?;
+    let generated = w.finish()?.0.into_inner();
+    Ok(vec![golden, generated])
+}
+
+const INTERESTING: [u64; 9] = [0, 1, 2, 0x7f, 0xff, 0xffff, 0xffff_ffff, u64::MAX, 4096];
+
+fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+    let mut b = seed.to_vec();
+    for _ in 0..1 + rng.below(6) {
+        // Most mutations land in the preamble and header, where the parser works.
+        let span = if rng.below(4) == 0 {
+            b.len()
+        } else {
+            b.len().min(0x200)
+        };
+        match rng.below(7) {
+            0 if !b.is_empty() => {
+                let i = rng.below(span);
+                b[i] ^= 1 << rng.below(8);
+            }
+            1 if !b.is_empty() => {
+                let i = rng.below(span);
+                b[i] = rng.next() as u8;
+            }
+            2 => {
+                let v = INTERESTING[rng.below(INTERESTING.len())];
+                let width = [1usize, 2, 4, 8][rng.below(4)];
+                let i = rng.below(span.saturating_sub(width).max(1));
+                if i + width <= b.len() {
+                    b[i..i + width].copy_from_slice(&v.to_le_bytes()[..width]);
+                }
+            }
+            3 => b.truncate(rng.below(b.len() + 1)),
+            4 => b.extend((0..rng.below(64)).map(|_| rng.next() as u8)),
+            5 if !b.is_empty() => {
+                // small integer tweak of a field
+                let i = rng.below(span);
+                b[i] = b[i].wrapping_add(1 + rng.below(3) as u8);
+            }
+            _ => {}
+        }
+    }
+    b
+}
+
+/// Recomputes the header checksum so mutated headers get past it.
+fn reseal(b: &mut [u8]) {
+    if b.len() < 72 {
+        return;
+    }
+    let header_len = u64::from_le_bytes(b[16..24].try_into().expect("8 bytes"));
+    let Some(end) = 72usize
+        .checked_add(header_len as usize)
+        .filter(|&e| e <= b.len() && header_len < (1 << 24))
+    else {
+        return;
+    };
+    let mut h = Sha256::new();
+    h.update(&b[..40]);
+    h.update(&b[72..end]);
+    let d: [u8; 32] = h.finalize().into();
+    b[40..72].copy_from_slice(&d);
+}
+
+fn exercise(input: &[u8]) -> usize {
+    let mut accepted = 0;
+    if let Ok(k) = Knot::parse(input) {
+        accepted += 1;
+        for i in 0..k.blocks().len() + 1 {
+            let _ = k.payload(i);
+            let _ = k.verify_payload(i);
+            if let (Some(b), Some(p)) = (k.blocks().get(i), k.payload(i))
+                && matches!(b.encoding, Encoding::Spectral { .. })
+                && let Ok(parts) = SpectralParts::decode(b, p)
+            {
+                let _ = parts.reconstruct();
+            }
+        }
+    }
+    for cut in [72usize, input.len() / 2, input.len()] {
+        if let Ok(Prefix::Complete(h)) = parse_prefix(&input[..cut.min(input.len())]) {
+            let _ = h.payload_of(0);
+        }
+    }
+    accepted
+}
+
+pub(crate) fn run(seconds: u64, seed: u64) -> anyhow::Result<()> {
+    let seeds = seeds()?;
+    for s in &seeds {
+        if exercise(s) == 0 {
+            bail!("a seed knot does not parse");
+        }
+    }
+    let mut rng = Rng(seed);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let (mut execs, mut accepted) = (0u64, 0u64);
+    std::panic::set_hook(Box::new(|_| {}));
+    let started = Instant::now();
+    while Instant::now() < deadline {
+        for _ in 0..256 {
+            let s = &seeds[rng.below(seeds.len())];
+            let mut input = mutate(&mut rng, s);
+            if rng.below(2) == 0 {
+                reseal(&mut input);
+            }
+            match catch_unwind(AssertUnwindSafe(|| exercise(&input))) {
+                Ok(n) => accepted += n as u64,
+                Err(_) => {
+                    let _ = std::panic::take_hook();
+                    let path = crate::root().join(format!("target/fuzz-crash-{execs}.knot"));
+                    std::fs::write(&path, &input)?;
+                    bail!(
+                        "the parser panicked after {execs} inputs; input saved to {}",
+                        path.display()
+                    );
+                }
+            }
+            execs += 1;
+        }
+    }
+    let _ = std::panic::take_hook();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "fuzz: {execs} inputs in {secs:.1}s ({:.0}/s), {accepted} accepted as valid knots, no panics",
+        execs as f64 / secs
+    );
+    Ok(())
+}
