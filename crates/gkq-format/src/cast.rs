@@ -63,33 +63,58 @@ pub fn cast_row(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> Option
     if !from.is_castable_float() || !to.is_castable_float() {
         return None;
     }
+    let to_size = usize::try_from(to.itemsize()).ok()?;
+    let count = src.len().checked_div(size)?;
+    let start = out.len();
+    out.resize(start.checked_add(count.checked_mul(to_size)?)?, 0);
+    let dst = out.get_mut(start..)?;
+    let pairs = dst.chunks_exact_mut(to_size).zip(src.chunks_exact(size));
     let mut report = CastReport::default();
-    for (i, c) in src.chunks_exact(size).enumerate() {
-        let x = read_f32(c, from);
-        let (bytes, back): ([u8; 4], f32) = match to {
-            DType::F32 => (x.to_le_bytes(), x),
-            DType::F16 => {
-                let h = f16::from_f32(x);
-                if x.is_finite() && x.abs() > f16::MAX.to_f32() && report.first_overflow.is_none() {
-                    report.first_overflow = Some(i);
-                }
-                let [a, b] = h.to_le_bytes();
-                ([a, b, 0, 0], h.to_f32())
+    match (from, to) {
+        // Widening is exact: no error to track.
+        (DType::BF16, DType::F32) => {
+            for (d, s) in pairs {
+                let bits = u32::from(u16::from_le_bytes([
+                    s.first().copied()?,
+                    s.get(1).copied()?,
+                ])) << 16;
+                d.copy_from_slice(&bits.to_le_bytes());
             }
-            _ => {
-                let h = bf16::from_f32(x);
-                if x.is_finite() && h.is_infinite() && report.first_overflow.is_none() {
-                    report.first_overflow = Some(i);
-                }
-                let [a, b] = h.to_le_bytes();
-                ([a, b, 0, 0], h.to_f32())
-            }
-        };
-        if x.is_finite() && back.is_finite() {
-            report.max_abs_error = report.max_abs_error.max(f64::from((x - back).abs()));
         }
-        let n = usize::try_from(to.itemsize()).unwrap_or(4);
-        out.extend_from_slice(bytes.get(..n).unwrap_or(&bytes));
+        (DType::F16, DType::F32) => {
+            for (d, s) in pairs {
+                let x = f16::from_le_bytes([s.first().copied()?, s.get(1).copied()?]).to_f32();
+                d.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        _ => {
+            for (i, (d, s)) in pairs.enumerate() {
+                let x = read_f32(s, from);
+                let (bytes, back): ([u8; 2], f32) = match to {
+                    DType::F16 => {
+                        let h = f16::from_f32(x);
+                        if x.is_finite()
+                            && x.abs() > f16::MAX.to_f32()
+                            && report.first_overflow.is_none()
+                        {
+                            report.first_overflow = Some(i);
+                        }
+                        (h.to_le_bytes(), h.to_f32())
+                    }
+                    _ => {
+                        let h = bf16::from_f32(x);
+                        if x.is_finite() && h.is_infinite() && report.first_overflow.is_none() {
+                            report.first_overflow = Some(i);
+                        }
+                        (h.to_le_bytes(), h.to_f32())
+                    }
+                };
+                if x.is_finite() && back.is_finite() {
+                    report.max_abs_error = report.max_abs_error.max(f64::from((x - back).abs()));
+                }
+                d.copy_from_slice(&bytes);
+            }
+        }
     }
     Some(report)
 }

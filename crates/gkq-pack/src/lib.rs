@@ -492,8 +492,13 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                             ));
                         }
                         block_report.merge(r, 0);
-                        writer.write_chunk(index, &block_bytes).map_err(fmt_err)?;
-                        write_all(&mut role.same.1, &block_bytes, &role.same.0)?;
+                        // The same bytes go to the knot and to the row file: write both at once.
+                        let (k, r) = rayon::join(
+                            || writer.write_chunk(index, &block_bytes),
+                            || write_all(&mut role.same.1, &block_bytes, &role.same.0),
+                        );
+                        k.map_err(fmt_err)?;
+                        r?;
                         let out_row_bytes = (cols * block_dtype.itemsize()) as usize;
                         for ((d, path, w, h), rep) in role.extra.iter_mut().zip(&mut extra_reports)
                         {
