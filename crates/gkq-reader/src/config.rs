@@ -1,0 +1,91 @@
+//! Reader configuration: a plain struct for programmatic use and, behind
+//! the `clap` feature, the flags a runtime flattens into its own CLI.
+
+use std::time::Duration;
+
+use crate::columnar::FetchConfig;
+use crate::http::HttpConfig;
+
+/// Default row cache capacity (~28 MB of fp32 rows for Qwen2.5-0.5B).
+pub const DEFAULT_CACHE_ROWS: usize = 8192;
+
+/// Which roles a node serves. In a pipeline-split fabric the first stage
+/// only looks up input embeddings and never pulls lm_head; the last stage
+/// needs lm_head resident.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Roles {
+    /// Input embedding lookups.
+    pub input: bool,
+    /// Output projection (lm_head).
+    pub output: bool,
+}
+
+impl Roles {
+    /// Both roles (a single-node model).
+    pub const ALL: Roles = Roles {
+        input: true,
+        output: true,
+    };
+    /// First pipeline stage.
+    pub const INPUT: Roles = Roles {
+        input: true,
+        output: false,
+    };
+    /// Last pipeline stage.
+    pub const OUTPUT: Roles = Roles {
+        input: false,
+        output: true,
+    };
+}
+
+/// Everything a reader needs to know.
+#[derive(Clone, Debug, Default)]
+pub struct ReaderConfig {
+    /// Row file URL for the token embedding (`--columnar-embed`): the row
+    /// file itself, or a base URL ending in `/` holding the row files.
+    pub columnar_embed: Option<String>,
+    /// Row fetching and caching.
+    pub fetch: FetchConfig,
+    /// HTTP timeouts and retries.
+    pub http: HttpConfig,
+}
+
+impl Default for ReaderConfig {
+    fn default() -> Self {
+        ReaderConfig {
+            columnar_embed: None,
+            fetch: FetchConfig::default(),
+            http: HttpConfig::default(),
+        }
+    }
+}
+
+/// The runtime flags of the columnar embedding (`#[command(flatten)]` them).
+#[cfg(feature = "clap")]
+#[derive(Clone, Debug, clap::Args)]
+pub struct EmbedArgs {
+    /// URL of the embedding row file (e.g. https://…/token_embd.f32.rows), or a base URL ending in '/'.
+    #[arg(long = "columnar-embed", value_name = "URL")]
+    pub columnar_embed: Option<String>,
+    /// In-memory row cache size, in rows.
+    #[arg(long = "embed-cache-rows", value_name = "N", default_value_t = DEFAULT_CACHE_ROWS)]
+    pub embed_cache_rows: usize,
+}
+
+#[cfg(feature = "clap")]
+impl From<EmbedArgs> for ReaderConfig {
+    fn from(a: EmbedArgs) -> Self {
+        let mut c = ReaderConfig {
+            columnar_embed: a.columnar_embed,
+            ..ReaderConfig::default()
+        };
+        c.fetch.cache_rows = a.embed_cache_rows;
+        c
+    }
+}
+
+/// A shorter timeout, for tests and tools.
+pub fn with_timeout(mut c: ReaderConfig, t: Duration) -> ReaderConfig {
+    c.http.timeout = t;
+    c
+}

@@ -1,0 +1,184 @@
+//! A knot opened from a local path (mmap) or an http(s) URL (header by at
+//! most two range requests; blocks fetched on demand and checked against
+//! their sha256).
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use gkq_format::{Block, KnotHeader, Prefix, parse_prefix};
+use sha2::{Digest, Sha256};
+
+use crate::error::{ReaderError, Result};
+use crate::http::Http;
+
+/// First range fetched from a remote knot: most headers fit.
+pub(crate) const FIRST_FETCH: u64 = 64 * 1024;
+
+enum Where {
+    Local { map: memmap2::Mmap },
+    Remote { url: String },
+}
+
+/// An opened knot.
+pub struct KnotHandle {
+    location: String,
+    header: KnotHeader,
+    place: Where,
+}
+
+impl std::fmt::Debug for KnotHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KnotHandle")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+fn knot_err(location: &str, e: gkq_format::Error) -> ReaderError {
+    ReaderError::Knot {
+        location: location.to_owned(),
+        error: Box::new(e),
+    }
+}
+
+/// Whether `location` is an http(s) URL.
+pub fn is_url(location: &str) -> bool {
+    location.starts_with("http://") || location.starts_with("https://")
+}
+
+impl KnotHandle {
+    /// Opens `location`: a path, or an http(s) URL.
+    pub fn open(location: &str, http: &Http) -> Result<KnotHandle> {
+        if is_url(location) {
+            return Self::open_remote(location, http);
+        }
+        let path = PathBuf::from(location);
+        let file = File::open(&path).map_err(|error| ReaderError::Io {
+            path: path.clone(),
+            error,
+        })?;
+        // SAFETY: read-only map; the knot is an immutable published artefact.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|error| ReaderError::Io {
+            path: path.clone(),
+            error,
+        })?;
+        let knot = gkq_format::Knot::parse(&map).map_err(|e| knot_err(location, e))?;
+        let header = knot.header().clone();
+        Ok(KnotHandle {
+            location: location.to_owned(),
+            header,
+            place: Where::Local { map },
+        })
+    }
+
+    fn open_remote(url: &str, http: &Http) -> Result<KnotHandle> {
+        let total = http.content_length(url)?;
+        let first = http.get_range_vec(url, 0, FIRST_FETCH.min(total).max(1) - 1, Some(total))?;
+        let header = match parse_prefix(&first).map_err(|e| knot_err(url, e))? {
+            Prefix::Complete(h) => *h,
+            Prefix::NeedBytes { total: need } => {
+                if need > total {
+                    return Err(knot_err(
+                        url,
+                        gkq_format::Error::Truncated {
+                            needed: need,
+                            available: total,
+                        },
+                    ));
+                }
+                let mut all = first;
+                all.extend(http.get_range_vec(url, all.len() as u64, need - 1, Some(total))?);
+                match parse_prefix(&all).map_err(|e| knot_err(url, e))? {
+                    Prefix::Complete(h) => *h,
+                    Prefix::NeedBytes { total } => {
+                        return Err(knot_err(
+                            url,
+                            gkq_format::Error::Truncated {
+                                needed: total,
+                                available: all.len() as u64,
+                            },
+                        ));
+                    }
+                }
+            }
+        };
+        if header.preamble().file_len != total {
+            return Err(knot_err(
+                url,
+                gkq_format::Error::FileLength {
+                    expected: header.preamble().file_len,
+                    found: total,
+                },
+            ));
+        }
+        Ok(KnotHandle {
+            location: url.to_owned(),
+            header,
+            place: Where::Remote {
+                url: url.to_owned(),
+            },
+        })
+    }
+
+    /// Path or URL.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> &KnotHeader {
+        &self.header
+    }
+
+    /// Whether the knot is remote.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.place, Where::Remote { .. })
+    }
+
+    /// Index of block `name`.
+    pub fn index(&self, name: &str) -> Result<usize> {
+        self.header.header().block_index(name).ok_or_else(|| {
+            ReaderError::Missing(format!("{}: no block named {name:?}", self.location))
+        })
+    }
+
+    /// The block holding the data of block `index` (an alias resolved).
+    pub fn data_block(&self, index: usize) -> Result<&Block> {
+        self.header.header().resolve(index).ok_or_else(|| {
+            ReaderError::Missing(format!("{}: block {index} has no data", self.location))
+        })
+    }
+
+    /// The payload of block `index` (following an alias), read whole and
+    /// checked against its sha256. Remote knots fetch only that block.
+    pub fn payload(&self, index: usize, http: &Http) -> Result<Arc<[u8]>> {
+        let name = self.data_block(index)?.name.clone();
+        let p = self.header.payload_of(index).ok_or_else(|| {
+            ReaderError::Missing(format!("{}: block {name:?} has no payload", self.location))
+        })?;
+        let bytes: Vec<u8> = match &self.place {
+            Where::Local { map } => map
+                .get(p.offset as usize..(p.offset + p.len) as usize)
+                .unwrap_or_default()
+                .to_vec(),
+            Where::Remote { url } if p.len > 0 => http.get_range_vec(
+                url,
+                p.offset,
+                p.offset + p.len - 1,
+                Some(self.header.preamble().file_len),
+            )?,
+            Where::Remote { .. } => Vec::new(),
+        };
+        let digest: [u8; 32] = Sha256::digest(&bytes).into();
+        if digest != p.sha256 {
+            return Err(ReaderError::Digest {
+                what: format!("{}: block {name:?}", self.location),
+                expected: gkq_format::hex(&p.sha256),
+                found: gkq_format::hex(&digest),
+            });
+        }
+        Ok(bytes.into())
+    }
+}

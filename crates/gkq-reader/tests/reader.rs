@@ -1,0 +1,648 @@
+//! gkq-reader against real servers on 127.0.0.1: nginx (started here) for
+//! the normal paths and the server that ignores Range; an in-process server
+//! for wrong Content-Range, short bodies and resets; a silent socket for stalls.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use candle_core::{Device, Tensor};
+use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions, Staller};
+use gkq_format::{DType, Knot, cast_row, keys};
+use gkq_reader::{FetchConfig, ReadPath, Reader, ReaderConfig, ReaderError, Roles, with_timeout};
+
+struct Served {
+    _tmp: tempfile::TempDir,
+    out: PathBuf,
+    nginx: Nginx,
+}
+
+impl Served {
+    fn url(&self, name: &str) -> String {
+        format!("{}/m/{name}", self.nginx.url())
+    }
+}
+
+fn pack(spec: &fixtures::Spec, dtypes: &[DType], tmp: &Path) -> PathBuf {
+    let src = tmp.join("model");
+    fixtures::write_model(&src, spec).expect("fixture");
+    let out = tmp.join("www/m");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.dtypes = dtypes.to_vec();
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    out
+}
+
+fn serve(spec: &fixtures::Spec, dtypes: &[DType], opts: &NginxOptions) -> Served {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(spec, dtypes, tmp.path());
+    let nginx = Nginx::start(&tmp.path().join("www"), &tmp.path().join("nginx"), opts)
+        .expect("start nginx (scripts/install-test-deps.sh)");
+    Served {
+        _tmp: tmp,
+        out,
+        nginx,
+    }
+}
+
+fn config(url: Option<String>) -> ReaderConfig {
+    ReaderConfig {
+        columnar_embed: url,
+        ..ReaderConfig::default()
+    }
+}
+
+/// Row `id` of the knot's embedding block, cast to `dtype`: the reference.
+fn dense_row(out: &Path, id: u64, dtype: DType) -> Vec<u8> {
+    let bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = Knot::parse(&bytes).expect("valid");
+    let h = knot.header().header();
+    let i = h
+        .block_index(h.meta_str(keys::ROLE_TOKEN_EMBD).expect("role"))
+        .expect("block");
+    let b = &h.blocks[i];
+    let rb = (b.shape[1] * b.dtype.itemsize()) as usize;
+    let row = &knot.payload(i).expect("payload")[id as usize * rb..(id as usize + 1) * rb];
+    let mut out = Vec::new();
+    cast_row(row, b.dtype, dtype, &mut out).expect("castable");
+    out
+}
+
+fn ids() -> Vec<u64> {
+    vec![0, 5, 6, 7, 300, 5, 511, 42, 43, 0, 200]
+}
+
+#[test]
+fn every_preset_and_dtype_is_bit_identical_to_the_dense_block() {
+    let dtypes = [DType::F32, DType::BF16, DType::F16];
+    for preset in fixtures::test_presets() {
+        let spec = fixtures::preset(preset).expect("preset");
+        let s = serve(&spec, &dtypes, &NginxOptions::default());
+        for d in dtypes {
+            let rows_url = s.url(&format!("token_embd.{d}.rows"));
+            let r = Reader::open(&s.url("model.knot"), config(Some(rows_url)), Roles::INPUT)
+                .expect("open");
+            let e = r.embedding().expect("input role");
+            assert_eq!(
+                e.resolution().path,
+                ReadPath::Columnar,
+                "{preset} {d}: {}",
+                e.resolution().reason
+            );
+            let rows = e.rows(&ids()).expect("rows");
+            assert_eq!(rows.len(), ids().len());
+            assert_eq!(rows.dtype(), d);
+            for (k, &id) in ids().iter().enumerate() {
+                assert!(
+                    rows.bytes(k).expect("row") == dense_row(&s.out, id, d).as_slice(),
+                    "{preset} {d}: row {id}"
+                );
+            }
+            let t = rows.to_tensor().expect("tensor");
+            assert_eq!(t.dims(), &[ids().len(), spec.hidden]);
+        }
+    }
+}
+
+#[test]
+fn remote_open_reads_only_the_header() {
+    // A knot whose header is larger than the first 64 KiB fetch: two GETs.
+    let mut spec = fixtures::Spec::tiny(fixtures::Arch::Llama, fixtures::FDtype::BF16);
+    spec.layers = 120;
+    spec.hidden = 16;
+    spec.intermediate = 16;
+    spec.heads = 2;
+    spec.kv_heads = 1;
+    let s = serve(&spec, &[DType::F32], &NginxOptions::default());
+    let knot_len = fs::metadata(s.out.join("model.knot")).expect("knot").len();
+    let r = Reader::open(&s.url("model.knot"), config(None), Roles::INPUT).expect("open");
+    let header_end = r.knot().header().header_end();
+    assert!(header_end > 64 * 1024, "header is {header_end} bytes");
+    let st = r.net_stats();
+    assert_eq!(st.requests, 3, "HEAD + two range GETs");
+    assert!(
+        st.payload_bytes <= header_end && st.payload_bytes < knot_len / 2,
+        "{st:?}"
+    );
+    // a small header: HEAD + one GET
+    let s = serve(
+        &fixtures::preset("qwen2-tiny-f32").expect("preset"),
+        &[DType::F32],
+        &NginxOptions::default(),
+    );
+    let r = Reader::open(&s.url("model.knot"), config(None), Roles::INPUT).expect("open");
+    assert_eq!(r.net_stats().requests, 2);
+    // the dense fallback fetches the one block, checked against its digest
+    let e = r.embedding().expect("embedding");
+    assert_eq!(e.resolution().path, ReadPath::Dense);
+    assert!(e.resolution().reason.contains("no columnar URL"));
+    let rows = e.rows(&[3, 4]).expect("rows");
+    assert!(rows.bytes(1).expect("row") == dense_row(&s.out, 4, DType::F32).as_slice());
+    assert_eq!(r.net_stats().requests, 3);
+    assert_eq!(
+        r.net_stats().payload_bytes - 65536.min(header_end_of(&s.out)),
+        512 * 64 * 4
+    );
+}
+
+fn header_end_of(out: &Path) -> u64 {
+    let bytes = fs::read(out.join("model.knot")).expect("knot");
+    Knot::parse(&bytes)
+        .expect("valid")
+        .header()
+        .header_end()
+        .max(65536)
+        .min(bytes.len() as u64)
+}
+
+#[test]
+fn cache_hits_make_no_requests_and_gaps_are_coalesced() {
+    let s = serve(
+        &fixtures::preset("qwen2-tiny-f32").expect("preset"),
+        &[DType::F32],
+        &NginxOptions::default(),
+    );
+    let mut c = config(Some(s.url("token_embd.f32.rows")));
+    c.fetch = FetchConfig {
+        max_gap_rows: 2,
+        ..FetchConfig::default()
+    };
+    let r = Reader::open(
+        s.out.join("model.knot").to_str().expect("utf8"),
+        c,
+        Roles::INPUT,
+    )
+    .expect("open");
+    let e = r.embedding().expect("embedding");
+    let before = r.net_stats();
+    e.rows(&[10, 12, 13, 100]).expect("rows");
+    let st = r.net_stats().since(&before);
+    assert_eq!(
+        st.requests, 2,
+        "10..=13 in one range (gap of 1 row), 100 alone"
+    );
+    assert_eq!(st.payload_bytes, 5 * 256, "4 asked + 1 gap row");
+    let cs = e.cache_stats();
+    assert_eq!((cs.hits, cs.misses, cs.rows_fetched), (0, 4, 5));
+    let before = r.net_stats();
+    let rows = e.rows(&[11, 13, 10]).expect("rows");
+    assert_eq!(
+        r.net_stats().since(&before).requests,
+        0,
+        "gap row 11 was cached too"
+    );
+    assert_eq!(e.cache_stats().hits, 3);
+    assert!(rows.bytes(0).expect("row") == dense_row(&s.out, 11, DType::F32).as_slice());
+}
+
+#[test]
+fn token_out_of_range_fetches_nothing() {
+    let s = serve(
+        &fixtures::preset("qwen2-tiny-f32").expect("preset"),
+        &[DType::F32],
+        &NginxOptions::default(),
+    );
+    let r = Reader::open(
+        &s.url("model.knot"),
+        config(Some(s.url("token_embd.f32.rows"))),
+        Roles::INPUT,
+    )
+    .expect("open");
+    let before = r.net_stats();
+    let e = r.embedding().expect("embedding");
+    match e.rows(&[1, 512]) {
+        Err(ReaderError::TokenOutOfRange {
+            id: 512,
+            vocab: 512,
+        }) => {}
+        other => panic!("expected TokenOutOfRange, got {other:?}"),
+    }
+    let msg = e.rows(&[9999]).expect_err("out of range").to_string();
+    assert!(msg.contains("9999") && msg.contains("512"), "{msg}");
+    assert_eq!(r.net_stats(), before, "nothing fetched");
+}
+
+#[test]
+fn server_ignoring_range_falls_back_to_dense_without_reading_the_body() {
+    let s = serve(
+        &fixtures::preset("llama-tiny-f32").expect("preset"),
+        &[DType::F32],
+        &NginxOptions {
+            ignore_ranges: true,
+            ..Default::default()
+        },
+    );
+    let local_knot = s.out.join("model.knot");
+    let r = Reader::open(
+        local_knot.to_str().expect("utf8"),
+        config(Some(s.url("token_embd.f32.rows"))),
+        Roles::INPUT,
+    )
+    .expect("open");
+    let e = r.embedding().expect("embedding");
+    assert_eq!(e.resolution().path, ReadPath::Columnar, "HEAD looks right");
+    let rows = e.rows(&[7, 8]).expect("falls back");
+    assert!(rows.bytes(1).expect("row") == dense_row(&s.out, 8, DType::F32).as_slice());
+    let res = e.resolution();
+    assert_eq!(res.path, ReadPath::Dense);
+    assert!(
+        res.reason.contains("ignored Range") && res.reason.contains("HTTP 200"),
+        "{}",
+        res.reason
+    );
+    assert_eq!(r.net_stats().payload_bytes, 0, "the 200 body was not read");
+}
+
+#[test]
+fn wrong_content_length_at_resolution_falls_back() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(
+        &fixtures::preset("qwen2-tiny-f32").expect("preset"),
+        &[DType::F32],
+        tmp.path(),
+    );
+    fs::OpenOptions::new()
+        .write(true)
+        .open(out.join("token_embd.f32.rows"))
+        .expect("open")
+        .set_len(1000)
+        .expect("truncate");
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let url = format!("{}/m/token_embd.f32.rows", nginx.url());
+    let r = Reader::open(
+        out.join("model.knot").to_str().expect("utf8"),
+        config(Some(url)),
+        Roles::INPUT,
+    )
+    .expect("open");
+    let res = r.embedding().expect("embedding").resolution();
+    assert_eq!(res.path, ReadPath::Dense);
+    assert!(
+        res.reason.contains("Content-Length 1000 ≠ expected 131072"),
+        "{}",
+        res.reason
+    );
+    // a URL naming no row file of the block, and a 404
+    let r = Reader::open(
+        out.join("model.knot").to_str().expect("utf8"),
+        config(Some(format!("{}/m/other.rows", nginx.url()))),
+        Roles::INPUT,
+    )
+    .expect("open");
+    assert!(
+        r.embedding()
+            .expect("e")
+            .resolution()
+            .reason
+            .contains("names none of the row files")
+    );
+    let r = Reader::open(
+        out.join("model.knot").to_str().expect("utf8"),
+        config(Some(format!("{}/nope/", nginx.url()))),
+        Roles::INPUT,
+    )
+    .expect("open");
+    assert!(
+        r.embedding()
+            .expect("e")
+            .resolution()
+            .reason
+            .contains("HTTP 404"),
+        "{}",
+        r.embedding().expect("e").resolution().reason
+    );
+}
+
+fn fault_reader(fault: Fault) -> (tempfile::TempDir, PathBuf, FaultServer, Reader) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(
+        &fixtures::preset("qwen2-tiny-f32").expect("preset"),
+        &[DType::F32],
+        tmp.path(),
+    );
+    let server = FaultServer::start(
+        fs::read(out.join("token_embd.f32.rows")).expect("rows"),
+        fault,
+    )
+    .expect("server");
+    let mut c = with_timeout(
+        config(Some(server.url("token_embd.f32.rows"))),
+        Duration::from_secs(2),
+    );
+    c.http.backoff = Duration::from_millis(5);
+    let r = Reader::open(
+        out.join("model.knot").to_str().expect("utf8"),
+        c,
+        Roles::INPUT,
+    )
+    .expect("open");
+    (tmp, out, server, r)
+}
+
+#[test]
+fn wrong_content_range_is_an_error_and_nothing_is_cached() {
+    let (_t, _o, _s, r) = fault_reader(Fault::WrongContentRange);
+    let e = r.embedding().expect("embedding");
+    assert_eq!(e.resolution().path, ReadPath::Columnar);
+    let err = e.rows(&[3]).expect_err("bad Content-Range").to_string();
+    assert!(
+        err.contains("Content-Range") && err.contains("bytes 768-1023/131072"),
+        "{err}"
+    );
+    assert_eq!(e.columnar().expect("columnar").cached_rows(), 0);
+}
+
+#[test]
+fn short_body_is_an_error_and_nothing_is_cached() {
+    let (_t, _o, server, r) = fault_reader(Fault::ShortBody);
+    let e = r.embedding().expect("embedding");
+    let err = e.rows(&[3, 4]).expect_err("short body").to_string();
+    assert!(
+        err.contains("256 of 512 bytes") && err.contains("3 attempts"),
+        "{err}"
+    );
+    assert_eq!(e.columnar().expect("columnar").cached_rows(), 0);
+    assert_eq!(server.connections(), 1 + 3, "HEAD + 3 attempts");
+}
+
+#[test]
+fn connection_reset_is_retried() {
+    // HEAD is connection 0 and succeeds; connections 1 and 2 are dropped.
+    let (_t, out, server, r) = fault_reader(Fault::ResetFirst(0));
+    drop((server, r));
+    let tmp = tempfile::tempdir().expect("tmp");
+    let server = FaultServer::start(
+        fs::read(out.join("token_embd.f32.rows")).expect("rows"),
+        Fault::ResetFirst(2),
+    )
+    .expect("server");
+    let mut c = with_timeout(
+        config(Some(server.url("token_embd.f32.rows"))),
+        Duration::from_secs(2),
+    );
+    c.http.backoff = Duration::from_millis(5);
+    // the HEAD at open is retried through the two resets
+    let r = Reader::open(
+        out.join("model.knot").to_str().expect("utf8"),
+        c,
+        Roles::INPUT,
+    )
+    .expect("open");
+    let e = r.embedding().expect("embedding");
+    assert_eq!(
+        e.resolution().path,
+        ReadPath::Columnar,
+        "{}",
+        e.resolution().reason
+    );
+    let rows = e.rows(&[9]).expect("rows after retries");
+    assert!(rows.bytes(0).expect("row") == dense_row(&out, 9, DType::F32).as_slice());
+    assert!(r.net_stats().retries >= 2);
+    drop(tmp);
+}
+
+#[test]
+fn stalled_server_times_out() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(
+        &fixtures::preset("qwen2-tiny-f32").expect("preset"),
+        &[DType::F32],
+        tmp.path(),
+    );
+    let staller = Staller::start().expect("staller");
+    let mut c = with_timeout(
+        config(Some(format!("{}/token_embd.f32.rows", staller.url()))),
+        Duration::from_millis(300),
+    );
+    c.http.attempts = 2;
+    let t = Instant::now();
+    let r = Reader::open(
+        out.join("model.knot").to_str().expect("utf8"),
+        c,
+        Roles::INPUT,
+    )
+    .expect("open");
+    let res = r.embedding().expect("e").resolution();
+    assert_eq!(res.path, ReadPath::Dense);
+    assert!(
+        res.reason.contains("timed out")
+            || res.reason.contains("Timeout")
+            || res.reason.contains("timeout"),
+        "{}",
+        res.reason
+    );
+    assert!(t.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn concurrent_callers_fetch_each_row_once() {
+    let s = serve(
+        &fixtures::preset("qwen2-tiny-f32").expect("preset"),
+        &[DType::F32],
+        &NginxOptions::default(),
+    );
+    let mut c = config(Some(s.url("token_embd.f32.rows")));
+    c.fetch.max_gap_rows = 0;
+    let r = Arc::new(
+        Reader::open(
+            s.out.join("model.knot").to_str().expect("utf8"),
+            c,
+            Roles::INPUT,
+        )
+        .expect("open"),
+    );
+    let sets: Vec<Vec<u64>> = (0..8u64)
+        .map(|t| (0..40).map(|k| (k * 7 + t * 3) % 97).collect())
+        .collect();
+    let distinct: std::collections::BTreeSet<u64> = sets.iter().flatten().copied().collect();
+    std::thread::scope(|sc| {
+        for set in &sets {
+            let r = r.clone();
+            let out = s.out.clone();
+            sc.spawn(move || {
+                let rows = r.embedding().expect("e").rows(set).expect("rows");
+                for (k, &id) in set.iter().enumerate() {
+                    assert!(
+                        rows.bytes(k).expect("row") == dense_row(&out, id, DType::F32).as_slice(),
+                        "torn row {id}"
+                    );
+                }
+            });
+        }
+    });
+    let cs = r.embedding().expect("e").cache_stats();
+    assert_eq!(
+        cs.rows_fetched,
+        distinct.len() as u64,
+        "each row fetched once"
+    );
+    assert_eq!(r.net_stats().payload_bytes, distinct.len() as u64 * 256);
+}
+
+fn hidden(n: usize, h: usize) -> Tensor {
+    let v: Vec<f32> = (0..n * h)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+        .collect();
+    Tensor::from_vec(v, (n, h), &Device::Cpu).expect("tensor")
+}
+
+/// Logits computed directly from the dense block of the local knot.
+fn reference_logits(out: &Path, role_key: &str, x: &Tensor) -> Vec<Vec<f32>> {
+    let bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = Knot::parse(&bytes).expect("valid");
+    let h = knot.header().header();
+    let i = h
+        .block_index(h.meta_str(role_key).expect("role"))
+        .expect("block");
+    let b = h.resolve(i).expect("data");
+    let w = gkq_reader::weights_from_block(
+        knot.payload(i).expect("payload"),
+        b.dtype,
+        b.shape[0] as usize,
+        b.shape[1] as usize,
+    )
+    .expect("weights");
+    x.matmul(&w.t().expect("t"))
+        .expect("matmul")
+        .to_vec2::<f32>()
+        .expect("vec")
+}
+
+#[test]
+fn tied_lm_head_is_resident_and_serves_embedding_lookups() {
+    let spec = fixtures::preset("qwen2-tiny-bf16").expect("preset");
+    let s = serve(&spec, &[DType::BF16], &NginxOptions::default());
+    let r = Reader::open(
+        &s.url("model.knot"),
+        config(Some(s.url("token_embd.bf16.rows"))),
+        Roles::ALL,
+    )
+    .expect("open");
+    let e = r.embedding().expect("e");
+    e.rows(&[1, 2]).expect("columnar rows before residency");
+    let lm = r.lm_head().expect("output role");
+    assert!(!lm.is_resident());
+    let x = hidden(3, spec.hidden);
+    let logits = lm
+        .logits(&x)
+        .expect("logits")
+        .to_vec2::<f32>()
+        .expect("vec");
+    let reference = reference_logits(&s.out, keys::ROLE_LM_HEAD, &x);
+    assert!(
+        logits
+            .iter()
+            .flatten()
+            .map(|v| v.to_bits())
+            .eq(reference.iter().flatten().map(|v| v.to_bits())),
+        "logits not bit-identical"
+    );
+    let am = lm.argmax(&x).expect("argmax");
+    for (row, &a) in reference.iter().zip(&am) {
+        let best = row
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .expect("non-empty")
+            .0;
+        assert_eq!(a as usize, best);
+    }
+    assert!(lm.is_resident());
+    let before = r.net_stats();
+    let rows = e
+        .rows(&[1, 400, 77])
+        .expect("rows from the resident matrix");
+    assert_eq!(r.net_stats(), before, "no requests once resident");
+    assert!(rows.bytes(1).expect("row") == dense_row(&s.out, 400, DType::BF16).as_slice());
+}
+
+#[test]
+fn untied_lm_head_background_pull_and_roles() {
+    let spec = fixtures::preset("llama-tiny-f16").expect("preset");
+    let s = serve(&spec, &[DType::F32], &NginxOptions::default());
+    // first pipeline stage: input only, never pulls lm_head
+    let first = Reader::open(
+        &s.url("model.knot"),
+        config(Some(s.url("token_embd.f32.rows"))),
+        Roles::INPUT,
+    )
+    .expect("open");
+    first
+        .embedding()
+        .expect("e")
+        .rows(&[1, 2, 3])
+        .expect("rows");
+    assert!(matches!(
+        first.lm_head(),
+        Err(ReaderError::RoleNotServed("output"))
+    ));
+    // the first 64 KiB of the knot (its header) and three 256-byte rows: no matrix
+    assert_eq!(
+        first.net_stats().payload_bytes,
+        65536 + 3 * 256,
+        "{:?}",
+        first.net_stats()
+    );
+    // last stage: eager background pull while "prefill" runs
+    let last = Reader::open(&s.url("model.knot"), config(None), Roles::OUTPUT).expect("open");
+    assert!(matches!(
+        last.embedding(),
+        Err(ReaderError::RoleNotServed("input"))
+    ));
+    let lm = last.lm_head().expect("lm_head");
+    lm.start_background();
+    let x = hidden(2, spec.hidden);
+    let logits = lm
+        .logits(&x)
+        .expect("logits")
+        .to_vec2::<f32>()
+        .expect("vec");
+    let reference = reference_logits(&s.out, keys::ROLE_LM_HEAD, &x);
+    assert!(
+        logits
+            .iter()
+            .flatten()
+            .map(|v| v.to_bits())
+            .eq(reference.iter().flatten().map(|v| v.to_bits()))
+    );
+    let before = last.net_stats();
+    lm.argmax(&x).expect("argmax");
+    assert_eq!(last.net_stats(), before, "resident: no more requests");
+    // the untied lm_head is not the embedding
+    let m = lm.matrix().expect("matrix");
+    assert_eq!((m.rows, m.cols, m.dtype), (512, 64, DType::F32));
+}
+
+#[test]
+fn clap_args_flatten_into_a_runtime_cli() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Runtime {
+        #[command(flatten)]
+        embed: gkq_reader::EmbedArgs,
+        #[arg(long)]
+        model: String,
+    }
+    let rt = Runtime::parse_from([
+        "node",
+        "--model",
+        "m.knot",
+        "--columnar-embed",
+        "https://x/token_embd.f32.rows",
+    ]);
+    let c: ReaderConfig = rt.embed.into();
+    assert_eq!(
+        c.columnar_embed.as_deref(),
+        Some("https://x/token_embd.f32.rows")
+    );
+    assert_eq!(c.fetch.cache_rows, 8192);
+    let rt = Runtime::parse_from(["node", "--model", "m", "--embed-cache-rows", "16"]);
+    assert_eq!(ReaderConfig::from(rt.embed).fetch.cache_rows, 16);
+    assert_eq!(rt.model, "m");
+}
