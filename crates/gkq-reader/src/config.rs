@@ -50,16 +50,6 @@ pub struct ReaderConfig {
     pub http: HttpConfig,
 }
 
-impl Default for ReaderConfig {
-    fn default() -> Self {
-        ReaderConfig {
-            columnar_embed: None,
-            fetch: FetchConfig::default(),
-            http: HttpConfig::default(),
-        }
-    }
-}
-
 /// The runtime flags of the columnar embedding (`#[command(flatten)]` them).
 #[cfg(feature = "clap")]
 #[derive(Clone, Debug, clap::Args)]
