@@ -17,18 +17,20 @@ pub(crate) enum Which {
     Pack,
     /// Verify the packed qwen2.5-0.5b preset with --source against `sha256sum`.
     Verify,
+    /// Replay token sessions through gkq-rows against nginx (and a 20 ms proxy).
+    Reader,
 }
 
-fn bench_dir() -> PathBuf {
+pub(crate) fn bench_dir() -> PathBuf {
     root().join("target/bench")
 }
 
-fn release_bin(name: &str) -> PathBuf {
+pub(crate) fn release_bin(name: &str) -> PathBuf {
     root().join("target/release").join(name)
 }
 
 /// Generates the qwen2.5-0.5b preset once (release build of the generator).
-fn model() -> anyhow::Result<PathBuf> {
+pub(crate) fn model() -> anyhow::Result<PathBuf> {
     let dir = bench_dir().join("qwen2.5-0.5b");
     let stamp = dir.join(".complete");
     if !stamp.exists() {
@@ -58,6 +60,8 @@ fn build() -> anyhow::Result<()> {
         "gkq-verify",
         "-p",
         "fixtures",
+        "-p",
+        "gkq-reader",
     ]))
 }
 
@@ -94,7 +98,11 @@ fn dir_bytes(dir: &Path) -> anyhow::Result<u64> {
     Ok(n)
 }
 
-fn pack_once(model: &Path, out: &Path, dtype: &str) -> anyhow::Result<(f64, serde_json::Value)> {
+pub(crate) fn pack_once(
+    model: &Path,
+    out: &Path,
+    dtype: &str,
+) -> anyhow::Result<(f64, serde_json::Value)> {
     let (secs, stdout) = timed(
         Command::new(release_bin("gkq-pack"))
             .arg(model)
@@ -221,5 +229,6 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
     match which {
         Which::Pack => bench_pack(reps),
         Which::Verify => bench_verify(reps),
+        Which::Reader => crate::bench_reader::run(),
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! - `demo`: pack and verify the committed tiny model (the README's first command);
 //! - `fuzz`: a bounded mutation fuzzer for the knot parser on the stable toolchain;
-//! - `bench pack|verify`: the performance benchmarks, with same-run references.
+//! - `bench pack|verify|reader`: the performance benchmarks, with same-run references.
 
 mod bench;
+mod bench_reader;
 mod fuzz;
 
 use std::path::{Path, PathBuf};

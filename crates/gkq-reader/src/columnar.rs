@@ -41,7 +41,7 @@ impl Default for FetchConfig {
             cache_rows: 8192,
             max_gap_rows: 1,
             max_run_rows: 1024,
-            concurrency: 16,
+            concurrency: 64,
         }
     }
 }

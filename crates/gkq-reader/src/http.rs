@@ -70,6 +70,8 @@ pub struct HttpConfig {
     pub attempts: u32,
     /// First backoff; doubled after each failed attempt.
     pub backoff: Duration,
+    /// Idle connections kept for reuse (match the fetch concurrency).
+    pub max_connections: usize,
 }
 
 impl Default for HttpConfig {
@@ -78,6 +80,7 @@ impl Default for HttpConfig {
             timeout: Duration::from_secs(10),
             attempts: 3,
             backoff: Duration::from_millis(50),
+            max_connections: 64,
         }
     }
 }
@@ -114,6 +117,9 @@ impl Http {
             .timeout_global(Some(config.timeout))
             .http_status_as_error(false)
             .max_redirects(0)
+            // keep as many connections alive as requests may be in flight
+            .max_idle_connections_per_host(config.max_connections)
+            .max_idle_connections(config.max_connections)
             .user_agent(concat!("gkq-reader/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();

@@ -1,1 +1,263 @@
-fn main() {}
+//! `gkq-rows`: read embedding rows of a published model the way a node does,
+//! and show what it cost.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use gkq_reader::{CacheStats, EmbedArgs, Embedding, NetStats, Reader, ReaderConfig, Roles};
+use serde_json::{Value, json};
+
+/// Fetch embedding rows of a GKQ knot (path or URL) through the runtime reader.
+#[derive(Parser, Debug)]
+#[command(name = "gkq-rows", version)]
+struct Args {
+    /// The knot: a path or an http(s) URL.
+    knot: String,
+    #[command(flatten)]
+    embed: EmbedArgs,
+    /// Token ids, comma-separated.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["tokens_file", "sessions_file"])]
+    tokens: Vec<u64>,
+    /// A file of token ids (a JSON array, or ids separated by commas or white space).
+    #[arg(long, conflicts_with = "sessions_file")]
+    tokens_file: Option<PathBuf>,
+    /// One JSON array of token ids per line, replayed through one warm backend.
+    #[arg(long)]
+    sessions_file: Option<PathBuf>,
+    /// Token ids to preload before the lookups (a warm seed), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    warm: Vec<u64>,
+    /// Print the rows as f32.
+    #[arg(long)]
+    f32: bool,
+    /// After the lookup, repeat it N times from the warm cache and report the cost per row hit.
+    #[arg(long, value_name = "N")]
+    bench_hits: Option<u32>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_ids(text: &str) -> anyhow::Result<Vec<u64>> {
+    let t = text.trim();
+    if t.starts_with('[') {
+        return Ok(serde_json::from_str(t)?);
+    }
+    t.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u64>()
+                .with_context(|| format!("bad token id {s:?}"))
+        })
+        .collect()
+}
+
+fn counters(ids: &[u64], cache: CacheStats, net: NetStats, seconds: f64) -> Value {
+    let distinct: std::collections::HashSet<_> = ids.iter().collect();
+    json!({
+        "tokens": ids.len(),
+        "distinct_rows": distinct.len(),
+        "hits": cache.hits,
+        "misses": cache.misses,
+        "rows_fetched": cache.rows_fetched,
+        "requests": net.requests,
+        "payload_bytes": net.payload_bytes,
+        "http_bytes": net.http_bytes,
+        "retries": net.retries,
+        "seconds": seconds,
+    })
+}
+
+fn lookup(
+    r: &Reader,
+    e: &Embedding,
+    ids: &[u64],
+    want_rows: bool,
+) -> anyhow::Result<(Value, Option<Vec<f32>>)> {
+    let (c0, n0, t) = (e.cache_stats(), r.net_stats(), Instant::now());
+    let rows = e.rows(ids)?;
+    let secs = t.elapsed().as_secs_f64();
+    let v = counters(
+        ids,
+        e.cache_stats().since(&c0),
+        r.net_stats().since(&n0),
+        secs,
+    );
+    Ok((
+        v,
+        if want_rows {
+            Some(rows.to_f32()?)
+        } else {
+            None
+        },
+    ))
+}
+
+fn human(label: &str, v: &Value) {
+    eprintln!(
+        "{label}: {} tokens, {} distinct rows, {} hits, {} misses, {} requests, {} payload bytes, {} HTTP bytes, {:.4}s",
+        v["tokens"],
+        v["distinct_rows"],
+        v["hits"],
+        v["misses"],
+        v["requests"],
+        v["payload_bytes"],
+        v["http_bytes"],
+        v["seconds"].as_f64().unwrap_or(0.0)
+    );
+}
+
+fn run(a: Args) -> anyhow::Result<()> {
+    let config: ReaderConfig = a.embed.clone().into();
+    let t0 = Instant::now();
+    let reader = Reader::open(&a.knot, config, Roles::INPUT)?;
+    let e = reader.embedding()?;
+    let open = reader.net_stats();
+    let res = e.resolution();
+    let mut out = json!({
+        "knot": a.knot,
+        "open": { "requests": open.requests, "payload_bytes": open.payload_bytes, "http_bytes": open.http_bytes, "seconds": t0.elapsed().as_secs_f64() },
+    });
+    if !a.json {
+        eprintln!("resolution: {:?}: {}", res.path, res.reason);
+    }
+    if !a.warm.is_empty() {
+        let (c0, n0, t) = (e.cache_stats(), reader.net_stats(), Instant::now());
+        e.warm(&a.warm)?;
+        let v = counters(
+            &a.warm,
+            e.cache_stats().since(&c0),
+            reader.net_stats().since(&n0),
+            t.elapsed().as_secs_f64(),
+        );
+        if !a.json {
+            human("warm seed", &v);
+        }
+        out["warm"] = v;
+    }
+    if let Some(path) = &a.sessions_file {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let (c0, n0, t) = (e.cache_stats(), reader.net_stats(), Instant::now());
+        let mut sessions = Vec::new();
+        let mut all = Vec::new();
+        for (n, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let ids: Vec<u64> = serde_json::from_str(line).with_context(|| {
+                format!(
+                    "{}:{}: not a JSON array of token ids",
+                    path.display(),
+                    n + 1
+                )
+            })?;
+            let (v, _) = lookup(&reader, e, &ids, false)?;
+            if !a.json {
+                human(&format!("session {}", sessions.len() + 1), &v);
+            }
+            all.extend_from_slice(&ids);
+            sessions.push(v);
+        }
+        let total = counters(
+            &all,
+            e.cache_stats().since(&c0),
+            reader.net_stats().since(&n0),
+            t.elapsed().as_secs_f64(),
+        );
+        if !a.json {
+            human("total", &total);
+        }
+        for k in [
+            "distinct_rows",
+            "hits",
+            "misses",
+            "requests",
+            "payload_bytes",
+            "http_bytes",
+            "seconds",
+            "rows_fetched",
+            "tokens",
+            "retries",
+        ] {
+            out[k] = total[k].clone();
+        }
+        out["sessions"] = Value::Array(sessions);
+    } else {
+        let ids = match &a.tokens_file {
+            Some(p) => parse_ids(
+                &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            )?,
+            None => a.tokens.clone(),
+        };
+        if ids.is_empty() {
+            bail!("no token ids: give --tokens, --tokens-file or --sessions-file");
+        }
+        let (v, rows) = lookup(&reader, e, &ids, a.f32)?;
+        if !a.json {
+            human("lookup", &v);
+            if let Some(rows) = &rows {
+                let hidden = rows.len() / ids.len();
+                for (id, row) in ids.iter().zip(rows.chunks(hidden.max(1))) {
+                    println!(
+                        "{id}\t{}",
+                        row.iter()
+                            .map(|x| format!("{x:e}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    );
+                }
+            }
+        }
+        for (k, val) in v.as_object().expect("counters are an object") {
+            out[k] = val.clone();
+        }
+        if let Some(n) = a.bench_hits {
+            let before = reader.net_stats();
+            let t = Instant::now();
+            for _ in 0..n {
+                std::hint::black_box(e.rows(&ids)?);
+            }
+            let per_row =
+                t.elapsed().as_secs_f64() * 1e9 / (f64::from(n.max(1)) * ids.len() as f64);
+            if reader.net_stats() != before {
+                bail!(
+                    "--bench-hits: repeated lookups made requests (cache smaller than the token set?)"
+                );
+            }
+            if !a.json {
+                eprintln!(
+                    "cache hits: {per_row:.0} ns per row ({n} repeats of {} ids)",
+                    ids.len()
+                );
+            }
+            out["lru_hit_ns_per_row"] = json!(per_row);
+        }
+        if let Some(rows) = rows {
+            let hidden = rows.len() / ids.len();
+            out["rows"] = Value::Array(rows.chunks(hidden.max(1)).map(|r| json!(r)).collect());
+        }
+    }
+    let res = e.resolution();
+    out["resolution"] = json!({ "path": res.path, "reason": res.reason });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else if res.path != gkq_reader::ReadPath::Columnar {
+        eprintln!("resolution now: {:?}: {}", res.path, res.reason);
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gkq-rows: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

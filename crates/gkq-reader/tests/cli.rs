@@ -1,0 +1,96 @@
+//! The `gkq-rows` operator tool against nginx.
+
+use std::fs;
+use std::process::Command;
+
+use fixtures::servers::{Nginx, NginxOptions};
+
+#[test]
+fn gkq_rows_json_and_sessions() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    fixtures::write_model(&src, &fixtures::preset("llama-tiny-bf16").expect("preset"))
+        .expect("fixture");
+    let out = tmp.path().join("www/m");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(&src, &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let knot = format!("{}/m/model.knot", nginx.url());
+    let rows = format!("{}/m/token_embd.f32.rows", nginx.url());
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+            .args(args)
+            .output()
+            .expect("run gkq-rows")
+    };
+
+    let o = run(&[
+        &knot,
+        "--columnar-embed",
+        &rows,
+        "--tokens",
+        "3,4,3",
+        "--f32",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["resolution"]["path"], "columnar");
+    assert_eq!(v["distinct_rows"], 2);
+    assert_eq!(v["misses"], 2);
+    assert_eq!(v["payload_bytes"], 2 * 256);
+    assert!(v["http_bytes"].as_u64().expect("n") > 512);
+    let r = v["rows"].as_array().expect("rows");
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0], r[2]);
+    assert_eq!(r[0].as_array().expect("row").len(), 64);
+
+    let sessions = tmp.path().join("s.jsonl");
+    fs::write(&sessions, "[1,2,3]\n[3,4]\n\n[1,4]\n").expect("write");
+    let o = run(&[
+        &knot,
+        "--columnar-embed",
+        &rows,
+        "--sessions-file",
+        sessions.to_str().expect("utf8"),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let s = v["sessions"].as_array().expect("sessions");
+    assert_eq!(s.len(), 3);
+    assert_eq!(
+        (
+            s[0]["misses"].as_u64(),
+            s[1]["hits"].as_u64(),
+            s[1]["misses"].as_u64(),
+            s[2]["hits"].as_u64()
+        ),
+        (Some(3), Some(1), Some(1), Some(2))
+    );
+    assert_eq!(v["hits"], 3);
+    assert_eq!(v["misses"], 4);
+
+    // human output: resolution and counters on stderr; rows on stdout with --f32
+    let o = run(&[&knot, "--tokens", "1", "--f32"]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("resolution: Dense: no columnar URL configured"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("1\t"));
+
+    // bad input: an id past the vocabulary
+    let o = run(&[&knot, "--columnar-embed", &rows, "--tokens", "512"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("token id 512 is out of range"));
+}

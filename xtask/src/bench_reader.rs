@@ -1,0 +1,176 @@
+//! `cargo xtask bench reader`: the packed qwen2.5-0.5b preset (f32) served
+//! by nginx on 127.0.0.1; token sessions replayed through `gkq-rows`
+//! (release) with a cold backend per workload, then 100 sessions through
+//! one warm backend with a top-100 warm seed, then the cold sessions again
+//! behind a proxy that adds 20 ms to every request.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use fixtures::servers::{DelayProxy, Nginx, NginxOptions};
+use serde_json::Value;
+
+use crate::bench::{bench_dir, model, pack_once, release_bin};
+
+const DENSE: f64 = 151_936.0 * 896.0 * 4.0;
+const ROW: f64 = 896.0 * 4.0;
+
+fn rows_json(base: &str, extra: &[&str]) -> anyhow::Result<Value> {
+    let out = Command::new(release_bin("gkq-rows"))
+        .arg(format!("{base}/model.knot"))
+        .arg("--columnar-embed")
+        .arg(format!("{base}/token_embd.f32.rows"))
+        .arg("--json")
+        .args(extra)
+        .output()
+        .context("running gkq-rows")?;
+    if !out.status.success() {
+        bail!("gkq-rows failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: Value = serde_json::from_slice(&out.stdout)?;
+    if v["resolution"]["path"] != "columnar" {
+        bail!("not on the columnar path: {}", v["resolution"]);
+    }
+    Ok(v)
+}
+
+fn kib(b: f64) -> String {
+    format!("{:.2} KB", b / 1024.0)
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    let model = model()?;
+    let out = bench_dir().join("pack-f32");
+    if !out.join("model.knot").exists() {
+        pack_once(&model, &out, "f32")?;
+    }
+    let nginx = Nginx::start(
+        &bench_dir(),
+        &bench_dir().join("nginx-reader"),
+        &NginxOptions::default(),
+    )?;
+    let base = format!("{}/pack-f32", nginx.url());
+    let sessions = fixtures::sessions::dir();
+    let s = |n: &str| sessions.join(n).display().to_string();
+    println!(
+        "bench reader: qwen2.5-0.5b preset packed with --dtype f32 (row_bytes 3584), served by nginx on 127.0.0.1; dense embedding = 544,538,624 B = 519.31 MB (MiB, as in the proposal); KB = 1024 B"
+    );
+    println!();
+    println!(
+        "Cold backend per workload (a fresh gkq-rows process; the knot header fetch is shown separately):"
+    );
+    println!(
+        "| workload | tokens | distinct rows | payload | payload / (distinct x 3584 B) | requests | response header bytes | wall ms | vs dense | saved |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut header = 0.0;
+    for (name, _) in fixtures::sessions::WORKLOADS {
+        let v = rows_json(&base, &["--sessions-file", &s(&format!("{name}.jsonl"))])?;
+        header = v["open"]["payload_bytes"].as_f64().unwrap_or(0.0);
+        let payload = v["payload_bytes"].as_f64().unwrap_or(0.0);
+        let distinct = v["distinct_rows"].as_f64().unwrap_or(0.0);
+        println!(
+            "| {name} | {} | {distinct} | {} | {:.3} | {} | {} | {:.1} | {:.4}% | {:.3}% |",
+            v["tokens"],
+            kib(payload),
+            payload / (distinct * ROW),
+            v["requests"],
+            v["http_bytes"].as_f64().unwrap_or(0.0) - payload,
+            v["seconds"].as_f64().unwrap_or(0.0) * 1e3,
+            payload / DENSE * 100.0,
+            100.0 - payload / DENSE * 100.0
+        );
+    }
+    println!();
+    println!(
+        "Opening the knot remotely (HEAD + one range GET of the header, + HEAD of the row file): {} of payload per process.",
+        kib(header)
+    );
+    println!();
+    let warm = std::fs::read_to_string(sessions.join("warm100.txt"))?;
+    let naive = 100.0 * DENSE;
+    let mut cols = Vec::new();
+    for file in ["mix100.jsonl", "fresh100.jsonl"] {
+        let v = rows_json(&base, &["--sessions-file", &s(file), "--warm", warm.trim()])?;
+        cols.push(v);
+    }
+    println!(
+        "100 sessions through one warm backend with a top-100 warm seed. mix100: drawn from the four workloads (the proposal's method); fresh100: 100 independent Zipf sessions:"
+    );
+    println!("| | mix100 | fresh100 | proposal §8 |");
+    println!("|---|---:|---:|---:|");
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let w = |v: &Value| v["warm"]["payload_bytes"].as_f64().unwrap_or(0.0);
+    println!(
+        "| warm seed | {} | {} | 350 KB |",
+        kib(w(&cols[0])),
+        kib(w(&cols[1]))
+    );
+    println!(
+        "| cold tail | {} ({} misses) | {} ({} misses) | 647.50 KB |",
+        kib(f(&cols[0], "payload_bytes")),
+        cols[0]["misses"],
+        kib(f(&cols[1], "payload_bytes")),
+        cols[1]["misses"]
+    );
+    let total = |v: &Value| w(v) + f(v, "payload_bytes");
+    println!(
+        "| total paid | {} | {} | 997.50 KB |",
+        kib(total(&cols[0])),
+        kib(total(&cols[1]))
+    );
+    println!(
+        "| naive dense per session | {:.2} GB | {:.2} GB | 50.71 GB |",
+        naive / 1073741824.0,
+        naive / 1073741824.0
+    );
+    println!(
+        "| ratio | {:.6}% | {:.6}% | 0.001876% |",
+        total(&cols[0]) / naive * 100.0,
+        total(&cols[1]) / naive * 100.0
+    );
+    println!(
+        "| saved | {:.6}% | {:.6}% | 99.998124% |",
+        100.0 - total(&cols[0]) / naive * 100.0,
+        100.0 - total(&cols[1]) / naive * 100.0
+    );
+    println!();
+    let hits = Command::new(release_bin("gkq-rows"))
+        .arg(format!("{base}/model.knot"))
+        .args([
+            "--columnar-embed",
+            &format!("{base}/token_embd.f32.rows"),
+            "--tokens-file",
+            &s("long_context.jsonl"),
+            "--bench-hits",
+            "2000",
+            "--json",
+        ])
+        .output()?;
+    let hv: Value = serde_json::from_slice(&hits.stdout).context("gkq-rows --bench-hits")?;
+    println!(
+        "LRU hit: {:.0} ns per row (long_context ids, 2000 repeats, warm cache; target < 1000 ns)",
+        hv["lru_hit_ns_per_row"].as_f64().unwrap_or(f64::NAN)
+    );
+    println!();
+    let proxy = DelayProxy::start(nginx.port(), Duration::from_millis(20))?;
+    let pbase = format!("{}/pack-f32", proxy.url());
+    println!(
+        "Cold sessions behind a proxy adding 20 ms to every request (target: 100 distinct rows < 100 ms):"
+    );
+    println!("| workload | distinct rows | requests | wall ms | 20 ms x requests (sequential) |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, _) in fixtures::sessions::WORKLOADS {
+        let v = rows_json(&pbase, &["--sessions-file", &s(&format!("{name}.jsonl"))])?;
+        let req = v["requests"].as_f64().unwrap_or(0.0);
+        println!(
+            "| {name} | {} | {req} | {:.1} | {:.0} |",
+            v["distinct_rows"],
+            v["seconds"].as_f64().unwrap_or(0.0) * 1e3,
+            req * 20.0
+        );
+    }
+    drop(proxy);
+    Ok(())
+}
