@@ -1,12 +1,15 @@
 //! `cargo xtask`: project tasks (see `cargo xtask --help`).
 //!
 //! - `demo`: pack and verify the committed tiny model (the README's first command);
+//! - `upload`: publish a packed model to R2 (see `crates/r2-upload`);
+//! - `local-servers`: a local S3 server and public URL to try `upload` against;
 //! - `fuzz`: a bounded mutation fuzzer for the knot parser on the stable toolchain;
 //! - `bench pack|verify|reader`: the performance benchmarks, with same-run references.
 
 mod bench;
 mod bench_reader;
 mod fuzz;
+mod upload;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,6 +37,10 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Publish a packed model to R2 (S3 API): rows first, knot last, resumable.
+    Upload(upload::UploadArgs),
+    /// Run s3s-fs on 127.0.0.1:8014 (bucket `models`) and nginx on 127.0.0.1:8080 over its data, until Ctrl-C.
+    LocalServers,
     /// Benchmarks (release builds, same-run reference timings).
     Bench {
         #[command(subcommand)]
@@ -106,10 +113,35 @@ fn demo() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn local_servers() -> anyhow::Result<()> {
+    use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
+    let dir = root().join("target/local-servers");
+    let s3 = S3sFs::start_on(&dir.join("s3"), 8014)?;
+    std::fs::create_dir_all(s3.data().join("models"))?;
+    let nginx = Nginx::start(
+        s3.data(),
+        &dir.join("nginx"),
+        &NginxOptions {
+            port: Some(8080),
+            ..Default::default()
+        },
+    )?;
+    eprintln!(
+        "s3s-fs {} (bucket models), access key {S3_ACCESS_KEY}, secret key {S3_SECRET_KEY}",
+        s3.url()
+    );
+    eprintln!("public bucket URL {}/models  (Ctrl-C to stop)", nginx.url());
+    loop {
+        std::thread::park();
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
         Cmd::Demo => demo(),
         Cmd::Fuzz { seconds, seed } => fuzz::run(seconds, seed),
+        Cmd::Upload(a) => upload::run(a),
+        Cmd::LocalServers => local_servers(),
         Cmd::Bench { which, reps } => bench::run(which, reps.max(1)),
     }
 }

@@ -1,0 +1,135 @@
+//! The local side: verify the package with the gkq-verify checks, then
+//! list the objects to publish with their digests, row files first and the
+//! knot last.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use gkq_format::{Knot, hex};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Result, UploadError};
+
+/// What an object is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A columnar row file.
+    Rows,
+    /// The knot.
+    Knot,
+}
+
+/// One file to publish.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LocalObject {
+    /// Object key (prefix + file name).
+    pub key: String,
+    /// Local path.
+    pub path: PathBuf,
+    /// Length.
+    pub bytes: u64,
+    /// Hex SHA-256 of the file.
+    pub sha256: String,
+    /// Rows or knot.
+    pub kind: Kind,
+}
+
+/// Joins a prefix and a file name into a key (`prefix/name`, no double slash).
+pub fn key(prefix: &str, name: &str) -> String {
+    let p = prefix.trim_matches('/');
+    if p.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{p}/{name}")
+    }
+}
+
+fn sha_file(path: &Path) -> Result<String> {
+    let mut f = File::open(path).map_err(|error| UploadError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 8 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|error| UploadError::Io {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// Runs the local gkq-verify checks on `out_dir` and returns the objects to
+/// publish, row files first (in knot order) and the knot last. Row file
+/// digests come from the knot's descriptors (which verification has just
+/// confirmed); the knot's own digest is computed while verification runs.
+pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
+    let knot_path = gkq_verify::knot_path(out_dir);
+    let dir = knot_path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let file = File::open(&knot_path).map_err(|e| UploadError::NoKnot {
+        path: knot_path.clone(),
+        reason: e.to_string(),
+    })?;
+    // SAFETY: read-only map of a published artefact this process does not modify.
+    #[allow(unsafe_code)]
+    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| UploadError::NoKnot {
+        path: knot_path.clone(),
+        reason: e.to_string(),
+    })?;
+    let knot = Knot::parse(&bytes).map_err(|e| UploadError::NoKnot {
+        path: knot_path.clone(),
+        reason: format!("not a valid knot: {e}"),
+    })?;
+    let opts = gkq_verify::VerifyOptions::new(&knot_path);
+    let (report, knot_sha) = rayon::join(|| gkq_verify::verify(&opts), || sha_file(&knot_path));
+    let report = report.map_err(|e| UploadError::NoKnot {
+        path: knot_path.clone(),
+        reason: e.to_string(),
+    })?;
+    if !report.passed {
+        let failures = report
+            .checks
+            .iter()
+            .flat_map(|c| {
+                c.failures
+                    .iter()
+                    .map(move |f| format!("{}: {}: {}", c.name, f.object, f.message))
+            })
+            .collect();
+        return Err(UploadError::LocalCheck { dir, failures });
+    }
+    let mut out = Vec::new();
+    for b in knot.blocks() {
+        for d in &b.columnar {
+            out.push(LocalObject {
+                key: key(prefix, &d.object),
+                path: dir.join(&d.object),
+                bytes: d.byte_len,
+                sha256: hex(&d.sha256),
+                kind: Kind::Rows,
+            });
+        }
+    }
+    let name = knot_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("model.knot");
+    out.push(LocalObject {
+        key: key(prefix, name),
+        path: knot_path.clone(),
+        bytes: bytes.len() as u64,
+        sha256: knot_sha?,
+        kind: Kind::Knot,
+    });
+    Ok(out)
+}

@@ -1,0 +1,337 @@
+//! Uploads against a real S3-compatible server (s3s-fs, SigV4 enforced) on
+//! 127.0.0.1, started here; nginx over its data directory plays R2's public
+//! bucket URL.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
+use r2_upload::{Endpoint, Kind, LocalObject, Progress, UploadError, UploadOptions, Uploader};
+
+const BUCKET: &str = "models";
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| m.get(k).cloned()
+}
+
+async fn uploader(url: &str, secret: &str, part_mib: u64) -> Uploader {
+    let creds = r2_upload::credentials(&env(&[
+        ("R2_ACCESS_KEY_ID", S3_ACCESS_KEY),
+        ("R2_SECRET_ACCESS_KEY", secret),
+    ]))
+    .await
+    .expect("credentials");
+    let ep = r2_upload::endpoint(Some(url), None, &env(&[])).expect("endpoint");
+    assert_eq!(ep.region, "auto");
+    let opts = UploadOptions {
+        part_size: Some(part_mib << 20),
+        concurrency: 4,
+        part_attempts: 2,
+    };
+    Uploader::new(r2_upload::client(&ep, creds), BUCKET, &ep.url, opts)
+}
+
+/// A tiny tied model (single PutObjects) or an untied one with 32 MiB row files.
+fn packed(tmp: &Path, big: bool) -> PathBuf {
+    let spec = if big {
+        fixtures::Spec {
+            vocab: 32_768,
+            hidden: 256,
+            intermediate: 64,
+            layers: 1,
+            heads: 2,
+            kv_heads: 1,
+            ..fixtures::Spec::tiny(fixtures::Arch::Llama, fixtures::FDtype::BF16)
+        }
+    } else {
+        fixtures::preset("qwen2-tiny-f32").expect("preset")
+    };
+    let src = tmp.join("model");
+    fixtures::write_model(&src, &spec).expect("fixture");
+    let out = tmp.join("out");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(&src, &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    out
+}
+
+fn server(tmp: &Path) -> S3sFs {
+    let s3 = S3sFs::start(&tmp.join("s3")).expect("start s3s-fs (scripts/install-test-deps.sh)");
+    fs::create_dir_all(s3.data().join(BUCKET)).expect("bucket");
+    s3
+}
+
+fn stored(s3: &S3sFs, key: &str) -> PathBuf {
+    s3.data().join(BUCKET).join(key)
+}
+
+fn assert_published(s3: &S3sFs, objects: &[LocalObject]) {
+    for o in objects {
+        let got = fs::read(stored(s3, &o.key)).unwrap_or_else(|e| panic!("{}: {e}", o.key));
+        assert!(
+            got == fs::read(&o.path).expect("local"),
+            "{} differs from {}",
+            o.key,
+            o.path.display()
+        );
+    }
+    // the knot was written after every row file
+    let mtime = |k: &str| {
+        fs::metadata(stored(s3, k))
+            .expect("stored")
+            .modified()
+            .expect("mtime")
+    };
+    let knot = objects.iter().find(|o| o.kind == Kind::Knot).expect("knot");
+    for o in objects.iter().filter(|o| o.kind == Kind::Rows) {
+        assert!(
+            mtime(&o.key) <= mtime(&knot.key),
+            "{} stored after the knot",
+            o.key
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_and_multipart_uploads_then_skip_on_rerun() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let s3 = server(tmp.path());
+    for (big, prefix) in [(false, "tiny/v1"), (true, "big/v1")] {
+        let out = packed(&tmp.path().join(prefix), big);
+        let objects = r2_upload::prepare(&out, prefix).expect("prepare");
+        assert_eq!(objects.last().expect("knot").kind, Kind::Knot, "knot last");
+        let up = uploader(&s3.url(), S3_SECRET_KEY, 5).await;
+        up.check_bucket().await.expect("bucket exists");
+        let reports = up
+            .publish(&objects, &r2_upload::NoProgress)
+            .await
+            .expect("publish");
+        assert_eq!(reports.len(), objects.len());
+        for (r, o) in reports.iter().zip(&objects) {
+            assert_eq!(r.status, "uploaded");
+            let expected_parts = if o.bytes > 5 << 20 {
+                o.bytes.div_ceil(5 << 20)
+            } else {
+                1
+            };
+            assert_eq!(r.parts, expected_parts, "{}", o.key);
+            // HEAD: length and sha256 metadata
+            let (len, sha) = up.head(&o.key).await.expect("head").expect("exists");
+            assert_eq!(len, o.bytes);
+            assert_eq!(sha.as_deref(), Some(o.sha256.as_str()));
+        }
+        if big {
+            assert!(
+                reports.iter().any(|r| r.parts > 5),
+                "a multipart upload happened"
+            );
+        }
+        assert_published(&s3, &objects);
+        // second run: nothing sent
+        let again = up
+            .publish(&objects, &r2_upload::NoProgress)
+            .await
+            .expect("re-run");
+        assert!(again.iter().all(|r| r.status == "skipped" && r.parts == 0));
+    }
+}
+
+/// Kills the server once `after` bytes have been reported done.
+struct KillAfter {
+    s3: Arc<Mutex<S3sFs>>,
+    after: u64,
+    done: AtomicU64,
+}
+
+impl Progress for KillAfter {
+    fn advance(&self, bytes: u64) {
+        let d = self.done.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        if d >= self.after && d - bytes < self.after {
+            self.s3.lock().expect("lock").stop();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_after_the_server_dies_mid_multipart() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let s3 = Arc::new(Mutex::new(server(tmp.path())));
+    let url = s3.lock().expect("lock").url();
+    let out = packed(tmp.path(), true);
+    let objects = r2_upload::prepare(&out, "big/v2").expect("prepare");
+    assert!(objects.len() >= 3 && objects[0].bytes > 10 << 20);
+    let up = uploader(&url, S3_SECRET_KEY, 5).await;
+    // die after the first row file and two parts of the second
+    let kill = KillAfter {
+        s3: s3.clone(),
+        after: objects[0].bytes + (10 << 20),
+        done: AtomicU64::new(0),
+    };
+    let err = up
+        .publish(&objects, &kill)
+        .await
+        .expect_err("the server died");
+    assert!(matches!(err, UploadError::S3 { .. }), "{err}");
+    let data = s3.lock().expect("lock").data().to_path_buf();
+    let at = |k: &str| data.join(BUCKET).join(k);
+    assert!(
+        at(&objects[0].key).exists(),
+        "the first row file was complete"
+    );
+    assert!(
+        !at(&objects.last().expect("knot").key).exists(),
+        "no knot published before its rows"
+    );
+    assert!(!at(&objects[1].key).exists(), "no partial object visible");
+    s3.lock().expect("lock").restart().expect("restart");
+    let reports = up
+        .publish(&objects, &r2_upload::NoProgress)
+        .await
+        .expect("resume");
+    assert_eq!(
+        reports[0].status, "skipped",
+        "complete objects are not sent again"
+    );
+    assert!(reports[1..].iter().all(|r| r.status == "uploaded"));
+    assert_published(&s3.lock().expect("lock"), &objects);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_a_corrupt_package() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let s3 = server(tmp.path());
+    let out = packed(tmp.path(), false);
+    let rows = out.join("token_embd.f32.rows");
+    let mut b = fs::read(&rows).expect("read");
+    b[1000] ^= 1;
+    fs::write(&rows, b).expect("write");
+    match r2_upload::prepare(&out, "x") {
+        Err(e @ UploadError::LocalCheck { .. }) => {
+            assert!(e.to_string().contains("token_embd.f32.rows"), "{e}")
+        }
+        other => panic!("expected LocalCheck, got {other:?}"),
+    }
+    fs::remove_file(out.join("model.knot")).expect("rm");
+    assert!(matches!(
+        r2_upload::prepare(&out, "x"),
+        Err(UploadError::NoKnot { .. })
+    ));
+    assert_eq!(
+        fs::read_dir(s3.data().join(BUCKET))
+            .expect("bucket")
+            .count(),
+        0,
+        "nothing uploaded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_endpoint_and_bucket_errors() {
+    // no credentials anywhere: the message names the variables
+    let e = r2_upload::credentials(&env(&[("HOME", "/nonexistent")]))
+        .await
+        .expect_err("no credentials")
+        .to_string();
+    for v in [
+        "R2_ACCESS_KEY_ID",
+        "R2_SECRET_ACCESS_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+    ] {
+        assert!(e.contains(v), "{e}");
+    }
+    assert!(matches!(
+        r2_upload::endpoint(None, None, &env(&[])),
+        Err(UploadError::NoEndpoint)
+    ));
+    let ep: Endpoint =
+        r2_upload::endpoint(None, None, &env(&[("R2_ACCOUNT_ID", "abc123")])).expect("endpoint");
+    assert_eq!(ep.url, "https://abc123.r2.cloudflarestorage.com");
+
+    let tmp = tempfile::tempdir().expect("tmp");
+    let s3 = server(tmp.path());
+    // wrong secret: refused, and the secret is never in the message
+    let wrong = "wrong-secret-do-not-print";
+    let e = uploader(&s3.url(), wrong, 5)
+        .await
+        .check_bucket()
+        .await
+        .expect_err("bad signature");
+    let msg = format!("{e} {e:?}");
+    assert!(
+        !msg.contains(wrong) && !msg.contains(S3_SECRET_KEY),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("403")
+            || msg.to_lowercase().contains("signature")
+            || msg.contains("AccessDenied"),
+        "{msg}"
+    );
+    // a bucket that does not exist
+    let up = Uploader::new(
+        r2_upload::client(
+            &ep_for(&s3.url()),
+            r2_upload::credentials(&env(&[
+                ("R2_ACCESS_KEY_ID", S3_ACCESS_KEY),
+                ("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY),
+            ]))
+            .await
+            .expect("c"),
+        ),
+        "no-such-bucket",
+        &s3.url(),
+        UploadOptions::default(),
+    );
+    let e = up.check_bucket().await.expect_err("missing bucket");
+    assert!(matches!(e, UploadError::NoBucket { .. }), "{e}");
+    // an unreachable endpoint
+    let dead = format!(
+        "http://127.0.0.1:{}",
+        fixtures::servers::free_port().expect("port")
+    );
+    let e = uploader(&dead, S3_SECRET_KEY, 5)
+        .await
+        .check_bucket()
+        .await
+        .expect_err("unreachable")
+        .to_string();
+    assert!(e.contains(&dead), "{e}");
+}
+
+fn ep_for(url: &str) -> Endpoint {
+    r2_upload::endpoint(Some(url), None, &env(&[])).expect("endpoint")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_objects_pass_gkq_verify_over_the_public_url() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let s3 = server(tmp.path());
+    let out = packed(tmp.path(), false);
+    let objects = r2_upload::prepare(&out, "qwen/v1").expect("prepare");
+    uploader(&s3.url(), S3_SECRET_KEY, 5)
+        .await
+        .publish(&objects, &r2_upload::NoProgress)
+        .await
+        .expect("publish");
+    let nginx = Nginx::start(
+        s3.data(),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let public = format!("{}/{BUCKET}/qwen/v1", nginx.url());
+    tokio::task::spawn_blocking(move || r2_upload::verify_public(&out, &public))
+        .await
+        .expect("join")
+        .expect("public checks pass");
+}

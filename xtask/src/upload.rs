@@ -1,0 +1,136 @@
+//! `cargo xtask upload`: flags and reporting; the work is in `r2-upload`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use r2_upload::{Progress, UploadOptions, Uploader};
+use serde_json::json;
+
+/// Publish a packed model directory to R2 (or any S3-compatible store).
+#[derive(Args, Debug)]
+pub(crate) struct UploadArgs {
+    /// A gkq-pack output directory.
+    out_dir: PathBuf,
+    /// Bucket name.
+    #[arg(long)]
+    bucket: String,
+    /// Key prefix, e.g. qwen2.5-0.5b/v1 (objects are immutable: publish new versions under new prefixes).
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// S3 endpoint (default: https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com).
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Signing region (R2: auto).
+    #[arg(long)]
+    region: Option<String>,
+    /// Public base URL of the prefix: run the gkq-verify --url checks against it when done.
+    #[arg(long)]
+    public_url: Option<String>,
+    /// Part size in MiB for multipart uploads (at least 5; raised so no file needs more than 10,000 parts).
+    #[arg(long)]
+    part_size: Option<u64>,
+    /// Parts in flight at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Check the package and print the plan; contact no server.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print one JSON object per object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+struct Bar(ProgressBar);
+impl Progress for Bar {
+    fn start(&self, total: u64) {
+        self.0.set_length(total);
+    }
+    fn advance(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+}
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok()
+}
+
+pub(crate) fn run(a: UploadArgs) -> anyhow::Result<()> {
+    let objects = r2_upload::prepare(&a.out_dir, &a.prefix)?;
+    let part = a.part_size.map(|m| m << 20);
+    if a.dry_run {
+        for o in &objects {
+            let p = r2_upload::part_size(o.bytes, part)?;
+            let parts = if o.bytes > p { o.bytes.div_ceil(p) } else { 1 };
+            if a.json {
+                println!(
+                    "{}",
+                    json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "status": "planned", "parts": parts})
+                );
+            } else {
+                eprintln!(
+                    "would upload {} ({} bytes, {} part{}, sha256 {})",
+                    o.key,
+                    o.bytes,
+                    parts,
+                    if parts == 1 { "" } else { "s" },
+                    o.sha256
+                );
+            }
+        }
+        return Ok(());
+    }
+    let ep = r2_upload::endpoint(a.endpoint.as_deref(), a.region.as_deref(), &env)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    let reports = rt.block_on(async {
+        let creds = r2_upload::credentials(&env).await?;
+        let up = Uploader::new(
+            r2_upload::client(&ep, creds),
+            &a.bucket,
+            &ep.url,
+            UploadOptions {
+                part_size: part,
+                concurrency: a.concurrency,
+                ..UploadOptions::default()
+            },
+        );
+        up.check_bucket().await?;
+        let bar = if !a.json && std::io::stderr().is_terminal() {
+            let b = ProgressBar::new(0);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .context("template")?,
+            );
+            Bar(b)
+        } else {
+            Bar(ProgressBar::hidden())
+        };
+        let r = up.publish(&objects, &bar).await;
+        bar.0.finish_and_clear();
+        anyhow::Ok(r?)
+    })?;
+    for r in &reports {
+        if a.json {
+            println!("{}", serde_json::to_string(r)?);
+        } else {
+            eprintln!(
+                "{} {} ({} bytes, {} parts, {:.2}s)",
+                r.status, r.key, r.bytes, r.parts, r.seconds
+            );
+        }
+    }
+    if let Some(url) = &a.public_url {
+        r2_upload::verify_public(&a.out_dir, url)?;
+        if !a.json {
+            eprintln!("gkq-verify --url {url}: PASS");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! `cargo xtask upload` end to end: the packed tiny model to a real S3
+//! server (s3s-fs), then the gkq-verify --url checks against nginx serving
+//! the bucket, as the README shows.
+
+use std::process::Command;
+
+use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
+
+#[test]
+fn upload_then_verify_over_http() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("out");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(fixtures::committed_tiny(), &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs (scripts/install-test-deps.sh)");
+    std::fs::create_dir_all(s3.data().join("models")).expect("bucket");
+    let nginx = Nginx::start(
+        s3.data(),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let public = format!("{}/models/qwen2-tiny/v1", nginx.url());
+    let upload = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .arg("upload")
+            .arg(&out)
+            .args([
+                "--bucket",
+                "models",
+                "--prefix",
+                "qwen2-tiny/v1",
+                "--endpoint",
+                &s3.url(),
+                "--public-url",
+                &public,
+                "--json",
+            ])
+            .args(extra)
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env("R2_ACCESS_KEY_ID", S3_ACCESS_KEY)
+            .env("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY)
+            .output()
+            .expect("run xtask upload")
+    };
+    let o = upload(&[]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["key"], "qwen2-tiny/v1/token_embd.f32.rows");
+    assert_eq!(lines[1]["key"], "qwen2-tiny/v1/model.knot", "knot last");
+    assert!(lines.iter().all(|l| l["status"] == "uploaded"));
+    assert!(
+        !stdout.contains(S3_SECRET_KEY)
+            && !String::from_utf8_lossy(&o.stderr).contains(S3_SECRET_KEY)
+    );
+    let again = upload(&[]);
+    assert!(
+        String::from_utf8_lossy(&again.stdout)
+            .lines()
+            .all(|l| l.contains("\"skipped\""))
+    );
+    // the release gate over the public URL, as a separate step
+    let mut opts = gkq_verify::VerifyOptions::new(&out);
+    opts.url = Some(public);
+    assert!(gkq_verify::verify(&opts).expect("verify").passed);
+    // missing credentials: a clear message, exit non-zero
+    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["upload"])
+        .arg(&out)
+        .args(["--bucket", "models", "--endpoint", &s3.url()])
+        .env_remove("R2_ACCESS_KEY_ID")
+        .env_remove("R2_SECRET_ACCESS_KEY")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_PROFILE")
+        .env("HOME", tmp.path())
+        .output()
+        .expect("run");
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("R2_ACCESS_KEY_ID"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
