@@ -24,7 +24,7 @@ pub(crate) struct Counters {
     retries: AtomicU64,
 }
 
-/// A snapshot of [`Counters`].
+/// A snapshot of the network counters of a reader.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct NetStats {
     /// HTTP requests sent (HEAD and GET, retries included).
