@@ -78,38 +78,14 @@ pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
 fn demo() -> anyhow::Result<()> {
     run(cargo().args(["build", "--quiet", "-p", "gkq-pack", "-p", "gkq-verify"]))?;
     let root = root();
-    let bin = root.join("target/debug");
-    let model = root.join("fixtures/models/qwen2-tiny");
-    let out = root.join("target/demo/qwen2-tiny");
-    let show = |c: &Command| {
-        let args: Vec<String> = c
-            .get_args()
-            .map(|a| {
-                a.to_string_lossy()
-                    .replace(&format!("{}/", root.display()), "")
-            })
-            .collect();
-        eprintln!(
-            "$ {} {}",
-            Path::new(c.get_program())
-                .file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default(),
-            args.join(" ")
-        );
+    let (model, out) = ("fixtures/models/qwen2-tiny", "target/demo/qwen2-tiny");
+    let step = |bin: &str, args: &[&str]| -> anyhow::Result<()> {
+        eprintln!("$ {bin} {}", args.join(" "));
+        run(Command::new(root.join("target/debug").join(bin)).args(args).current_dir(&root))
     };
-    let mut pack = Command::new(bin.join("gkq-pack"));
-    pack.arg(&model)
-        .arg("--out")
-        .arg(&out)
-        .args(["--force", "--dtype", "f32", "--dtype", "bf16"]);
-    show(&pack);
-    run(&mut pack)?;
-    let mut verify = Command::new(bin.join("gkq-verify"));
-    verify.arg(&out).arg("--source").arg(&model);
-    show(&verify);
-    run(&mut verify)?;
-    eprintln!("demo: packed and verified {}", out.display());
+    step("gkq-pack", &[model, "--out", out, "--force", "--dtype", "f32", "--dtype", "bf16"])?;
+    step("gkq-verify", &[out, "--source", model])?;
+    eprintln!("demo: packed {model} into {out} and verified it against the source");
     Ok(())
 }
 
