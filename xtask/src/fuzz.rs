@@ -22,23 +22,7 @@ use gkq_format::{
 };
 use sha2::{Digest, Sha256};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-}
+use fixtures::Rng;
 
 fn seeds() -> anyhow::Result<Vec<Vec<u8>>> {
     let golden = std::fs::read(crate::root().join("crates/gkq-format/tests/golden/tiny.knot"))?;
@@ -116,7 +100,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
             }
             1 if !b.is_empty() => {
                 let i = rng.below(span);
-                b[i] = rng.next() as u8;
+                b[i] = rng.next_u64() as u8;
             }
             2 => {
                 let v = INTERESTING[rng.below(INTERESTING.len())];
@@ -127,7 +111,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
                 }
             }
             3 => b.truncate(rng.below(b.len() + 1)),
-            4 => b.extend((0..rng.below(64)).map(|_| rng.next() as u8)),
+            4 => b.extend((0..rng.below(64)).map(|_| rng.next_u64() as u8)),
             5 if !b.is_empty() => {
                 // small integer tweak of a field
                 let i = rng.below(span);

@@ -81,9 +81,16 @@ fn demo() -> anyhow::Result<()> {
     let (model, out) = ("fixtures/models/qwen2-tiny", "target/demo/qwen2-tiny");
     let step = |bin: &str, args: &[&str]| -> anyhow::Result<()> {
         eprintln!("$ {bin} {}", args.join(" "));
-        run(Command::new(root.join("target/debug").join(bin)).args(args).current_dir(&root))
+        run(Command::new(root.join("target/debug").join(bin))
+            .args(args)
+            .current_dir(&root))
     };
-    step("gkq-pack", &[model, "--out", out, "--force", "--dtype", "f32", "--dtype", "bf16"])?;
+    step(
+        "gkq-pack",
+        &[
+            model, "--out", out, "--force", "--dtype", "f32", "--dtype", "bf16",
+        ],
+    )?;
     step("gkq-verify", &[out, "--source", model])?;
     eprintln!("demo: packed {model} into {out} and verified it against the source");
     Ok(())

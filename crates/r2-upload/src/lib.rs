@@ -26,6 +26,7 @@ mod upload;
 pub use client::{Endpoint, client, credentials, endpoint, env_credentials};
 pub use error::{Result, UploadError};
 pub use local::{Kind, LocalObject, key, prepare};
+
 /// Runs the `gkq-verify --url` checks against the public URL of the
 /// published prefix (`BASE_URL/model.knot`, `BASE_URL/<row file>`).
 pub fn verify_public(out_dir: &std::path::Path, url: &str) -> Result<()> {
@@ -38,18 +39,9 @@ pub fn verify_public(out_dir: &std::path::Path, url: &str) -> Result<()> {
     if report.passed {
         return Ok(());
     }
-    let failures = report
-        .checks
-        .iter()
-        .flat_map(|c| {
-            c.failures
-                .iter()
-                .map(move |f| format!("{}: {}: {}", c.name, f.object, f.message))
-        })
-        .collect();
     Err(UploadError::PublicCheck {
         url: url.to_owned(),
-        failures,
+        failures: local::failures(&report),
     })
 }
 

@@ -37,6 +37,19 @@ pub struct LocalObject {
     pub kind: Kind,
 }
 
+/// Every failure of a verification report, one line each.
+pub(crate) fn failures(report: &gkq_verify::VerifyReport) -> Vec<String> {
+    report
+        .checks
+        .iter()
+        .flat_map(|c| {
+            c.failures
+                .iter()
+                .map(move |f| format!("{}: {}: {}", c.name, f.object, f.message))
+        })
+        .collect()
+}
+
 /// Joins a prefix and a file name into a key (`prefix/name`, no double slash).
 pub fn key(prefix: &str, name: &str) -> String {
     let p = prefix.trim_matches('/');
