@@ -646,3 +646,73 @@ fn clap_args_flatten_into_a_runtime_cli() {
     assert_eq!(ReaderConfig::from(rt.embed).fetch.cache_rows, 16);
     assert_eq!(rt.model, "m");
 }
+
+#[test]
+fn spectral_blocks_are_returned_untouched() {
+    use gkq_format::{
+        Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KnotWriter, Metadata,
+        Payload, Quant, Value,
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut md = Metadata::new();
+    md.insert(keys::ROLE_TOKEN_EMBD.into(), Value::Str("e".into()));
+    let mut e = Block::dense("e", DType::F32, vec![4, 2]).expect("block");
+    e.flags = COLUMNAR_ELIGIBLE;
+    e.columnar.push(
+        ColumnarDescriptor::for_shape(4, 2, DType::F32, "token_embd.f32.rows".into())
+            .expect("desc"),
+    );
+    // rank-1 factors of a 2x2 matrix: U = [1, 2], S = [3], Vt = [1, -1]
+    let s = Block {
+        name: "attn.q".into(),
+        dtype: DType::F32,
+        flags: 0,
+        shape: vec![2, 2],
+        encoding: Encoding::Spectral {
+            rank: 1,
+            factor_dtype: DType::F32,
+            quant: Quant::None,
+            payload: Payload {
+                offset: 0,
+                len: 20,
+                sha256: [0; 32],
+            },
+        },
+        columnar: vec![],
+    };
+    let factors: Vec<u8> = [1.0f32, 2.0, 3.0, 1.0, -1.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let emb: Vec<u8> = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let path = tmp.path().join("model.knot");
+    let mut w = KnotWriter::new(
+        fs::File::create(&path).expect("create"),
+        Header {
+            metadata: md,
+            blocks: vec![e, s],
+        },
+    )
+    .expect("writer");
+    w.write_payload(0, emb.as_slice()).expect("e");
+    w.write_payload(1, factors.as_slice()).expect("s");
+    w.finish().expect("finish");
+    let r = Reader::open(path.to_str().expect("utf8"), config(None), Roles::INPUT).expect("open");
+    let res = r.resolve("attn.q").expect("resolve");
+    assert_eq!(res.path, ReadPath::Spectral);
+    assert!(res.reason.contains("rank 1"), "{}", res.reason);
+    let payload = r.block_payload("attn.q").expect("factors");
+    assert!(&payload[..] == factors.as_slice(), "factors untouched");
+    let block = r
+        .knot()
+        .data_block(r.knot().index("attn.q").expect("index"))
+        .expect("block")
+        .clone();
+    let w = gkq_format::reconstruct_spectral(&block, &payload).expect("reconstruct");
+    let w: Vec<f32> = w
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+        .collect();
+    assert_eq!(w, [3.0, -3.0, 6.0, -6.0]);
+    assert_eq!(r.resolve("e").expect("e").path, ReadPath::Dense);
+}
