@@ -159,6 +159,19 @@ impl Http {
         })
     }
 
+    /// Counts the response's status line and headers; a transport error
+    /// becomes its message (the caller retries).
+    fn counted(
+        &self,
+        r: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> std::result::Result<ureq::http::Response<ureq::Body>, String> {
+        let resp = r.map_err(|e| e.to_string())?;
+        self.counters
+            .http_bytes
+            .fetch_add(header_bytes(&resp), Ordering::Relaxed);
+        Ok(resp)
+    }
+
     fn transient(status: u16) -> bool {
         status >= 500 || status == 429
     }
@@ -166,13 +179,10 @@ impl Http {
     /// HEAD: the Content-Length of a 200.
     pub fn content_length(&self, url: &str) -> Result<u64> {
         self.with_retries(url, || {
-            let resp = match self.agent.head(url).call() {
+            let resp = match self.counted(self.agent.head(url).call()) {
                 Ok(r) => r,
-                Err(e) => return Attempt::Retry(e.to_string()),
+                Err(e) => return Attempt::Retry(e),
             };
-            self.counters
-                .http_bytes
-                .fetch_add(header_bytes(&resp), Ordering::Relaxed);
             let status = resp.status().as_u16();
             if Self::transient(status) {
                 return Attempt::Retry(format!("HTTP {status}"));
@@ -214,18 +224,15 @@ impl Http {
     ) -> Result<()> {
         let want = end - start + 1;
         self.with_retries(url, || {
-            let mut resp = match self
+            let range = self
                 .agent
                 .get(url)
                 .header("Range", format!("bytes={start}-{end}"))
-                .call()
-            {
+                .call();
+            let mut resp = match self.counted(range) {
                 Ok(r) => r,
-                Err(e) => return Attempt::Retry(e.to_string()),
+                Err(e) => return Attempt::Retry(e),
             };
-            self.counters
-                .http_bytes
-                .fetch_add(header_bytes(&resp), Ordering::Relaxed);
             let status = resp.status().as_u16();
             if status == 200 {
                 return Attempt::Fail(ReaderError::IgnoresRange {

@@ -110,16 +110,10 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
         reason: e.to_string(),
     })?;
     if !report.passed {
-        let failures = report
-            .checks
-            .iter()
-            .flat_map(|c| {
-                c.failures
-                    .iter()
-                    .map(move |f| format!("{}: {}: {}", c.name, f.object, f.message))
-            })
-            .collect();
-        return Err(UploadError::LocalCheck { dir, failures });
+        return Err(UploadError::LocalCheck {
+            dir,
+            failures: failures(&report),
+        });
     }
     let mut out = Vec::new();
     for b in knot.blocks() {
