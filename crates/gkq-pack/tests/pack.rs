@@ -199,22 +199,13 @@ fn packs_every_preset_row_by_row() {
     for preset in fixtures::test_presets() {
         let src = model(tmp.path(), preset);
         let out = tmp.path().join(format!("{preset}.out"));
-        let r = run(&[
-            src.to_str().expect("utf8"),
-            "--out",
-            out.to_str().expect("utf8"),
-            "--dtype",
-            "f32",
-            "--dtype",
-            "bf16",
-            "--dtype",
-            "f16",
-            "--quiet",
-        ]);
-        assert!(
-            r.status.success(),
-            "{preset}: {}",
-            String::from_utf8_lossy(&r.stderr)
+        let r = packs(
+            &src,
+            &out,
+            &[
+                "--dtype", "f32", "--dtype", "bf16", "--dtype", "f16", "--quiet",
+            ],
+            preset,
         );
         assert!(
             r.stdout.is_empty() && r.stderr.is_empty(),
@@ -230,15 +221,7 @@ fn narrow_first_dtype_and_json_report() {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = model(tmp.path(), "llama-tiny-f32");
     let out = tmp.path().join("out");
-    let r = run(&[
-        src.to_str().expect("utf8"),
-        "--out",
-        out.to_str().expect("utf8"),
-        "--dtype",
-        "bf16",
-        "--json",
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = packs(&src, &out, &["--dtype", "bf16", "--json"], "pack");
     check_pack(&src, &out, &[DType::BF16], false);
     let v: serde_json::Value =
         serde_json::from_slice(&r.stdout).expect("one JSON object on stdout");
@@ -278,13 +261,7 @@ fn identical_lm_head_becomes_alias() {
     let src = tmp.path().join("m");
     fixtures::write_model(&src, &spec).expect("write");
     let out = tmp.path().join("out");
-    let r = run(&[
-        src.to_str().expect("utf8"),
-        "--out",
-        out.to_str().expect("utf8"),
-        "--quiet",
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    packs(&src, &out, &["--quiet"], "pack");
     check_pack(&src, &out, &[DType::F32], true);
     assert!(
         !out.join("lm_head.f32.rows").exists(),
@@ -299,17 +276,12 @@ fn packing_twice_is_byte_identical() {
     let mut outs = Vec::new();
     for n in 0..2 {
         let out = tmp.path().join(format!("out{n}"));
-        let r = run(&[
-            src.to_str().expect("utf8"),
-            "--out",
-            out.to_str().expect("utf8"),
-            "--dtype",
-            "f32",
-            "--dtype",
-            "bf16",
-            "--quiet",
-        ]);
-        assert!(r.status.success());
+        packs(
+            &src,
+            &out,
+            &["--dtype", "f32", "--dtype", "bf16", "--quiet"],
+            "pack",
+        );
         let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&out)
             .expect("out")
             .map(|e| {
@@ -325,6 +297,23 @@ fn packing_twice_is_byte_identical() {
     }
     assert_eq!(outs[0].len(), 5, "knot + 2 roles x 2 dtypes");
     assert!(outs[0] == outs[1], "two packs differ");
+}
+
+/// Runs gkq-pack on `src` into `out` with `extra` flags, asserting success.
+fn packs(src: &Path, out: &Path, extra: &[&str], what: &str) -> Output {
+    let mut args = vec![
+        src.to_str().expect("utf8"),
+        "--out",
+        out.to_str().expect("utf8"),
+    ];
+    args.extend_from_slice(extra);
+    let r = run(&args);
+    assert!(
+        r.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    r
 }
 
 /// Runs gkq-pack expecting failure; returns stderr. Asserts no knot and no temp files remain.
@@ -439,17 +428,7 @@ fn shard_problems() {
         ],
     );
     fs::write(&shard2, saved).expect("restore");
-    let r = run(&[
-        src.to_str().expect("utf8"),
-        "--out",
-        out.to_str().expect("utf8"),
-        "--quiet",
-    ]);
-    assert!(
-        r.status.success(),
-        "restored model packs: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
+    packs(&src, &out, &["--quiet"], "restored model packs");
 }
 
 #[test]
@@ -502,18 +481,11 @@ fn role_problems() {
             "--embed-tensor",
         ],
     );
-    let r = run(&[
-        src.to_str().expect("utf8"),
-        "--out",
-        out.to_str().expect("utf8"),
-        "--embed-tensor",
-        "model.embed_tokens.weight",
-        "--quiet",
-    ]);
-    assert!(
-        r.status.success(),
-        "override decides: {}",
-        String::from_utf8_lossy(&r.stderr)
+    packs(
+        &src,
+        &out,
+        &["--embed-tensor", "model.embed_tokens.weight", "--quiet"],
+        "override decides",
     );
 }
 
@@ -524,17 +496,7 @@ fn every_architecture_family_is_recognised() {
         let preset = format!("{arch}-tiny-f16");
         let src = model(tmp.path(), &preset);
         let out = tmp.path().join(format!("{preset}.out"));
-        let r = run(&[
-            src.to_str().expect("utf8"),
-            "--out",
-            out.to_str().expect("utf8"),
-            "--json",
-        ]);
-        assert!(
-            r.status.success(),
-            "{preset}: {}",
-            String::from_utf8_lossy(&r.stderr)
-        );
+        let r = packs(&src, &out, &["--json"], &preset);
         let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("json");
         let spec = fixtures::preset(&preset).expect("preset");
         assert_eq!(v["token_embd"], spec.arch.embed_name(), "{preset}");
@@ -569,16 +531,12 @@ fn f16_overflow_names_tensor_row_and_column() {
         &["--dtype", "f32", "--dtype", "f16"],
         &["row 7", "column 3"],
     );
-    let r = run(&[
-        src.to_str().expect("utf8"),
-        "--out",
-        out.to_str().expect("utf8"),
-        "--dtype",
-        "f16",
-        "--allow-lossy",
-        "--json",
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = packs(
+        &src,
+        &out,
+        &["--dtype", "f16", "--allow-lossy", "--json"],
+        "pack",
+    );
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("json");
     assert_eq!(v["casts"][0]["overflowed"], true);
 }
@@ -598,14 +556,7 @@ fn existing_out_dir_needs_force_and_keeps_contents() {
     // a crashed earlier run left a temp file: --force cleans it and packs
     fs::write(out.join(".model.knot.gkq-tmp"), "partial").expect("write");
     fs::write(out.join("token_embd.f16.rows"), "stale").expect("write");
-    let r = run(&[
-        src.to_str().expect("utf8"),
-        "--out",
-        out.to_str().expect("utf8"),
-        "--force",
-        "--quiet",
-    ]);
-    assert!(r.status.success());
+    packs(&src, &out, &["--force", "--quiet"], "pack --force");
     assert!(!out.join(".model.knot.gkq-tmp").exists());
     assert!(
         !out.join("token_embd.f16.rows").exists(),
