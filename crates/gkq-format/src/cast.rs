@@ -9,9 +9,9 @@ use crate::dtype::DType;
 pub struct CastReport {
     /// Largest `|x - cast(x)|` over finite inputs.
     pub max_abs_error: f64,
-    /// Element index (within the run) of the first finite input that the
-    /// target cannot hold: `|x| > 65504` for f16, a value rounding to
-    /// infinity for bf16.
+    /// Element index (within the run) of the first finite input that rounds
+    /// to infinity in the target (`|x| >= 65520` for f16; values in
+    /// `(65504, 65520)` round to the finite 65504 and only add to the error).
     pub first_overflow: Option<usize>,
 }
 
@@ -74,11 +74,12 @@ pub fn cast_row(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> Option
         // Widening is exact: no error to track.
         (DType::BF16, DType::F32) => {
             for (d, s) in pairs {
-                let bits = u32::from(u16::from_le_bytes([
-                    s.first().copied()?,
-                    s.get(1).copied()?,
-                ])) << 16;
-                d.copy_from_slice(&bits.to_le_bytes());
+                let mut h = u16::from_le_bytes([s.first().copied()?, s.get(1).copied()?]);
+                // Section 6: a NaN gets its quiet bit set (as `half` does).
+                if h & 0x7fff > 0x7f80 {
+                    h |= 0x0040;
+                }
+                d.copy_from_slice(&(u32::from(h) << 16).to_le_bytes());
             }
         }
         (DType::F16, DType::F32) => {
@@ -93,10 +94,7 @@ pub fn cast_row(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> Option
                 let (bytes, back): ([u8; 2], f32) = match to {
                     DType::F16 => {
                         let h = f16::from_f32(x);
-                        if x.is_finite()
-                            && x.abs() > f16::MAX.to_f32()
-                            && report.first_overflow.is_none()
-                        {
+                        if x.is_finite() && h.is_infinite() && report.first_overflow.is_none() {
                             report.first_overflow = Some(i);
                         }
                         (h.to_le_bytes(), h.to_f32())
@@ -117,6 +115,33 @@ pub fn cast_row(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> Option
         }
     }
     Some(report)
+}
+
+/// Largest `|a[i] - b[i]|` between two runs of float elements of the same
+/// count (f32/f16/bf16, widened exactly to f32, difference in f64), ignoring
+/// positions where either side is not finite. `None` if the dtypes are not
+/// float dtypes or the counts differ.
+pub fn max_abs_diff(a: &[u8], a_dtype: DType, b: &[u8], b_dtype: DType) -> Option<f64> {
+    let (sa, sb) = (
+        usize::try_from(a_dtype.itemsize()).ok()?,
+        usize::try_from(b_dtype.itemsize()).ok()?,
+    );
+    if !a_dtype.is_castable_float()
+        || !b_dtype.is_castable_float()
+        || !a.len().is_multiple_of(sa)
+        || !b.len().is_multiple_of(sb)
+        || a.len().checked_div(sa) != b.len().checked_div(sb)
+    {
+        return None;
+    }
+    let mut max = 0f64;
+    for (x, y) in a.chunks_exact(sa).zip(b.chunks_exact(sb)) {
+        let (x, y) = (read_f32(x, a_dtype), read_f32(y, b_dtype));
+        if x.is_finite() && y.is_finite() {
+            max = max.max((f64::from(x) - f64::from(y)).abs());
+        }
+    }
+    Some(max)
 }
 
 #[cfg(test)]
@@ -184,6 +209,81 @@ mod tests {
         assert_eq!(r.first_overflow, Some(2));
         let r = cast_row(&f32s(&[f32::MAX]), DType::F32, DType::BF16, &mut out).expect("castable");
         assert_eq!(r.first_overflow, Some(0));
+    }
+
+    #[test]
+    fn f16_values_that_round_to_max_are_not_overflows() {
+        // (65504, 65520) rounds to the finite 65504 under ties-to-even; 65520 rounds to inf.
+        let mut out = Vec::new();
+        let r = cast_row(
+            &f32s(&[65505.0, 65519.996, -65519.0]),
+            DType::F32,
+            DType::F16,
+            &mut out,
+        )
+        .expect("castable");
+        assert_eq!(r.first_overflow, None);
+        assert_eq!(out, [[0xff, 0x7b], [0xff, 0x7b], [0xff, 0xfb]].concat());
+        assert!(r.max_abs_error > 15.0 && r.max_abs_error < 16.0);
+        let r =
+            cast_row(&f32s(&[1.0, 65520.0]), DType::F32, DType::F16, &mut out).expect("castable");
+        assert_eq!(r.first_overflow, Some(1));
+    }
+
+    /// docs/FORMAT.md section 6 pins the NaN bits of every cast.
+    #[test]
+    fn nan_bits_are_specified() {
+        let cast = |bits: &[u8], from: DType, to: DType| {
+            let mut out = Vec::new();
+            cast_row(bits, from, to, &mut out).expect("castable");
+            out
+        };
+        // f32 signalling NaN with payload, negative: sign kept, quiet bit set, top bits kept.
+        let snan = 0xff80_1234u32.to_le_bytes();
+        assert_eq!(
+            cast(&snan, DType::F32, DType::BF16),
+            0xffc0u16.to_le_bytes()
+        );
+        assert_eq!(cast(&snan, DType::F32, DType::F16), 0xfe00u16.to_le_bytes());
+        let payload = 0x7fa0_2000u32.to_le_bytes(); // quiet bit clear, payload in the top bits
+        assert_eq!(
+            cast(&payload, DType::F32, DType::BF16),
+            0x7fe0u16.to_le_bytes()
+        );
+        assert_eq!(
+            cast(&payload, DType::F32, DType::F16),
+            0x7f01u16.to_le_bytes()
+        );
+        // widening: quiet bit set, payload shifted up
+        assert_eq!(
+            cast(&0x7f81u16.to_le_bytes(), DType::BF16, DType::F32),
+            0x7fc1_0000u32.to_le_bytes()
+        );
+        assert_eq!(
+            cast(&0xfc01u16.to_le_bytes(), DType::F16, DType::F32),
+            0xffc0_2000u32.to_le_bytes()
+        );
+        // decode_f32 agrees with the widening cast bit for bit
+        let mut v = Vec::new();
+        decode_f32(&0x7f81u16.to_le_bytes(), DType::BF16, &mut v);
+        assert_eq!(v[0].to_bits(), 0x7fc1_0000);
+    }
+
+    #[test]
+    fn max_abs_diff_widens_exactly() {
+        let a = f32s(&[1.0, 2.0, f32::NAN]);
+        let mut b = Vec::new();
+        cast_row(
+            &f32s(&[1.0 + 2f32.powi(-9), 2.0, 5.0]),
+            DType::F32,
+            DType::BF16,
+            &mut b,
+        )
+        .expect("castable");
+        assert_eq!(max_abs_diff(&a, DType::F32, &b, DType::BF16), Some(0.0));
+        let c = f32s(&[1.5, 2.0, 0.0]);
+        assert_eq!(max_abs_diff(&a, DType::F32, &c, DType::F32), Some(0.5));
+        assert_eq!(max_abs_diff(&a, DType::F32, &c[..4], DType::F32), None);
     }
 
     #[test]

@@ -132,6 +132,14 @@ pub enum Error {
         /// Hashes.
         hashes: usize,
     },
+    /// One of `source.files`/`source.sha256` without the other.
+    #[error("metadata has {present} but not {missing} (the two go together)")]
+    SourceListIncomplete {
+        /// The key present.
+        present: &'static str,
+        /// The key missing.
+        missing: &'static str,
+    },
     /// A `role.*` key names no block.
     #[error("metadata {role} names block {name:?}, which is not in the knot")]
     UnknownRoleBlock {
@@ -190,13 +198,87 @@ pub enum Error {
         /// Stored offset.
         found: u64,
     },
-    /// `file_len` disagrees with the payloads or with the bytes given.
-    #[error("knot length is {found}, expected {expected}")]
+    /// The preamble's `file_len` field disagrees with the end of the last payload.
+    #[error("the preamble's file_len field is {found}, but the payloads end at {expected}")]
     FileLength {
-        /// Required.
+        /// End of the last payload (or `data_offset` when there is none).
         expected: u64,
-        /// Found.
+        /// The `file_len` field.
         found: u64,
+    },
+    /// The bytes given are not as long as the preamble's `file_len` says.
+    #[error("the file is {actual} bytes long, but its preamble declares file_len {file_len}")]
+    FileSize {
+        /// The `file_len` field.
+        file_len: u64,
+        /// Bytes actually given.
+        actual: u64,
+    },
+    /// The file ends before `72 + header_len`.
+    #[error(
+        "the file is {available} bytes long, but its header ends at byte {header_end} (72 + header_len)"
+    )]
+    HeaderTruncated {
+        /// `72 + header_len`.
+        header_end: u64,
+        /// Bytes given.
+        available: u64,
+    },
+    /// A payload does not hash to its recorded digest.
+    #[error(
+        "block {block:?}: payload sha256 is {computed}, the header records {stored} (bytes {offset}..{end} of the knot)"
+    )]
+    PayloadDigest {
+        /// Block name.
+        block: String,
+        /// Hex of the recorded digest.
+        stored: String,
+        /// Hex of the computed digest.
+        computed: String,
+        /// Absolute offset of the payload.
+        offset: u64,
+        /// End (exclusive) of the payload.
+        end: u64,
+    },
+    /// A row file's length is not the descriptor's `byte_len`.
+    #[error("row file {object:?}: {found} bytes, expected {expected} ({rows} rows x {row_bytes} bytes){}", if found < expected { ": truncated" } else { "" })]
+    RowFileLength {
+        /// Object name.
+        object: String,
+        /// Descriptor `byte_len`.
+        expected: u64,
+        /// Length found.
+        found: u64,
+        /// Descriptor `rows`.
+        rows: u64,
+        /// Descriptor `row_bytes`.
+        row_bytes: u64,
+    },
+    /// A row file does not hash to the descriptor's digest.
+    #[error("row file {object:?}: sha256 is {computed}, the knot records {stored}")]
+    RowFileDigest {
+        /// Object name.
+        object: String,
+        /// Hex of the recorded digest.
+        stored: String,
+        /// Hex of the computed digest.
+        computed: String,
+    },
+    /// Rows of a row file differ from the block cast as section 7 says.
+    #[error(
+        "row file {object:?}: {count} rows differ from block {block:?} cast to {dtype}, the first is row {first_row}"
+    )]
+    RowMismatch {
+        /// Object name.
+        object: String,
+        /// Block name.
+        block: String,
+        /// Descriptor dtype.
+        dtype: crate::DType,
+        /// How many rows differ.
+        count: u64,
+        /// The first differing row.
+        first_row: u64,
     },
     /// Padding that is not zero.
     #[error("non-zero padding byte at offset {offset}")]

@@ -30,14 +30,17 @@ mod tests;
 #[cfg(test)]
 mod testutil;
 
-pub use cast::{CastReport, cast_row, decode_f32};
+pub use cast::{CastReport, cast_row, decode_f32, max_abs_diff};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use model::{
     Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, Metadata, Payload, Preamble,
     Quant, Value, keys, rows_object_name,
 };
-pub use parse::{Knot, KnotHeader, Prefix, parse_prefix};
+pub use parse::{
+    Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,
+    parse_prefix,
+};
 pub use spectral::{SpectralParts, reconstruct_spectral};
 pub use write::KnotWriter;
 

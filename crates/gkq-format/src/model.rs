@@ -31,6 +31,8 @@ pub mod keys {
     pub const SOURCE_FILES: &str = "source.files";
     /// `STR_LIST`: hex sha256 of each source file.
     pub const SOURCE_SHA256: &str = "source.sha256";
+    /// Prefix of the role keys: every `role.*` key is a `STR` naming a block.
+    pub const ROLE_PREFIX: &str = "role.";
 }
 
 /// A typed metadata value.
@@ -230,14 +232,22 @@ impl Block {
         self.flags & COLUMNAR_ELIGIBLE != 0
     }
 
-    /// Number of elements, or `None` on overflow.
+    /// Number of elements, or `None` on overflow (a shape with a zero
+    /// dimension has 0 elements, whatever its other dimensions).
     pub fn elements(&self) -> Option<u64> {
+        if self.shape.contains(&0) {
+            return Some(0);
+        }
         self.shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
     }
 }
 
-/// `product(shape) * itemsize`, or `None` on overflow.
+/// `product(shape) * itemsize`, or `None` on overflow. A shape with a zero
+/// dimension is 0 bytes (docs/FORMAT.md 3.2): nothing overflows.
 pub(crate) fn shape_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
     shape
         .iter()
         .try_fold(dtype.itemsize(), |a, &d| a.checked_mul(d))

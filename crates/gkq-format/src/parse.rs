@@ -366,18 +366,49 @@ fn validate_metadata(h: &Header) -> Result<()> {
     for key in [keys::SOURCE_FILES, keys::SOURCE_SHA256] {
         expect_type(md, key, 4)?;
     }
-    let files = h.meta_list(keys::SOURCE_FILES).map_or(0, <[String]>::len);
-    let hashes = h.meta_list(keys::SOURCE_SHA256).map_or(0, <[String]>::len);
-    if files != hashes {
-        return Err(Error::SourceListMismatch { files, hashes });
+    match (
+        h.meta_list(keys::SOURCE_FILES),
+        h.meta_list(keys::SOURCE_SHA256),
+    ) {
+        (Some(_), None) => {
+            return Err(Error::SourceListIncomplete {
+                present: keys::SOURCE_FILES,
+                missing: keys::SOURCE_SHA256,
+            });
+        }
+        (None, Some(_)) => {
+            return Err(Error::SourceListIncomplete {
+                present: keys::SOURCE_SHA256,
+                missing: keys::SOURCE_FILES,
+            });
+        }
+        (Some(files), Some(hashes)) if files.len() != hashes.len() => {
+            return Err(Error::SourceListMismatch {
+                files: files.len(),
+                hashes: hashes.len(),
+            });
+        }
+        _ => {}
     }
-    for role in [keys::ROLE_TOKEN_EMBD, keys::ROLE_LM_HEAD] {
-        if let Some(name) = h.meta_str(role)
-            && h.block(name).is_none()
-        {
+    // Every `role.*` key, known or not, is a STR naming a block.
+    for (key, value) in md.range::<str, _>((
+        std::ops::Bound::Included(keys::ROLE_PREFIX),
+        std::ops::Bound::Unbounded,
+    )) {
+        if !key.starts_with(keys::ROLE_PREFIX) {
+            break;
+        }
+        let Value::Str(name) = value else {
+            return Err(Error::MetadataType {
+                key: key.clone(),
+                expected: Value::type_name(3),
+                found: Value::type_name(value.tag()),
+            });
+        };
+        if h.block(name).is_none() {
             return Err(Error::UnknownRoleBlock {
-                role: role.to_owned(),
-                name: name.to_owned(),
+                role: key.clone(),
+                name: name.clone(),
             });
         }
     }
@@ -533,6 +564,12 @@ fn validate_block(h: &Header, b: &Block, objects: &mut HashSet<String>) -> Resul
             });
         }
     };
+    if rows == 0 || cols == 0 {
+        return Err(Error::DescriptorPlacement {
+            block: name(),
+            reason: "columnar descriptors need a block with at least one row and one column",
+        });
+    }
     let mut dtypes = HashSet::new();
     for d in &b.columnar {
         let field = |field: &'static str, expected: String, found: String| Error::DescriptorField {
@@ -587,6 +624,20 @@ fn validate_block(h: &Header, b: &Block, objects: &mut HashSet<String>) -> Resul
                 "byte_len",
                 byte_len.to_string(),
                 d.byte_len.to_string(),
+            ));
+        }
+        // Section 7: a row file in the block's own dtype is the payload.
+        if let Encoding::Dense(p) = &b.encoding
+            && d.dtype == b.dtype
+            && d.sha256 != p.sha256
+        {
+            return Err(field(
+                "sha256",
+                format!(
+                    "{} (the payload's: same dtype, same bytes)",
+                    crate::hex(&p.sha256)
+                ),
+                crate::hex(&d.sha256),
             ));
         }
     }
@@ -729,18 +780,24 @@ impl<'a> Knot<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Knot<'a>> {
         let header = match parse_prefix(bytes)? {
             Prefix::Complete(h) => *h,
-            Prefix::NeedBytes { total } => {
+            Prefix::NeedBytes { total } if total <= PREAMBLE_LEN => {
                 return Err(Error::Truncated {
                     needed: total,
+                    available: bytes.len() as u64,
+                });
+            }
+            Prefix::NeedBytes { total } => {
+                return Err(Error::HeaderTruncated {
+                    header_end: total,
                     available: bytes.len() as u64,
                 });
             }
         };
         let len = bytes.len() as u64;
         if len != header.preamble.file_len {
-            return Err(Error::FileLength {
-                expected: header.preamble.file_len,
-                found: len,
+            return Err(Error::FileSize {
+                file_len: header.preamble.file_len,
+                actual: len,
             });
         }
         let mut gap_start = header.header_end();
@@ -797,4 +854,64 @@ impl<'a> Knot<'a> {
         let digest: [u8; 32] = Sha256::digest(data).into();
         Some(digest == p.sha256)
     }
+
+    /// Checks the payload of block `index` against its stored digest
+    /// ([`Error::PayloadDigest`]). Blocks without a payload (aliases of
+    /// nothing) and indices out of range pass.
+    pub fn check_payload(&self, index: usize) -> Result<()> {
+        let (Some(p), Some(data)) = (self.header.payload_of(index), self.payload(index)) else {
+            return Ok(());
+        };
+        check_payload_digest(&self.header.header, index, &p, Sha256::digest(data).into())
+    }
+}
+
+/// [`Error::PayloadDigest`] unless `computed` is the digest `p` records for
+/// block `index` of `header`.
+pub fn check_payload_digest(
+    header: &Header,
+    index: usize,
+    p: &Payload,
+    computed: [u8; 32],
+) -> Result<()> {
+    if computed == p.sha256 {
+        return Ok(());
+    }
+    Err(Error::PayloadDigest {
+        block: header
+            .resolve(index)
+            .map(|b| b.name.clone())
+            .unwrap_or_default(),
+        stored: crate::hex(&p.sha256),
+        computed: crate::hex(&computed),
+        offset: p.offset,
+        end: p.offset.saturating_add(p.len),
+    })
+}
+
+/// The checks of a row file that do not need its rows (section 7): its
+/// length ([`Error::RowFileLength`]).
+pub fn check_row_file_len(d: &ColumnarDescriptor, len: u64) -> Result<()> {
+    if len == d.byte_len {
+        return Ok(());
+    }
+    Err(Error::RowFileLength {
+        object: d.object.clone(),
+        expected: d.byte_len,
+        found: len,
+        rows: d.rows,
+        row_bytes: d.row_bytes,
+    })
+}
+
+/// [`Error::RowFileDigest`] unless `computed` is the descriptor's digest.
+pub fn check_row_file_digest(d: &ColumnarDescriptor, computed: [u8; 32]) -> Result<()> {
+    if computed == d.sha256 {
+        return Ok(());
+    }
+    Err(Error::RowFileDigest {
+        object: d.object.clone(),
+        stored: crate::hex(&d.sha256),
+        computed: crate::hex(&computed),
+    })
 }

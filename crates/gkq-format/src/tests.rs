@@ -181,11 +181,129 @@ fn rule_truncated() {
         parse_prefix(&g[..total as usize]).unwrap(),
         Prefix::Complete(_)
     ));
+    // shorter than 72 + header_len: its own variant
     assert!(matches!(
-        err(&g[..total as usize]),
-        Error::FileLength { .. }
+        err(&g[..total as usize - 1]),
+        Error::HeaderTruncated { header_end, available } if header_end == total && available == total - 1
     ));
-    assert!(matches!(err(&g[..g.len() - 1]), Error::FileLength { .. }));
+    // the whole header but not the whole file: the message names the real length
+    let e = err(&g[..total as usize]);
+    assert!(matches!(e, Error::FileSize { file_len: 4120, actual } if actual == total));
+    assert_eq!(
+        e.to_string(),
+        format!("the file is {total} bytes long, but its preamble declares file_len 4120")
+    );
+    assert!(matches!(
+        err(&g[..g.len() - 1]),
+        Error::FileSize {
+            file_len: 4120,
+            actual: 4119
+        }
+    ));
+}
+
+#[test]
+fn rule_payload_digest() {
+    let mut g = golden();
+    let knot = Knot::parse(&g).unwrap();
+    knot.check_payload(0).unwrap();
+    knot.check_payload(1).unwrap(); // the alias reads its target
+    g[4096] ^= 0x80;
+    let knot = Knot::parse(&g).unwrap();
+    let e = knot.check_payload(0).unwrap_err();
+    assert!(
+        matches!(&e, Error::PayloadDigest { block, offset: 4096, end: 4120, .. } if block == "embed.weight"),
+        "{e}"
+    );
+}
+
+#[test]
+fn rule_row_file_checks() {
+    let (h, _) = golden_parts();
+    let d = &h.blocks[0].columnar[0];
+    check_row_file_len(d, 24).unwrap();
+    let e = check_row_file_len(d, 12).unwrap_err();
+    assert!(matches!(
+        e,
+        Error::RowFileLength {
+            expected: 24,
+            found: 12,
+            rows: 2,
+            row_bytes: 12,
+            ..
+        }
+    ));
+    assert!(e.to_string().ends_with("truncated"), "{e}");
+    check_row_file_digest(d, [0; 32]).unwrap();
+    assert!(matches!(
+        check_row_file_digest(d, [1; 32]),
+        Err(Error::RowFileDigest { .. })
+    ));
+}
+
+#[test]
+fn rule_same_dtype_row_file_digest_is_the_payload_digest() {
+    let (mut h, _) = golden_parts();
+    h.blocks[0].columnar[0].sha256 = [7; 32];
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::DescriptorField {
+            field: "sha256",
+            ..
+        }
+    ));
+    // a descriptor in another dtype has its own digest
+    let (mut h, _) = golden_parts();
+    h.blocks[0].columnar[0] =
+        ColumnarDescriptor::for_shape(2, 3, DType::BF16, "token_embd.bf16.rows".into()).unwrap();
+    h.blocks[0].columnar[0].sha256 = [7; 32];
+    Knot::parse(&raw_knot(&laid_out(h))).unwrap();
+}
+
+#[test]
+fn rule_zero_element_shapes_do_not_overflow() {
+    let mut h = Header::default();
+    h.blocks
+        .push(Block::dense("empty", DType::F32, vec![1 << 62, 0]).expect("0 elements"));
+    h.blocks
+        .push(Block::dense("empty2", DType::F64, vec![0, u64::MAX, u64::MAX]).expect("0 elements"));
+    let g = write_knot(h, &[vec![], vec![]]).unwrap();
+    let knot = Knot::parse(&g).unwrap();
+    assert_eq!(knot.blocks()[0].elements(), Some(0));
+    assert_eq!(knot.payload(0), Some(&[][..]));
+    // non-zero shapes still overflow
+    assert!(Block::dense("big", DType::F32, vec![1 << 62, 1]).is_none());
+}
+
+#[test]
+fn rule_columnar_blocks_need_rows_and_columns() {
+    for shape in [[2u64, 0], [0, 3]] {
+        let (mut h, _) = golden_parts();
+        h.blocks[0] = Block {
+            shape: shape.to_vec(),
+            encoding: Encoding::Dense(Payload {
+                offset: 0,
+                len: 0,
+                sha256: [0; 32],
+            }),
+            ..h.blocks[0].clone()
+        };
+        h.blocks[0].columnar[0] = ColumnarDescriptor::for_shape(
+            shape[0],
+            shape[1],
+            DType::F32,
+            "token_embd.f32.rows".into(),
+        )
+        .unwrap();
+        h.blocks[1].shape = shape.to_vec();
+        assert!(
+            matches!(
+                err(&raw_knot(&laid_out(h))),
+                Error::DescriptorPlacement { .. }
+            ),
+            "{shape:?}"
+        );
+    }
 }
 
 #[test]
@@ -358,6 +476,8 @@ fn rule_metadata() {
     let (mut h, _) = golden_parts();
     h.metadata
         .insert(keys::SOURCE_FILES.into(), Value::StrList(vec!["a".into()]));
+    h.metadata
+        .insert(keys::SOURCE_SHA256.into(), Value::StrList(vec![]));
     assert!(matches!(
         err(&raw_knot(&h)),
         Error::SourceListMismatch {
@@ -369,6 +489,49 @@ fn rule_metadata() {
     h.metadata
         .insert(keys::ROLE_LM_HEAD.into(), Value::Str("nope".into()));
     assert!(matches!(err(&raw_knot(&h)), Error::UnknownRoleBlock { .. }));
+    // any role.* key, not only the well-known ones
+    let (mut h, _) = golden_parts();
+    h.metadata
+        .insert("role.foo".into(), Value::Str("nope".into()));
+    assert!(
+        matches!(err(&raw_knot(&laid_out(h))), Error::UnknownRoleBlock { ref role, .. } if role == "role.foo")
+    );
+    let (mut h, _) = golden_parts();
+    h.metadata.insert("role.foo".into(), Value::U64(0));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::MetadataType { ref key, expected: "STR", found: "U64" } if key == "role.foo"
+    ));
+    let (mut h, _) = golden_parts();
+    h.metadata
+        .insert("role.foo".into(), Value::Str("embed.weight".into()));
+    Knot::parse(&raw_knot(&laid_out(h))).unwrap();
+    // keys that only start like a role are not roles
+    let (mut h, _) = golden_parts();
+    h.metadata.insert("rolex".into(), Value::U64(0));
+    Knot::parse(&raw_knot(&laid_out(h))).unwrap();
+    // source.files without source.sha256, and the reverse
+    let (mut h, _) = golden_parts();
+    h.metadata
+        .insert(keys::SOURCE_FILES.into(), Value::StrList(vec![]));
+    let e = err(&raw_knot(&h));
+    assert!(matches!(
+        e,
+        Error::SourceListIncomplete {
+            present: "source.files",
+            missing: "source.sha256"
+        }
+    ));
+    let (mut h, _) = golden_parts();
+    h.metadata
+        .insert(keys::SOURCE_SHA256.into(), Value::StrList(vec![]));
+    assert!(matches!(
+        err(&raw_knot(&h)),
+        Error::SourceListIncomplete {
+            present: "source.sha256",
+            ..
+        }
+    ));
 }
 
 fn laid_out(mut h: Header) -> Header {
@@ -460,7 +623,13 @@ fn rule_payload_layout() {
         ..pre
     };
     reseal(&mut g, &short, &head);
-    assert!(matches!(err(&g), Error::FileLength { .. }));
+    assert!(matches!(
+        err(&g),
+        Error::FileLength {
+            expected: 4120,
+            found: 4116
+        }
+    ));
 }
 
 #[test]
@@ -718,7 +887,7 @@ fn arb_block(i: usize) -> impl Strategy<Value = (Block, Vec<u8>)> {
         .prop_map(move |(dtype, shape, flags, columnar, seed)| {
             let mut b = Block::dense(format!("blk{i}.weight"), dtype, shape.clone()).unwrap();
             b.flags = flags & !COLUMNAR_ELIGIBLE;
-            if columnar && shape.len() == 2 {
+            if columnar && shape.len() == 2 && shape[0] > 0 && shape[1] > 0 {
                 b.flags |= COLUMNAR_ELIGIBLE;
                 let d = if dtype.is_castable_float() {
                     DType::BF16

@@ -310,7 +310,8 @@ impl<W: Write + Seek> KnotWriter<W> {
         Ok(())
     }
 
-    /// Ends the payload of block `index`, checking its length. Returns its digest.
+    /// Ends the payload of block `index`, checking its length. Returns its
+    /// digest, which is also recorded for the block's row file in its own dtype.
     pub fn end_payload(&mut self, index: usize) -> Result<[u8; 32]> {
         self.start(index)?;
         let Some((_, hasher, written)) = self.current.take() else {
@@ -334,6 +335,11 @@ impl<W: Write + Seek> KnotWriter<W> {
         }
         p.sha256 = hasher.finalize().into();
         let digest = p.sha256;
+        // Section 7: the row file in the block's own dtype is the payload.
+        let dtype = block.dtype;
+        for d in block.columnar.iter_mut().filter(|d| d.dtype == dtype) {
+            d.sha256 = digest;
+        }
         self.next = index.saturating_add(1);
         self.skip_payloadless();
         Ok(digest)

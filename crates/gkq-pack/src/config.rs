@@ -71,8 +71,26 @@ pub struct ModelConfig {
     pub hidden_size: Option<u64>,
     /// `tie_word_embeddings`, or the family's default.
     pub tie_word_embeddings: bool,
-    /// Optional `_name_or_path`.
-    pub name_or_path: Option<String>,
+}
+
+/// Suffixes of `architectures[0]` for models that have an output projection
+/// over the vocabulary (an lm_head). A bare encoder such as `BertModel` or a
+/// sentence-embedding model has none.
+const HEAD_ARCHITECTURES: &[&str] = &[
+    "ForCausalLM",
+    "LMHeadModel",
+    "ForMaskedLM",
+    "ForPreTraining",
+    "ForConditionalGeneration",
+];
+
+impl ModelConfig {
+    /// Whether the architecture has an lm_head (tied or not).
+    pub fn has_lm_head(&self) -> bool {
+        HEAD_ARCHITECTURES
+            .iter()
+            .any(|s| self.architecture.ends_with(s))
+    }
 }
 
 fn family_of(model_type: &str, architecture: &str) -> Option<Family> {
@@ -144,7 +162,6 @@ impl ModelConfig {
             vocab_size,
             hidden_size,
             tie_word_embeddings,
-            name_or_path: v["_name_or_path"].as_str().map(str::to_owned),
         })
     }
 }

@@ -17,10 +17,12 @@ pub enum PackError {
         reason: String,
     },
     /// No `model.safetensors` and no index.
-    #[error("{dir}: no model.safetensors and no model.safetensors.index.json")]
+    #[error("{dir}: no model.safetensors and no model.safetensors.index.json{hint}")]
     NoWeights {
         /// The model directory.
         dir: PathBuf,
+        /// What to do, when another weight format is there.
+        hint: String,
     },
     /// The shard index is unreadable.
     #[error("{path}: {reason}")]
@@ -152,9 +154,9 @@ pub enum PackError {
         /// Requested dtype.
         to: String,
     },
-    /// A narrowing cast that would produce an infinity.
+    /// A narrowing cast that would turn a finite value into an infinity.
     #[error(
-        "tensor {tensor:?}, row {row}, column {col}: value {value} does not fit in {to} (pass --allow-lossy to accept infinities)"
+        "tensor {tensor:?}, row {row}, column {col}: value {value} rounds to infinity in {to} (pass --allow-lossy to accept infinities, or choose a wider --dtype)"
     )]
     CastOverflow {
         /// The tensor.
@@ -167,6 +169,42 @@ pub enum PackError {
         value: f32,
         /// Target dtype.
         to: String,
+    },
+    /// MODEL_DIR is a file.
+    #[error(
+        "{path} is a file, not a model directory (give the directory that holds config.json and the safetensors files)"
+    )]
+    NotADirectory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// MODEL_DIR does not exist and is not a hub id.
+    #[error(
+        "{path}: no such directory (MODEL_DIR is a directory with config.json and safetensors files, or ORG/NAME of a model in the local Hugging Face cache)"
+    )]
+    NoModelDir {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// `ORG/NAME` is not in the local Hugging Face cache.
+    #[error(
+        "{id} is not in the Hugging Face cache {cache}: {reason}; gkq-pack does not download, so fetch it first (`huggingface-cli download {id}`) or give its directory"
+    )]
+    NotInHubCache {
+        /// The model id.
+        id: String,
+        /// The cache looked in.
+        cache: PathBuf,
+        /// What was missing.
+        reason: String,
+    },
+    /// The output directory is inside the model directory.
+    #[error("--out {out} is inside the model directory {model}; choose a directory outside it")]
+    OutInsideModel {
+        /// The output directory.
+        out: PathBuf,
+        /// The model directory.
+        model: PathBuf,
     },
     /// The output directory exists and `--force` was not given.
     #[error("{path} already exists (pass --force to replace its contents)")]

@@ -9,6 +9,7 @@
 
 pub mod config;
 mod error;
+pub mod hub;
 pub mod output;
 mod prefetch;
 pub mod roles;
@@ -61,6 +62,10 @@ pub struct PackOptions {
     pub force: bool,
     /// Accept narrowing casts that overflow to infinity.
     pub allow_lossy: bool,
+    /// `source.model_id` (default: from a Hugging Face cache path, else none).
+    pub model_id: Option<String>,
+    /// `source.revision` (default: from a Hugging Face cache path, else none).
+    pub revision: Option<String>,
 }
 
 impl PackOptions {
@@ -74,6 +79,8 @@ impl PackOptions {
             lm_head_tensor: None,
             force: false,
             allow_lossy: false,
+            model_id: None,
+            revision: None,
         }
     }
 }
@@ -102,7 +109,7 @@ pub struct FileReport {
 }
 
 /// A columnar row file, for the report.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ColumnarReport {
     /// Block name.
     pub tensor: String,
@@ -120,6 +127,9 @@ pub struct ColumnarReport {
     pub bytes: u64,
     /// Hex SHA-256.
     pub sha256: String,
+    /// Largest `|source - row value|` over finite values: the loss of this
+    /// row file against the source tensor (not against the knot's block).
+    pub max_abs_error_vs_source: f64,
 }
 
 /// A cast that was performed, for the report.
@@ -158,8 +168,12 @@ pub struct PackReport {
     pub architecture: String,
     /// Embedding tensor name.
     pub token_embd: String,
-    /// lm_head block name.
-    pub lm_head: String,
+    /// lm_head block name (`None`: the model has no output projection).
+    pub lm_head: Option<String>,
+    /// `source.model_id` recorded in the knot.
+    pub model_id: Option<String>,
+    /// `source.revision` recorded in the knot.
+    pub revision: Option<String>,
     /// Peak resident set size of this process (Linux `VmHWM`), when known.
     pub peak_rss_bytes: Option<u64>,
 }
@@ -178,6 +192,9 @@ struct RoleOut {
     role: &'static str,
     /// `(dtype, temp path, writer, hasher)` for dtypes other than the block's.
     extra: Vec<(DType, PathBuf, BufWriter<File>, Sha256)>,
+    /// Largest error against the source of each row file: the block's
+    /// dtype first, then `extra` in order.
+    vs_source: Vec<f64>,
     /// Writer of the row file in the block's dtype (its digest is the payload's).
     same: (PathBuf, BufWriter<File>),
     casts: Vec<CastSummary>,
@@ -254,6 +271,7 @@ fn plan(
     roles: &Roles,
     dtypes: &[DType],
     source_sha: &[String],
+    identity: (Option<&str>, Option<&str>),
 ) -> Result<Header> {
     let d0 = dtypes[0];
     let mut blocks = Vec::new();
@@ -261,7 +279,7 @@ fn plan(
     for t in &src.tensors {
         let is_embed = t.name == roles.embed;
         let is_lm = roles.lm_head.as_deref() == Some(t.name.as_str());
-        if roles.tied && t.name == roles.lm_head_block {
+        if roles.tied && roles.lm_head_block.as_deref() == Some(t.name.as_str()) {
             continue; // identical lm_head: recorded as the alias below
         }
         if !(is_embed || is_lm) {
@@ -298,10 +316,10 @@ fn plan(
         }
         blocks.push(b);
     }
-    if roles.tied {
+    if let (true, Some(lm_head_block)) = (roles.tied, &roles.lm_head_block) {
         let e = &blocks[embed_index as usize];
         blocks.push(Block {
-            name: roles.lm_head_block.clone(),
+            name: lm_head_block.clone(),
             dtype: e.dtype,
             flags: e.flags,
             shape: e.shape.clone(),
@@ -321,17 +339,20 @@ fn plan(
     md.insert(keys::MODEL_TYPE.into(), Value::Str(cfg.model_type.clone()));
     md.insert(keys::VOCAB_SIZE.into(), Value::U64(embed.shape[0]));
     md.insert(keys::HIDDEN_SIZE.into(), Value::U64(embed.shape[1]));
-    md.insert(keys::TIE_WORD_EMBEDDINGS.into(), Value::Bool(roles.tied));
     md.insert(
         keys::ROLE_TOKEN_EMBD.into(),
         Value::Str(roles.embed.clone()),
     );
-    md.insert(
-        keys::ROLE_LM_HEAD.into(),
-        Value::Str(roles.lm_head_block.clone()),
-    );
-    if let Some(id) = &cfg.name_or_path {
-        md.insert(keys::SOURCE_MODEL_ID.into(), Value::Str(id.clone()));
+    // A model without an output projection has no lm_head role at all.
+    if let Some(lm_head_block) = &roles.lm_head_block {
+        md.insert(keys::TIE_WORD_EMBEDDINGS.into(), Value::Bool(roles.tied));
+        md.insert(keys::ROLE_LM_HEAD.into(), Value::Str(lm_head_block.clone()));
+    }
+    if let Some(id) = identity.0 {
+        md.insert(keys::SOURCE_MODEL_ID.into(), Value::Str(id.to_owned()));
+    }
+    if let Some(rev) = identity.1 {
+        md.insert(keys::SOURCE_REVISION.into(), Value::Str(rev.to_owned()));
     }
     md.insert(
         keys::SOURCE_FILES.into(),
@@ -356,8 +377,12 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
             path: opts.out_dir.clone(),
         });
     }
-    let cfg = ModelConfig::read(&opts.model_dir)?;
-    let src = SourceModel::open(&opts.model_dir)?;
+    let located = hub::locate(&opts.model_dir)?;
+    check_out_outside(&located.dir, &opts.out_dir)?;
+    let model_id = opts.model_id.clone().or(located.model_id);
+    let revision = opts.revision.clone().or(located.revision);
+    let cfg = ModelConfig::read(&located.dir)?;
+    let src = SourceModel::open(&located.dir)?;
     let roles = roles::decide(
         &cfg,
         &src,
@@ -367,7 +392,14 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     // Digests of the source files are only known at the end; the header's
     // size does not depend on their values, so plan with placeholders.
     let placeholder = vec!["0".repeat(64); src.files.len()];
-    let header = plan(&cfg, &src, &roles, &dtypes, &placeholder)?;
+    let header = plan(
+        &cfg,
+        &src,
+        &roles,
+        &dtypes,
+        &placeholder,
+        (model_id.as_deref(), revision.as_deref()),
+    )?;
 
     let mut out = Output::prepare(&opts.out_dir, opts.force)?;
     let (knot_tmp, knot_file) = out.create(KNOT_NAME)?;
@@ -421,6 +453,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         role_outs.push(RoleOut {
             block: i,
             role,
+            vs_source: vec![0.0; 1 + extra.len()],
             extra,
             same: same.expect("first dtype is the block dtype"),
             casts: Vec::new(),
@@ -500,7 +533,11 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                         k.map_err(fmt_err)?;
                         r?;
                         let out_row_bytes = (cols * block_dtype.itemsize()) as usize;
-                        for ((d, path, w, h), rep) in role.extra.iter_mut().zip(&mut extra_reports)
+                        for (((d, path, w, h), rep), vs) in role
+                            .extra
+                            .iter_mut()
+                            .zip(&mut extra_reports)
+                            .zip(role.vs_source.iter_mut().skip(1))
                         {
                             let (bytes, r) =
                                 cast_rows(&block_bytes, block_dtype, *d, out_row_bytes);
@@ -518,6 +555,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                                 ));
                             }
                             rep.merge(r, 0);
+                            *vs = vs.max(loss_vs_source(chunk, t.dtype, &bytes, *d, row_bytes));
                             h.update(&bytes);
                             write_all(w, &bytes, path)?;
                         }
@@ -539,10 +577,10 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                         debug_assert_eq!(n * row_bytes as u64, len as u64);
                         pf.recycle(buf);
                     }
-                    let digest = writer.end_payload(index).map_err(fmt_err)?;
-                    writer
-                        .set_columnar_sha256(index, block_dtype, digest)
-                        .map_err(fmt_err)?;
+                    writer.end_payload(index).map_err(fmt_err)?;
+                    if let Some(v) = role.vs_source.first_mut() {
+                        *v = block_report.max_abs_error;
+                    }
                     if t.dtype != block_dtype {
                         role.casts.push(CastSummary {
                             tensor: t.name.clone(),
@@ -618,7 +656,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
             .clone();
         row_files.push((flush_file(r.same.1, &r.same.0)?, r.same.0.clone()));
         let mut files = vec![(same_desc.clone(), same_desc.sha256)];
-        for (d, path, w, h) in r.extra {
+        for (d, path, w, h) in r.extra.into_iter() {
             row_files.push((flush_file(w, &path)?, path.clone()));
             let digest: [u8; 32] = h.finalize().into();
             writer
@@ -632,7 +670,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                 .clone();
             files.push((desc, digest));
         }
-        for (d, digest) in files {
+        for ((d, digest), vs) in files.into_iter().zip(&r.vs_source) {
             columnar.push(ColumnarReport {
                 tensor: block_name.clone(),
                 role: r.role.to_owned(),
@@ -642,6 +680,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                 row_bytes: d.row_bytes,
                 bytes: d.byte_len,
                 sha256: gkq_format::hex(&digest),
+                max_abs_error_vs_source: *vs,
             });
         }
         casts.extend(r.casts);
@@ -680,8 +719,47 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         architecture: cfg.architecture,
         token_embd: roles.embed,
         lm_head: roles.lm_head_block,
+        model_id,
+        revision,
         peak_rss_bytes: peak_rss_bytes(),
     })
+}
+
+/// Largest error of `out` (row file bytes, `to`) against `src` (source
+/// bytes, `from`), for whole rows of `src_row_bytes`, in parallel.
+fn loss_vs_source(src: &[u8], from: DType, out: &[u8], to: DType, src_row_bytes: usize) -> f64 {
+    const ROWS_PER_TASK: usize = 256;
+    let per = src_row_bytes.max(1) * ROWS_PER_TASK;
+    let out_per = per / from.itemsize() as usize * to.itemsize() as usize;
+    src.par_chunks(per)
+        .zip(out.par_chunks(out_per.max(1)))
+        .map(|(a, b)| gkq_format::max_abs_diff(a, from, b, to).unwrap_or(f64::NAN))
+        .reduce(|| 0.0, f64::max)
+}
+
+/// Refuses an output directory inside the model directory (packing would
+/// read its own output next time, and `--force` could delete source files).
+fn check_out_outside(model: &Path, out: &Path) -> Result<()> {
+    let abs = |p: &Path| {
+        p.canonicalize().unwrap_or_else(|_| {
+            std::env::current_dir()
+                .map(|c| c.join(p))
+                .unwrap_or_else(|_| p.to_path_buf())
+        })
+    };
+    let (m, o) = (abs(model), abs(out));
+    // `out` may not exist yet: compare its nearest existing ancestor too
+    let o_parent = out
+        .ancestors()
+        .find(|a| !a.as_os_str().is_empty() && a.exists())
+        .map(abs);
+    if o.starts_with(&m) || o_parent.is_some_and(|p| p.starts_with(&m)) {
+        return Err(PackError::OutInsideModel {
+            out: out.to_path_buf(),
+            model: model.to_path_buf(),
+        });
+    }
+    Ok(())
 }
 
 fn writer_metadata_mut<W: Write + std::io::Seek>(w: &mut KnotWriter<W>) -> Option<&mut Value> {

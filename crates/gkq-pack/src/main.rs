@@ -1,6 +1,6 @@
 //! `gkq-pack`: flags in, report out. The work is in the library.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,15 +12,23 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 /// Pack a Hugging Face model directory into a GKQ v2 knot and columnar row files.
 #[derive(Parser, Debug)]
-#[command(name = "gkq-pack", version)]
+#[command(
+    name = "gkq-pack",
+    version,
+    after_help = "Exit status: 0 packed; 1 error (nothing is left behind: an existing OUT_DIR keeps its old package)."
+)]
 struct Args {
-    /// Model directory: config.json plus model.safetensors or shards with model.safetensors.index.json.
+    /// Model directory (config.json plus model.safetensors, or shards with
+    /// model.safetensors.index.json), or ORG/NAME of a model in the local
+    /// Hugging Face cache (HF_HUB_CACHE, HF_HOME; nothing is downloaded).
     model_dir: PathBuf,
     /// Output directory (must not exist unless --force).
     #[arg(long)]
     out: PathBuf,
-    /// Row file dtype, repeatable; the first is also the dtype of the embedding's dense block.
-    #[arg(long = "dtype", value_parser = parse_dtype)]
+    /// Row file dtype, repeatable; the first is also the dtype of the
+    /// embedding's and lm_head's dense blocks. Accepted: f32, f16, bf16 (and
+    /// fp32, float32, fp16, float16, half, bfloat16). Default: f32.
+    #[arg(long = "dtype", value_name = "DTYPE", value_parser = parse_dtype)]
     dtypes: Vec<DType>,
     /// Name of the token-embedding tensor (default: from config.json).
     #[arg(long)]
@@ -34,6 +42,14 @@ struct Args {
     /// Accept narrowing casts that turn finite values into infinities.
     #[arg(long)]
     allow_lossy: bool,
+    /// Model id recorded as source.model_id (default: read from a Hugging
+    /// Face cache path, models--ORG--NAME/snapshots/REV; else none).
+    #[arg(long)]
+    model_id: Option<String>,
+    /// Revision recorded as source.revision (default: from a Hugging Face
+    /// cache path; else none).
+    #[arg(long)]
+    revision: Option<String>,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -43,9 +59,17 @@ struct Args {
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
-    match s.parse::<DType>()? {
-        d if d.is_castable_float() => Ok(d),
-        d => Err(format!("{d} is not one of f32, f16, bf16")),
+    let canonical = match s.to_ascii_lowercase().as_str() {
+        "fp32" | "float32" | "float" => "f32".to_owned(),
+        "fp16" | "float16" | "half" => "f16".to_owned(),
+        "bfloat16" => "bf16".to_owned(),
+        other => other.to_owned(),
+    };
+    match canonical.parse::<DType>() {
+        Ok(d) if d.is_castable_float() => Ok(d),
+        _ => Err(format!(
+            "{s:?} is not one of f32, f16, bf16 (aliases: fp32, float32, fp16, float16, half, bfloat16)"
+        )),
     }
 }
 
@@ -62,16 +86,24 @@ impl Progress for Bar {
 
 fn human(r: &PackReport) {
     eprintln!(
-        "packed {} tensors ({} source bytes) in {:.2}s{}",
+        "packed {} tensors ({} source bytes) in {:.2}s, {}",
         r.tensors,
         r.source_bytes,
         r.seconds,
-        if r.tied {
-            ", lm_head tied to the embedding"
-        } else {
-            ""
+        match (&r.lm_head, r.tied) {
+            (None, _) => "no lm_head (the architecture has no output projection)".to_owned(),
+            (Some(_), true) => "lm_head tied to the embedding".to_owned(),
+            (Some(name), false) => format!("lm_head {name} untied"),
         }
     );
+    if let Some(id) = &r.model_id {
+        eprintln!(
+            "  source {id}{}",
+            r.revision
+                .as_ref()
+                .map_or_else(String::new, |rev| format!(" @ {rev}"))
+        );
+    }
     eprintln!(
         "  {}  {} bytes  sha256 {}",
         r.knot.path.display(),
@@ -80,13 +112,14 @@ fn human(r: &PackReport) {
     );
     for c in &r.columnar {
         eprintln!(
-            "  {}  {} rows x {} bytes ({} {})  sha256 {}",
+            "  {}  {} rows x {} bytes ({} {})  sha256 {}  max abs error vs source {:e}",
             c.path.display(),
             c.rows,
             c.row_bytes,
             c.role,
             c.dtype,
-            c.sha256
+            c.sha256,
+            c.max_abs_error_vs_source
         );
     }
     for c in &r.casts {
@@ -110,6 +143,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         lm_head_tensor: args.lm_head_tensor,
         force: args.force,
         allow_lossy: args.allow_lossy,
+        model_id: args.model_id,
+        revision: args.revision,
     };
     let show_bar = !args.quiet && !args.json && std::io::stderr().is_terminal();
     let bar = if show_bar {
@@ -127,7 +162,13 @@ fn run(args: Args) -> anyhow::Result<()> {
     let report = gkq_pack::pack(&opts, &bar)?;
     bar.0.finish_and_clear();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut out = std::io::stdout().lock();
+        let written = writeln!(out, "{}", serde_json::to_string_pretty(&report)?);
+        match written.and_then(|()| out.flush()) {
+            // a closed pipe (`| head`) is not an error: the package is written
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => other.context("writing the report to stdout")?,
+        }
     } else if !args.quiet {
         human(&report);
     }

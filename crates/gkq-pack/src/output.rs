@@ -1,8 +1,24 @@
-//! Atomic output: everything is written under temporary names inside the
-//! output directory and renamed into place only when all of it succeeded,
-//! row files first and the knot last. On failure (or drop before commit)
-//! the temporary files are removed, and a directory this run created is
-//! removed again.
+//! Atomic output: at every instant `OUT_DIR` holds a complete package, the
+//! old one or the new one, never a mix and never nothing.
+//!
+//! The new package is written into a staging directory next to `OUT_DIR`
+//! (`.NAME.gkq-new`, same file system), synced, and then swapped with the
+//! old directory in one `renameat2(RENAME_EXCHANGE)`; the old package, now
+//! under the staging name, is removed afterwards. A new `OUT_DIR` is a plain
+//! rename of the staging directory. Files in an existing `OUT_DIR` that are
+//! not part of a package (anything but `model.knot`, `*.rows` and temporary
+//! files) are hard-linked into the staging directory first, so they survive.
+//!
+//! A run killed at any point leaves `OUT_DIR` complete and at most a
+//! staging (`.NAME.gkq-new`) or retired (`.NAME.gkq-old`) sibling, which the
+//! next run removes. On file systems without `RENAME_EXCHANGE` the old
+//! directory is renamed to `.NAME.gkq-old` first, leaving a window of two
+//! renames in which `OUT_DIR` does not exist (never one with a partial
+//! package).
+//!
+//! Test hook: with `GKQ_PACK_ABORT_BEFORE=<step>` in the environment the
+//! process aborts (no destructors, like a kill) just before that step of
+//! [`CommitStep`]; the crash tests use it.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -13,103 +29,223 @@ use crate::error::{IoContext, PackError, Result};
 /// Final name of the knot in the output directory.
 pub const KNOT_NAME: &str = "model.knot";
 
-/// The files being written and where they go.
+/// The steps of a commit, in order (for the crash tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitStep {
+    /// Link the files of the old directory that are not part of a package.
+    Carry,
+    /// Swap (or rename) the staging directory into place.
+    Swap,
+    /// Remove the retired old package.
+    Clean,
+    /// Sync the parent directory.
+    SyncParent,
+}
+
+impl CommitStep {
+    /// Every step, in order.
+    pub const ALL: [CommitStep; 4] = [
+        CommitStep::Carry,
+        CommitStep::Swap,
+        CommitStep::Clean,
+        CommitStep::SyncParent,
+    ];
+
+    /// The name `GKQ_PACK_ABORT_BEFORE` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommitStep::Carry => "carry",
+            CommitStep::Swap => "swap",
+            CommitStep::Clean => "clean",
+            CommitStep::SyncParent => "sync-parent",
+        }
+    }
+}
+
+fn fault_point(step: CommitStep) {
+    if std::env::var("GKQ_PACK_ABORT_BEFORE").is_ok_and(|v| v == step.name()) {
+        std::process::abort();
+    }
+}
+
+/// The package being written and where it goes.
 pub(crate) struct Output {
     dir: PathBuf,
-    created_dir: bool,
-    /// `(temporary, final)`, knot last.
-    files: Vec<(PathBuf, PathBuf)>,
+    staging: PathBuf,
+    retired: PathBuf,
+    /// Final names of the files written, knot included.
+    files: Vec<String>,
     committed: bool,
 }
 
-fn tmp_name(name: &str) -> String {
-    format!(".{name}.gkq-tmp")
+fn sibling(dir: &Path, suffix: &str) -> Result<PathBuf> {
+    let name = dir
+        .file_name()
+        .ok_or_else(|| PackError::Io {
+            path: dir.to_path_buf(),
+            error: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the output directory needs a name (not / or ..)",
+            ),
+        })?
+        .to_string_lossy();
+    Ok(dir.with_file_name(format!(".{name}.{suffix}")))
+}
+
+/// Removes a leftover staging or retired directory of an interrupted run.
+fn remove_leftover(p: &Path) -> Result<()> {
+    match fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(p).at(p),
+        Ok(_) => fs::remove_file(p).at(p),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Whether `name` in an old output directory belongs to a package (and is
+/// therefore replaced, not carried over).
+fn is_package_file(name: &str) -> bool {
+    name == KNOT_NAME || name.ends_with(".rows") || name.ends_with(".gkq-tmp")
+}
+
+fn sync_dir(p: &Path) -> Result<()> {
+    File::open(p).and_then(|d| d.sync_all()).at(p)
 }
 
 impl Output {
-    /// Checks `dir` (it must not exist unless `force`) and creates it.
+    /// Checks `dir` (it must not exist unless `force`) and creates the
+    /// staging directory next to it.
     pub(crate) fn prepare(dir: &Path, force: bool) -> Result<Output> {
-        let exists = dir.exists();
-        if exists && !force {
+        if dir.exists() && !force {
             return Err(PackError::OutDirExists {
                 path: dir.to_path_buf(),
             });
         }
-        if exists {
-            // leftovers of an interrupted run
-            for entry in fs::read_dir(dir).at(dir)? {
-                let p = entry.at(dir)?.path();
-                if p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with('.') && n.ends_with(".gkq-tmp"))
-                {
-                    fs::remove_file(&p).at(&p)?;
-                }
-            }
-        } else {
-            fs::create_dir_all(dir).at(dir)?;
+        let staging = sibling(dir, "gkq-new")?;
+        let retired = sibling(dir, "gkq-old")?;
+        remove_leftover(&staging)?;
+        remove_leftover(&retired)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent).at(parent)?;
         }
+        fs::create_dir(&staging).at(&staging)?;
         Ok(Output {
             dir: dir.to_path_buf(),
-            created_dir: !exists,
+            staging,
+            retired,
             files: Vec::new(),
             committed: false,
         })
     }
 
-    /// Creates the temporary file for final name `name`.
+    /// Creates the file that will be `name` in the output directory.
     pub(crate) fn create(&mut self, name: &str) -> Result<(PathBuf, BufWriter<File>)> {
-        let tmp = self.dir.join(tmp_name(name));
+        let path = self.staging.join(name);
         let f = fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .at(&tmp)?;
-        self.files.push((tmp.clone(), self.dir.join(name)));
-        Ok((tmp, BufWriter::with_capacity(1 << 20, f)))
+            .create_new(true)
+            .open(&path)
+            .at(&path)?;
+        self.files.push(name.to_owned());
+        Ok((path, BufWriter::with_capacity(1 << 20, f)))
     }
 
-    /// Renames every file into place: the old knot is removed first (so no
-    /// knot ever points at rows it was not made with), then the row files,
-    /// then the new knot; then the directory is synced.
+    /// Puts the package in place (the caller has synced every file).
     pub(crate) fn commit(mut self) -> Result<()> {
-        let knot = self.dir.join(KNOT_NAME);
-        if knot.exists() {
-            fs::remove_file(&knot).at(&knot)?;
+        sync_dir(&self.staging)?;
+        let parent = self
+            .dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        if self.dir.exists() {
+            fault_point(CommitStep::Carry);
+            self.carry_over()?;
+            sync_dir(&self.staging)?;
+            fault_point(CommitStep::Swap);
+            let swapped = rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                &self.staging,
+                rustix::fs::CWD,
+                &self.dir,
+                rustix::fs::RenameFlags::EXCHANGE,
+            );
+            match swapped {
+                Ok(()) => {
+                    // the old package now lives under the staging name
+                    fs::rename(&self.staging, &self.retired).at(&self.retired)?;
+                }
+                Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+                    fs::rename(&self.dir, &self.retired).at(&self.dir)?;
+                    fs::rename(&self.staging, &self.dir).at(&self.dir)?;
+                }
+                Err(e) => {
+                    return Err(PackError::Io {
+                        path: self.dir.clone(),
+                        error: e.into(),
+                    });
+                }
+            }
+            self.committed = true;
+            fault_point(CommitStep::Clean);
+            fs::remove_dir_all(&self.retired).at(&self.retired)?;
+        } else {
+            fault_point(CommitStep::Swap);
+            fs::rename(&self.staging, &self.dir).at(&self.dir)?;
+            self.committed = true;
         }
-        self.files.sort_by_key(|(_, dst)| dst == &knot);
-        for (tmp, dst) in &self.files {
-            fs::rename(tmp, dst).at(dst)?;
-        }
-        // row files of an earlier run that this knot does not reference
+        fault_point(CommitStep::SyncParent);
+        sync_dir(&parent)
+    }
+
+    /// Hard-links (or, across devices, copies) into the staging directory
+    /// every entry of the old directory that is not part of a package.
+    fn carry_over(&self) -> Result<()> {
         for entry in fs::read_dir(&self.dir).at(&self.dir)? {
-            let p = entry.at(&self.dir)?.path();
-            let stale = p.extension().is_some_and(|e| e == "rows")
-                && !self.files.iter().any(|(_, dst)| dst == &p);
-            if stale {
-                fs::remove_file(&p).at(&p)?;
+            let entry = entry.at(&self.dir)?;
+            let name = entry.file_name();
+            let name_str = name.to_string_lossy();
+            if is_package_file(&name_str) || self.files.iter().any(|f| *f == name_str) {
+                continue;
+            }
+            let from = entry.path();
+            let to = self.staging.join(&name);
+            let kind = entry.file_type().at(&from)?;
+            if kind.is_dir() {
+                copy_tree(&from, &to)?;
+            } else if fs::hard_link(&from, &to).is_err() {
+                if kind.is_symlink() {
+                    let target = fs::read_link(&from).at(&from)?;
+                    std::os::unix::fs::symlink(target, &to).at(&to)?;
+                } else {
+                    fs::copy(&from, &to).at(&to)?;
+                }
             }
         }
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .at(&self.dir)?;
-        self.committed = true;
         Ok(())
     }
 }
 
+/// Copies a directory tree, hard-linking files where possible.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir(to).at(to)?;
+    for entry in fs::read_dir(from).at(from)? {
+        let entry = entry.at(from)?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if entry.file_type().at(&src)?.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if fs::hard_link(&src, &dst).is_err() {
+            fs::copy(&src, &dst).at(&dst)?;
+        }
+    }
+    Ok(())
+}
+
 impl Drop for Output {
     fn drop(&mut self) {
-        if self.committed {
-            return;
-        }
-        for (tmp, _) in &self.files {
-            let _ = fs::remove_file(tmp);
-        }
-        if self.created_dir {
-            let _ = fs::remove_dir(&self.dir);
+        if !self.committed {
+            let _ = fs::remove_dir_all(&self.staging);
         }
     }
 }

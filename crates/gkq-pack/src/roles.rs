@@ -13,8 +13,9 @@ pub struct Roles {
     pub lm_head: Option<String>,
     /// lm_head is the embedding (recorded as an alias block).
     pub tied: bool,
-    /// Name of the lm_head block in the knot (the alias when tied).
-    pub lm_head_block: String,
+    /// Name of the lm_head block in the knot (the alias when tied), or
+    /// `None` for a model without an output projection (a bare encoder).
+    pub lm_head_block: Option<String>,
 }
 
 fn candidates(src: &SourceModel, vocab: u64) -> Vec<String> {
@@ -133,6 +134,17 @@ pub fn decide(
         None => lm_names.iter().find_map(|n| src.tensor(n)),
     };
     let Some(lm) = lm_head.filter(|lm| lm.name != embed.name) else {
+        // No lm_head tensor stored. The lm_head is the embedding only when the
+        // architecture has one and ties it; a bare encoder (BertModel,
+        // sentence-transformers) has no output projection at all.
+        if !(cfg.tie_word_embeddings && cfg.has_lm_head()) {
+            return Ok(Roles {
+                embed: embed.name.clone(),
+                lm_head: None,
+                tied: false,
+                lm_head_block: None,
+            });
+        }
         let lm_head_block = lm_names
             .first()
             .copied()
@@ -142,7 +154,7 @@ pub fn decide(
             embed: embed.name.clone(),
             lm_head: None,
             tied: true,
-            lm_head_block,
+            lm_head_block: Some(lm_head_block),
         });
     };
     check_shape(cfg, src, lm, "lm_head")?;
@@ -151,7 +163,7 @@ pub fn decide(
             embed: embed.name.clone(),
             lm_head: None,
             tied: true,
-            lm_head_block: lm.name.clone(),
+            lm_head_block: Some(lm.name.clone()),
         });
     }
     if cfg.tie_word_embeddings && lm_head_override.is_none() {
@@ -165,6 +177,6 @@ pub fn decide(
         embed: embed.name.clone(),
         lm_head: Some(lm.name.clone()),
         tied: false,
-        lm_head_block: lm.name.clone(),
+        lm_head_block: Some(lm.name.clone()),
     })
 }

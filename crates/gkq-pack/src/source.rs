@@ -174,8 +174,16 @@ impl SourceModel {
         } else if dir.join("model.safetensors").is_file() {
             vec!["model.safetensors".to_owned()]
         } else {
+            let pickled = ["pytorch_model.bin", "pytorch_model.bin.index.json"]
+                .iter()
+                .find(|n| dir.join(n).is_file());
             return Err(PackError::NoWeights {
                 dir: dir.to_path_buf(),
+                hint: pickled.map_or_else(String::new, |n| {
+                    format!(
+                        "; found {n}: gkq-pack reads safetensors only (pickled PyTorch weights can run code when loaded). Convert with transformers: AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"
+                    )
+                }),
             });
         };
         let mut files = Vec::new();

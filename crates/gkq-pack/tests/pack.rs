@@ -334,6 +334,16 @@ fn fails(src: &Path, out: &Path, extra: &[&str], must_mention: &[&str]) -> Strin
         !out.join("model.knot").exists(),
         "a knot was left behind: {err}"
     );
+    for leftover in [".gkq-new", ".gkq-old"] {
+        let name = format!(
+            ".{}{leftover}",
+            out.file_name().expect("name").to_string_lossy()
+        );
+        assert!(
+            !out.with_file_name(&name).exists(),
+            "left behind {name}: {err}"
+        );
+    }
     if out.exists() {
         for e in fs::read_dir(out).expect("out") {
             let n = e.expect("e").file_name().to_string_lossy().into_owned();
@@ -541,6 +551,298 @@ fn f16_overflow_names_tensor_row_and_column() {
     assert_eq!(v["casts"][0]["overflowed"], true);
 }
 
+/// Values in (65504, 65520) round to the finite 65504 (FORMAT.md section 6):
+/// not an overflow, but a loss the report shows.
+#[test]
+fn f16_values_below_65520_round_to_max_and_are_reported() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut spec = fixtures::Spec::tiny(fixtures::Arch::Qwen2, fixtures::FDtype::F32);
+    spec.poke = Some((7, 3, 65519.0));
+    let src = tmp.path().join("m");
+    fixtures::write_model(&src, &spec).expect("write");
+    let out = tmp.path().join("out");
+    let r = packs(
+        &src,
+        &out,
+        &["--dtype", "f16", "--json"],
+        "pack 65519 as f16",
+    );
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("json");
+    assert_eq!(v["casts"][0]["overflowed"], false);
+    assert_eq!(v["casts"][0]["max_abs_error"], 15.0);
+    assert_eq!(v["columnar"][0]["max_abs_error_vs_source"], 15.0);
+    let mut spec = spec;
+    spec.poke = Some((7, 3, 65520.0));
+    let src2 = tmp.path().join("m2");
+    fixtures::write_model(&src2, &spec).expect("write");
+    let err = fails(
+        &src2,
+        &tmp.path().join("out2"),
+        &["--dtype", "f16"],
+        &[
+            "row 7",
+            "column 3",
+            "65520",
+            "rounds to infinity",
+            "--allow-lossy",
+        ],
+    );
+    assert!(!err.contains("does not fit"), "{err}");
+}
+
+/// With `--dtype f16 --dtype f32` the f32 row file is widened from the f16
+/// block: exact against the block, lossy against the source. The report
+/// gives the loss against the source for every row file.
+#[test]
+fn report_gives_every_row_files_error_against_the_source() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "qwen2-tiny-f32");
+    let r = packs(
+        &src,
+        &tmp.path().join("out"),
+        &[
+            "--dtype", "f16", "--dtype", "f32", "--dtype", "bf16", "--json",
+        ],
+        "pack",
+    );
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("json");
+    let cols = v["columnar"].as_array().expect("columnar");
+    let err_of = |d: &str| {
+        cols.iter()
+            .find(|c| c["dtype"] == d)
+            .and_then(|c| c["max_abs_error_vs_source"].as_f64())
+            .expect("error recorded")
+    };
+    let (e16, e32, ebf) = (err_of("f16"), err_of("f32"), err_of("bf16"));
+    assert!(e16 > 0.0, "f16 of an f32 source is lossy");
+    assert_eq!(
+        e32, e16,
+        "f32 rows widened from the f16 block carry its loss"
+    );
+    assert!(
+        ebf >= e16,
+        "bf16 rounded from f16 loses at least as much: {ebf} vs {e16}"
+    );
+    // the cast list still shows f16 -> f32 as exact against the block
+    let widen = v["casts"]
+        .as_array()
+        .expect("casts")
+        .iter()
+        .find(|c| c["to"] == "f32")
+        .expect("f16 -> f32");
+    assert_eq!(widen["max_abs_error"], 0.0);
+    let human = run(&[
+        src.to_str().expect("utf8"),
+        "--out",
+        tmp.path().join("out-h").to_str().expect("utf8"),
+        "--dtype",
+        "f16",
+        "--dtype",
+        "f32",
+    ]);
+    let text = String::from_utf8_lossy(&human.stderr);
+    assert!(text.contains("max abs error vs source"), "{text}");
+}
+
+/// A bare encoder (BertModel, as sentence-transformers models ship) has no
+/// lm_head: none is invented.
+#[test]
+fn encoder_without_output_projection_has_no_lm_head() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "bert-tiny-f32");
+    let cfg_path = src.join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&fs::read(&cfg_path).expect("config")).expect("json");
+    cfg["architectures"] = serde_json::json!(["BertModel"]);
+    fs::write(&cfg_path, serde_json::to_vec(&cfg).expect("json")).expect("write");
+    let out = tmp.path().join("out");
+    let r = packs(&src, &out, &["--json"], "pack BertModel");
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("json");
+    assert_eq!(v["lm_head"], serde_json::Value::Null);
+    assert_eq!(v["tied"], false);
+    let knot_bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = Knot::parse(&knot_bytes).expect("valid");
+    let h = knot.header().header();
+    assert_eq!(h.meta_str(keys::ROLE_LM_HEAD), None);
+    assert_eq!(h.meta_bool(keys::TIE_WORD_EMBEDDINGS), None);
+    assert!(h.block("cls.predictions.decoder.weight").is_none());
+    assert!(
+        h.blocks
+            .iter()
+            .all(|b| !matches!(b.encoding, Encoding::Alias { .. }))
+    );
+    let human = run(&[
+        src.to_str().expect("utf8"),
+        "--out",
+        tmp.path().join("out-h").to_str().expect("utf8"),
+    ]);
+    let text = String::from_utf8_lossy(&human.stderr);
+    assert!(text.contains("no lm_head"), "{text}");
+    assert!(!text.contains("tied"), "{text}");
+}
+
+/// The model id and revision come from the flags, or from a Hugging Face
+/// cache snapshot path, or from an ORG/NAME resolved in the local cache;
+/// never from `_name_or_path`.
+#[test]
+fn model_id_and_revision() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let hub = tmp.path().join("hub");
+    let repo = hub.join("models--acme--tiny-qwen");
+    let snap = repo.join("snapshots").join("0123abcd");
+    fixtures::write_model(&snap, &fixtures::preset("qwen2-tiny-bf16").expect("preset"))
+        .expect("write");
+    fs::create_dir_all(repo.join("refs")).expect("mkdir");
+    fs::write(
+        repo.join("refs/main"),
+        "0123abcd
+",
+    )
+    .expect("write");
+    // _name_or_path names something else: it must not be used
+    let cfg_path = snap.join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&fs::read(&cfg_path).expect("config")).expect("json");
+    cfg["_name_or_path"] = serde_json::json!("base/model");
+    fs::write(&cfg_path, serde_json::to_vec(&cfg).expect("json")).expect("write");
+    let ids = |out: &Path| {
+        let knot_bytes = fs::read(out.join("model.knot")).expect("knot");
+        let knot = Knot::parse(&knot_bytes).expect("valid");
+        let h = knot.header().header();
+        (
+            h.meta_str(keys::SOURCE_MODEL_ID).map(str::to_owned),
+            h.meta_str(keys::SOURCE_REVISION).map(str::to_owned),
+        )
+    };
+    let want = (
+        Some("acme/tiny-qwen".to_owned()),
+        Some("0123abcd".to_owned()),
+    );
+    // a snapshot path
+    let out = tmp.path().join("o1");
+    packs(&snap, &out, &["--quiet"], "snapshot path");
+    assert_eq!(ids(&out), want);
+    // ORG/NAME from the cache, with HF_HUB_CACHE
+    let out = tmp.path().join("o2");
+    let r = bin()
+        .args(["acme/tiny-qwen", "--out"])
+        .arg(&out)
+        .arg("--json")
+        .env("HF_HUB_CACHE", &hub)
+        .output()
+        .expect("run");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(ids(&out), want);
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("json");
+    assert_eq!(v["model_id"], "acme/tiny-qwen");
+    // and with HF_HOME
+    let home = tmp.path().join("hfhome");
+    fs::create_dir_all(&home).expect("mkdir");
+    fs::rename(&hub, home.join("hub")).expect("mv");
+    let out = tmp.path().join("o3");
+    let r = bin()
+        .args(["acme/tiny-qwen", "--out"])
+        .arg(&out)
+        .env_remove("HF_HUB_CACHE")
+        .env("HF_HOME", &home)
+        .output()
+        .expect("run");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(ids(&out), want);
+    // flags win
+    let out = tmp.path().join("o4");
+    let snap = home.join("hub/models--acme--tiny-qwen/snapshots/0123abcd");
+    packs(
+        &snap,
+        &out,
+        &["--quiet", "--model-id", "me/mine", "--revision", "v2"],
+        "flags",
+    );
+    assert_eq!(ids(&out), (Some("me/mine".into()), Some("v2".into())));
+    // a plain directory records no id
+    let plain = model(tmp.path(), "qwen2-tiny-f32");
+    let out = tmp.path().join("o5");
+    packs(&plain, &out, &["--quiet"], "plain");
+    assert_eq!(ids(&out), (None, None));
+    // an id not in the cache: a clear error, nothing downloaded
+    let r = bin()
+        .args(["acme/absent", "--out"])
+        .arg(tmp.path().join("o6"))
+        .env("HF_HUB_CACHE", home.join("hub"))
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("acme/absent is not in the Hugging Face cache")
+            && err.contains("does not download"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_model_dir_arguments_say_what_to_do() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "qwen2-tiny-f32");
+    // a file where a directory is expected
+    let err = fails(
+        &src.join("config.json"),
+        &tmp.path().join("o1"),
+        &[],
+        &["is a file, not a model directory"],
+    );
+    assert!(err.contains("config.json"), "{err}");
+    // --out inside MODEL_DIR
+    fails(
+        &src,
+        &src.join("packed"),
+        &[],
+        &["inside the model directory"],
+    );
+    assert!(!src.join("packed").exists());
+    // pickled weights only
+    let pt = tmp.path().join("pt");
+    fs::create_dir(&pt).expect("mkdir");
+    fs::copy(src.join("config.json"), pt.join("config.json")).expect("cp");
+    fs::write(pt.join("pytorch_model.bin"), "not really").expect("write");
+    fails(
+        &pt,
+        &tmp.path().join("o2"),
+        &[],
+        &["pytorch_model.bin", "safetensors only", "save_pretrained"],
+    );
+}
+
+#[test]
+fn dtype_aliases_and_help() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "qwen2-tiny-f32");
+    for (i, (alias, file)) in [
+        ("fp16", "token_embd.f16.rows"),
+        ("float16", "token_embd.f16.rows"),
+        ("bfloat16", "token_embd.bf16.rows"),
+        ("FP32", "token_embd.f32.rows"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let out = tmp.path().join(format!("o{i}"));
+        packs(&src, &out, &["--quiet", "--dtype", alias], alias);
+        assert!(out.join(file).exists(), "{alias}");
+    }
+    let r = run(&["--help"]);
+    let help = String::from_utf8_lossy(&r.stdout);
+    for m in ["f32, f16, bf16", "bfloat16", "Default: f32", "Exit status"] {
+        assert!(help.contains(m), "--help should mention {m:?}:\n{help}");
+    }
+    fails(
+        &src,
+        &tmp.path().join("bad"),
+        &["--dtype", "int8"],
+        &["\"int8\" is not one of f32, f16, bf16"],
+    );
+}
+
 #[test]
 fn existing_out_dir_needs_force_and_keeps_contents() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -553,8 +855,10 @@ fn existing_out_dir_needs_force_and_keeps_contents() {
         fs::read_to_string(out.join("keep.txt")).expect("kept"),
         "mine"
     );
-    // a crashed earlier run left a temp file: --force cleans it and packs
+    // a crashed earlier run left temp files: --force cleans them and packs
     fs::write(out.join(".model.knot.gkq-tmp"), "partial").expect("write");
+    fs::create_dir(tmp.path().join(".out.gkq-new")).expect("mkdir");
+    fs::write(tmp.path().join(".out.gkq-new/model.knot"), "partial").expect("write");
     fs::write(out.join("token_embd.f16.rows"), "stale").expect("write");
     packs(&src, &out, &["--force", "--quiet"], "pack --force");
     assert!(!out.join(".model.knot.gkq-tmp").exists());
@@ -563,7 +867,74 @@ fn existing_out_dir_needs_force_and_keeps_contents() {
         "stale row file removed"
     );
     assert!(out.join("keep.txt").exists());
+    assert!(!tmp.path().join(".out.gkq-new").exists());
     check_pack(&src, &out, &[DType::F32], true);
+}
+
+/// Whether `out` holds a complete package: a valid knot, every payload and
+/// every row file it names with the recorded length and digest.
+fn complete_package(out: &Path) -> Result<Vec<u8>, String> {
+    let knot_bytes = fs::read(out.join("model.knot")).map_err(|e| format!("knot: {e}"))?;
+    let knot = Knot::parse(&knot_bytes).map_err(|e| e.to_string())?;
+    for (i, b) in knot.blocks().iter().enumerate() {
+        knot.check_payload(i).map_err(|e| e.to_string())?;
+        for d in &b.columnar {
+            let rows = fs::read(out.join(&d.object)).map_err(|e| format!("{}: {e}", d.object))?;
+            gkq_format::check_row_file_len(d, rows.len() as u64).map_err(|e| e.to_string())?;
+            gkq_format::check_row_file_digest(d, sha(&rows)).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(knot_bytes)
+}
+
+/// A run killed between any two steps of the commit leaves a complete old
+/// or new package in OUT_DIR, and the next run cleans up after it.
+#[test]
+fn killed_commit_leaves_a_complete_old_or_new_package() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "qwen2-tiny-bf16");
+    for step in gkq_pack::output::CommitStep::ALL {
+        let out = tmp.path().join(format!("out-{}", step.name()));
+        packs(&src, &out, &["--quiet", "--dtype", "f32"], "old package");
+        fs::write(out.join("notes.txt"), "mine").expect("write");
+        let old = complete_package(&out).expect("old package complete");
+        let r = bin()
+            .arg(&src)
+            .arg("--out")
+            .arg(&out)
+            .args(["--force", "--quiet", "--dtype", "bf16", "--dtype", "f16"])
+            .env("GKQ_PACK_ABORT_BEFORE", step.name())
+            .output()
+            .expect("run");
+        assert!(!r.status.success(), "{}: the abort hook fired", step.name());
+        let now = complete_package(&out)
+            .unwrap_or_else(|e| panic!("killed before {}: incomplete package: {e}", step.name()));
+        let is_new = now != old;
+        let expect_new = !matches!(
+            step,
+            gkq_pack::output::CommitStep::Carry | gkq_pack::output::CommitStep::Swap
+        );
+        assert_eq!(is_new, expect_new, "killed before {}", step.name());
+        assert_eq!(
+            fs::read_to_string(out.join("notes.txt")).expect("kept"),
+            "mine",
+            "killed before {}",
+            step.name()
+        );
+        // the next run removes what the killed one left and packs
+        packs(
+            &src,
+            &out,
+            &["--force", "--quiet", "--dtype", "bf16"],
+            "after crash",
+        );
+        complete_package(&out).expect("complete after the next run");
+        for suffix in ["gkq-new", "gkq-old"] {
+            let name = format!(".out-{}.{suffix}", step.name());
+            assert!(!tmp.path().join(&name).exists(), "{name} left behind");
+        }
+        assert!(!out.join("token_embd.f16.rows").exists());
+    }
 }
 
 /// A real full disk: a 256 KiB tmpfs (the knot of this model is ~600 KiB).
@@ -589,6 +960,11 @@ fn full_disk_leaves_nothing_behind() {
     }
     let _guard = Unmount(mnt.clone());
     let out = mnt.join("out");
-    fails(&src, &out, &[], &["No space left on device", "out/"]);
+    fails(
+        &src,
+        &out,
+        &[],
+        &["No space left on device", "out.gkq-new/"],
+    );
     assert!(!out.exists(), "created output directory removed");
 }
