@@ -84,6 +84,16 @@ pub fn map_dtype(d: Dtype) -> Option<DType> {
 
 fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> {
     let path = dir.join(name);
+    // A FIFO or device would block or never end: refuse it before opening.
+    match std::fs::metadata(&path) {
+        Ok(m) if !m.is_file() => {
+            return Err(PackError::Safetensors {
+                path,
+                reason: "not a regular file".into(),
+            });
+        }
+        _ => {}
+    }
     let file = File::open(&path).at(&path)?;
     let len = file.metadata().at(&path)?.len();
     // SAFETY: the map is read-only and only used to let the safetensors crate

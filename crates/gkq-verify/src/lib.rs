@@ -87,6 +87,10 @@ pub struct Check {
     pub passed: bool,
     /// What was found wrong.
     pub failures: Vec<Failure>,
+    /// Information that does not fail the check: a role block narrower
+    /// than its source (lossy by the publisher's choice), with its largest
+    /// error.
+    pub notes: Vec<Failure>,
     /// Bytes read and hashed or compared.
     pub bytes: u64,
     /// Wall time of the check (checks run in parallel, so these overlap).
@@ -111,6 +115,7 @@ pub struct VerifyReport {
 #[derive(Default)]
 struct Acc {
     failures: Vec<Failure>,
+    notes: Vec<Failure>,
     bytes: u64,
 }
 
@@ -121,8 +126,15 @@ impl Acc {
             message: message.into(),
         });
     }
+    fn note(&mut self, object: impl Into<String>, message: impl Into<String>) {
+        self.notes.push(Failure {
+            object: object.into(),
+            message: message.into(),
+        });
+    }
     fn merge(&mut self, other: Acc) {
         self.failures.extend(other.failures);
+        self.notes.extend(other.notes);
         self.bytes += other.bytes;
     }
 }
@@ -132,10 +144,26 @@ fn check(name: &'static str, acc: Acc, started: Instant, summary: String) -> Che
         name,
         passed: acc.failures.is_empty(),
         failures: acc.failures,
+        notes: acc.notes,
         bytes: acc.bytes,
         seconds: started.elapsed().as_secs_f64(),
         summary,
     }
+}
+
+/// Opens `path` only if it is a regular file (a FIFO would block forever,
+/// a device never end). Returns the file and its length.
+fn open_regular(path: &Path) -> std::io::Result<(File, u64)> {
+    let m = std::fs::metadata(path)?;
+    if !m.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or directory is refused)",
+        ));
+    }
+    let f = File::open(path)?;
+    let len = f.metadata()?.len();
+    Ok((f, len))
 }
 
 /// The knot path for a target that is a directory or a knot.
@@ -212,7 +240,7 @@ fn check_block(knot: &Knot<'_>, dir: &Path, index: usize, cols: &mut Acc) -> Acc
     let mut files: Vec<RowFile<'_>> = Vec::new();
     for d in &block.columnar {
         let path = dir.join(&d.object);
-        let opened = File::open(&path).and_then(|f| f.metadata().map(|m| (f, m.len())));
+        let opened = open_regular(&path);
         match opened {
             Err(e) => cols.fail(
                 path.display().to_string(),
@@ -220,13 +248,10 @@ fn check_block(knot: &Knot<'_>, dir: &Path, index: usize, cols: &mut Acc) -> Acc
             ),
             Ok((_, len)) if len != d.byte_len => cols.fail(
                 path.display().to_string(),
-                format!(
-                    "size is {len} bytes, expected {} ({} rows x {} bytes){}",
-                    d.byte_len,
-                    d.rows,
-                    d.row_bytes,
-                    if len < d.byte_len { ": truncated" } else { "" }
-                ),
+                gkq_format::check_row_file_len(d, len)
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default(),
             ),
             Ok((file, len)) => files.push(RowFile {
                 d,
@@ -280,17 +305,8 @@ fn check_block(knot: &Knot<'_>, dir: &Path, index: usize, cols: &mut Acc) -> Acc
         at += chunk.len();
     }
     let digest: [u8; 32] = hasher.finalize().into();
-    if digest != p.sha256 {
-        acc.fail(
-            format!("block {}", block.name),
-            format!(
-                "payload sha256 is {}, the header records {} (bytes {}-{} of the knot)",
-                hex(&digest),
-                hex(&p.sha256),
-                p.offset,
-                p.offset + p.len.max(1) - 1
-            ),
-        );
+    if let Err(e) = gkq_format::check_payload_digest(knot.header().header(), index, p, digest) {
+        acc.fail(format!("block {}", block.name), e.to_string());
     }
     for rf in files {
         let path = dir.join(&rf.d.object).display().to_string();
@@ -298,27 +314,20 @@ fn check_block(knot: &Knot<'_>, dir: &Path, index: usize, cols: &mut Acc) -> Acc
             continue;
         }
         let digest: [u8; 32] = rf.hasher.finalize().into();
-        if digest != rf.d.sha256 {
-            cols.fail(
-                path.clone(),
-                format!(
-                    "sha256 is {}, the knot records {} ({} bytes)",
-                    hex(&digest),
-                    hex(&rf.d.sha256),
-                    rf.len
-                ),
-            );
+        if let Err(e) = gkq_format::check_row_file_digest(rf.d, digest) {
+            cols.fail(path.clone(), format!("{e} ({} bytes)", rf.len));
         }
         if rf.diff > 0 {
+            let e = gkq_format::Error::RowMismatch {
+                object: rf.d.object.clone(),
+                block: block.name.clone(),
+                dtype: rf.d.dtype,
+                count: rf.diff,
+                first_row: rf.listed.first().copied().unwrap_or(0),
+            };
             cols.fail(
                 path,
-                format!(
-                    "{} rows differ from block {:?} cast to {}: {}",
-                    rf.diff,
-                    block.name,
-                    rf.d.dtype,
-                    row_list(&rf.listed, rf.diff, rf.d.row_bytes)
-                ),
+                format!("{e}: {}", row_list(&rf.listed, rf.diff, rf.d.row_bytes)),
             );
         }
     }
@@ -375,6 +384,9 @@ fn check_source_file(knot: &Knot<'_>, src: &SourceModel, file: usize) -> Acc {
         let out_row = t.shape.get(1).copied().unwrap_or(1).max(1)
             * target.map_or(1, |(b, _)| b.dtype.itemsize());
         let (mut at, mut diff, mut listed) = (0u64, 0u64, Vec::new());
+        // the largest |source - block| of a narrowing role block (lossy by choice)
+        let mut loss: Option<f64> = None;
+        let item_in = t.dtype.itemsize();
         while at < t.len {
             let n = (t.len - at).min(step) as usize;
             if buf.len() < n {
@@ -397,25 +409,46 @@ fn check_source_file(knot: &Knot<'_>, src: &SourceModel, file: usize) -> Acc {
                     }
                     &converted
                 };
-                let first_row = if t.shape.len() == 2 { at / row } else { 0 };
-                let start = (first_row * out_row) as usize;
+                // the chunk starts at element at/itemsize, whatever the shape
+                let first_elem = at / item_in;
+                let start = (first_elem * b.dtype.itemsize()) as usize;
                 let got = payload
                     .get(start..start + expected.len())
                     .unwrap_or_default();
-                let rb = if t.shape.len() == 2 {
-                    out_row as usize
+                let (rb, first_row) = if t.shape.len() == 2 {
+                    (out_row as usize, at / row)
                 } else {
-                    expected.len().max(1)
+                    // report element offsets for tensors that are not 2-D
+                    (b.dtype.itemsize() as usize, first_elem)
                 };
                 diff += diff_rows(expected, got, rb, first_row, &mut listed, MAX_LISTED);
+                if b.dtype != t.dtype
+                    && b.dtype.itemsize() < t.dtype.itemsize()
+                    && let Some(e) = gkq_format::max_abs_diff(chunk, t.dtype, got, b.dtype)
+                {
+                    loss = Some(loss.map_or(e, |l| l.max(e)));
+                }
             }
             at += n as u64;
+        }
+        if let Some(e) = loss {
+            let b = target.map(|(b, _)| b.dtype.to_string()).unwrap_or_default();
+            acc.note(
+                name.clone(),
+                format!(
+                    "tensor {:?} is lossy: the knot holds it as {b}, narrower than its source {} (largest error {e:e}); every value is the documented cast",
+                    t.name, t.dtype
+                ),
+            );
         }
         if diff > 0 {
             let what = if t.shape.len() == 2 {
                 row_list(&listed, diff, out_row)
             } else {
-                "values differ".to_string()
+                format!(
+                    "{diff} elements differ, the first at element {}",
+                    listed.first().copied().unwrap_or(0)
+                )
             };
             acc.fail(
                 name.clone(),
@@ -458,7 +491,7 @@ pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
     if let Some(u) = &opts.url {
         remote::check_url(u)?;
     }
-    let file = File::open(&path).map_err(|error| VerifyError::OpenKnot {
+    let (file, _) = open_regular(&path).map_err(|error| VerifyError::OpenKnot {
         path: path.clone(),
         error,
     })?;

@@ -5,6 +5,7 @@
 //! `CHECK<TAB>PASS|FAIL<TAB>detail`, then `result<TAB>PASS|FAIL<TAB>...`;
 //! or one JSON object with `--json`.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,7 +15,11 @@ use gkq_verify::{VerifyOptions, VerifyReport};
 
 /// Verify a packed GKQ model before release.
 #[derive(Parser, Debug)]
-#[command(name = "gkq-verify", version)]
+#[command(
+    name = "gkq-verify",
+    version,
+    after_help = "Output: one tab-separated line per check, CHECK<TAB>PASS|FAIL|NOTE<TAB>detail, then result<TAB>PASS|FAIL; --json prints one object.\n\nExit status: 0 every check passed (NOTE lines are information, such as a lossy cast); 1 a check failed; 2 the checks could not run."
+)]
 struct Args {
     /// A gkq-pack output directory, or the knot file.
     target: PathBuf,
@@ -41,29 +46,52 @@ struct Args {
     quiet: bool,
 }
 
-fn print_lines(r: &VerifyReport, quiet: bool) {
+fn print_lines(out: &mut impl Write, r: &VerifyReport, quiet: bool) -> std::io::Result<()> {
     for c in &r.checks {
         if !quiet || !c.passed {
-            println!(
+            writeln!(
+                out,
                 "{}\t{}\t{} ({} bytes, {:.3}s)",
                 c.name,
                 if c.passed { "PASS" } else { "FAIL" },
                 c.summary,
                 c.bytes,
                 c.seconds
-            );
+            )?;
         }
         for f in &c.failures {
-            println!("{}\tFAIL\t{}: {}", c.name, f.object, f.message);
+            writeln!(out, "{}\tFAIL\t{}: {}", c.name, f.object, f.message)?;
+        }
+        if !quiet {
+            for n in &c.notes {
+                writeln!(out, "{}\tNOTE\t{}: {}", c.name, n.object, n.message)?;
+            }
         }
     }
     if !quiet || !r.passed {
-        println!(
+        writeln!(
+            out,
             "result\t{}\t{} bytes checked in {:.3}s",
             if r.passed { "PASS" } else { "FAIL" },
             r.bytes,
             r.seconds
-        );
+        )?;
+    }
+    out.flush()
+}
+
+/// Writes the report; a reader that went away (`| head -1`) is not an error.
+fn emit(report: &VerifyReport, json: bool, quiet: bool) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    let written = if json {
+        let s = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+        writeln!(out, "{s}").and_then(|()| out.flush())
+    } else {
+        print_lines(&mut out, report, quiet)
+    };
+    match written {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.to_string()),
+        _ => Ok(()),
     }
 }
 
@@ -83,16 +111,9 @@ fn main() -> ExitCode {
     };
     match gkq_verify::verify(&opts) {
         Ok(report) => {
-            if args.json {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(s) => println!("{s}"),
-                    Err(e) => {
-                        eprintln!("gkq-verify: error: {e}");
-                        return ExitCode::from(2);
-                    }
-                }
-            } else {
-                print_lines(&report, args.quiet);
+            if let Err(e) = emit(&report, args.json, args.quiet) {
+                eprintln!("gkq-verify: error: writing the report: {e}");
+                return ExitCode::from(2);
             }
             if report.passed {
                 ExitCode::SUCCESS

@@ -16,9 +16,13 @@ struct Packed {
 }
 
 fn packed(preset: &str, dtypes: &[&str]) -> Packed {
+    packed_spec(&fixtures::preset(preset).expect("preset"), dtypes)
+}
+
+fn packed_spec(spec: &fixtures::Spec, dtypes: &[&str]) -> Packed {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = tmp.path().join("model");
-    fixtures::write_model(&src, &fixtures::preset(preset).expect("preset")).expect("fixture");
+    fixtures::write_model(&src, spec).expect("fixture");
     let out = tmp.path().join("out");
     let mut opts = gkq_pack::PackOptions::new(&src, &out);
     opts.dtypes = dtypes.iter().map(|d| d.parse().expect("dtype")).collect();
@@ -353,4 +357,129 @@ fn remote_stalled_server_times_out() {
         t.elapsed().as_secs() < 20,
         "a stalled server must not hang verification"
     );
+}
+
+/// Tensors that are not 2-D and larger than one 8 MiB chunk are compared
+/// at their real offsets (they were all compared with offset 0).
+#[test]
+fn source_check_of_large_tensors_that_are_not_2d() {
+    let mut spec = fixtures::preset("qwen2-tiny-bf16").expect("preset");
+    spec.big_tensors = true;
+    let p = packed_spec(&spec, &["bf16"]);
+    passes(&verify(&[s(&p.out), "--source", s(&p.src)]));
+    // a changed element deep in the fused tensor is found and named
+    let st = p.src.join("model.safetensors");
+    let bytes = std::fs::read(&st).expect("read");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8")) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("json");
+    let begin = header["model.experts.fused.weight"]["data_offsets"][0]
+        .as_u64()
+        .expect("offset") as usize;
+    let elem = 4_400_001usize; // in the second 8 MiB chunk (4,194,304 bf16 elements each)
+    flip(&st, 8 + n + begin + 2 * elem + 1);
+    fails_with(
+        &verify(&[s(&p.out), "--source", s(&p.src)]),
+        &[
+            "model.experts.fused.weight",
+            &format!("1 elements differ, the first at element {elem}"),
+        ],
+    );
+}
+
+/// A row file that is a FIFO is refused at once instead of blocking.
+#[test]
+fn fifo_row_file_is_refused_not_waited_on() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let rows = p.out.join("token_embd.f32.rows");
+    std::fs::remove_file(&rows).expect("rm");
+    let made = Command::new("mkfifo").arg(&rows).status().expect("mkfifo");
+    assert!(made.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gkq-verify"))
+        .arg(&p.out)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed().as_secs() > 30 {
+            let _ = child.kill();
+            panic!("gkq-verify blocked on a FIFO row file");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    fails_with(&out, &["token_embd.f32.rows", "not a regular file"]);
+    // the knot itself as a FIFO: an error (exit 2), not a hang
+    let fifo = p.out.join("fifo.knot");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    let out = verify(&[s(&fifo)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+}
+
+/// `gkq-verify … | head -1` exits quietly with the verdict's status.
+#[test]
+fn closed_stdout_is_not_a_crash() {
+    let p = packed("qwen2-tiny-f32", &["f32", "bf16"]);
+    for flags in [&[][..], &["--json"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gkq-verify"))
+            .arg(&p.out)
+            .args(["--source", s(&p.src)])
+            .args(flags)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .env("RUST_BACKTRACE", "1")
+            .spawn()
+            .expect("spawn");
+        // the reader goes away before anything is written, as `head` does
+        // once it has its line: every write then fails with EPIPE
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(err.is_empty(), "quiet: {err}");
+    }
+}
+
+/// A role block narrower than its source is reported as lossy, with its
+/// largest error, and does not fail the gate.
+#[test]
+fn narrower_role_block_is_reported_lossy() {
+    let p = packed("qwen2-tiny-f32", &["f16", "f32"]);
+    let out = verify(&[s(&p.out), "--source", s(&p.src)]);
+    passes(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let note = text
+        .lines()
+        .find(|l| l.starts_with("source\tNOTE\t"))
+        .unwrap_or_else(|| panic!("no NOTE line:\n{text}"));
+    assert!(
+        note.contains("model.embed_tokens.weight")
+            && note.contains("lossy")
+            && note.contains("f16")
+            && note.contains("largest error"),
+        "{note}"
+    );
+    let json = verify(&[s(&p.out), "--source", s(&p.src), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    let source = v["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == "source")
+        .expect("source check");
+    assert_eq!(source["passed"], true);
+    assert_eq!(source["notes"].as_array().map(Vec::len), Some(1));
+    // an exact pack has no note
+    let exact = packed("qwen2-tiny-bf16", &["bf16", "f32"]);
+    let out = verify(&[s(&exact.out), "--source", s(&exact.src)]);
+    passes(&out);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("NOTE"));
 }
