@@ -571,7 +571,6 @@ fn f16_values_below_65520_round_to_max_and_are_reported() {
     assert_eq!(v["casts"][0]["overflowed"], false);
     assert_eq!(v["casts"][0]["max_abs_error"], 15.0);
     assert_eq!(v["columnar"][0]["max_abs_error_vs_source"], 15.0);
-    let mut spec = spec;
     spec.poke = Some((7, 3, 65520.0));
     let src2 = tmp.path().join("m2");
     fixtures::write_model(&src2, &spec).expect("write");

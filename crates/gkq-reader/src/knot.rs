@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use gkq_format::{Block, KnotHeader, Prefix, parse_prefix};
+use gkq_format::{Block, Encoding, KnotHeader, Prefix, parse_prefix};
 use sha2::{Digest, Sha256};
 
 use crate::error::{ReaderError, Result};
@@ -82,8 +82,8 @@ impl KnotHandle {
                 if need > total {
                     return Err(knot_err(
                         url,
-                        gkq_format::Error::Truncated {
-                            needed: need,
+                        gkq_format::Error::HeaderTruncated {
+                            header_end: need,
                             available: total,
                         },
                     ));
@@ -95,8 +95,8 @@ impl KnotHandle {
                     Prefix::NeedBytes { total } => {
                         return Err(knot_err(
                             url,
-                            gkq_format::Error::Truncated {
-                                needed: total,
+                            gkq_format::Error::HeaderTruncated {
+                                header_end: total,
                                 available: all.len() as u64,
                             },
                         ));
@@ -107,9 +107,9 @@ impl KnotHandle {
         if header.preamble().file_len != total {
             return Err(knot_err(
                 url,
-                gkq_format::Error::FileLength {
-                    expected: header.preamble().file_len,
-                    found: total,
+                gkq_format::Error::FileSize {
+                    file_len: header.preamble().file_len,
+                    actual: total,
                 },
             ));
         }
@@ -180,5 +180,20 @@ impl KnotHandle {
             });
         }
         Ok(bytes.into())
+    }
+
+    /// The values of block `index` (following an alias) as dense bytes in
+    /// the block's dtype: the payload of a dense block, or the
+    /// reconstruction of a spectral block (docs/FORMAT.md section 5), never
+    /// the raw factors read as rows.
+    pub fn dense_values(&self, index: usize, http: &Http) -> Result<Arc<[u8]>> {
+        let block = self.data_block(index)?;
+        let bytes = self.payload(index, http)?;
+        match block.encoding {
+            Encoding::Spectral { .. } => gkq_format::reconstruct_spectral(block, &bytes)
+                .map(Arc::from)
+                .map_err(|e| knot_err(&self.location, e)),
+            _ => Ok(bytes),
+        }
     }
 }

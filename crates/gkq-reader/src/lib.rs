@@ -103,14 +103,27 @@ impl Embedding {
         }
     }
 
-    fn slice_rows(&self, bytes: &[u8], dtype: DType, ids: &[u64]) -> Rows {
+    fn slice_rows(&self, bytes: &[u8], dtype: DType, ids: &[u64]) -> Result<Rows> {
         let cols = self.block.shape.get(1).copied().unwrap_or(0) as usize;
         let rb = cols * dtype.itemsize() as usize;
         let rows = ids
             .iter()
-            .map(|&id| Arc::from(&bytes[id as usize * rb..(id as usize + 1) * rb]))
-            .collect();
-        Rows::new(dtype, cols, rows)
+            .map(|&id| {
+                let start = usize::try_from(id).ok().and_then(|i| i.checked_mul(rb));
+                start
+                    .and_then(|s| bytes.get(s..s.checked_add(rb)?))
+                    .map(Arc::from)
+                    .ok_or_else(|| {
+                        ReaderError::Compute(format!(
+                            "{}: row {id} is outside the {} bytes of block {:?}",
+                            self.knot.location(),
+                            bytes.len(),
+                            self.block.name
+                        ))
+                    })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Rows::new(dtype, cols, rows))
     }
 
     /// The rows of `ids` in request order. Ids are checked against the
@@ -119,7 +132,7 @@ impl Embedding {
         self.check_ids(ids)?;
         let cols = self.block.shape.get(1).copied().unwrap_or(0) as usize;
         if let Some(m) = self.resident.get() {
-            return Ok(self.slice_rows(&m.bytes, m.dtype, ids));
+            return self.slice_rows(&m.bytes, m.dtype, ids);
         }
         let backend = self.columnar();
         if let Some(b) = backend {
@@ -141,7 +154,7 @@ impl Embedding {
             }
         }
         let dense = self.dense()?;
-        Ok(self.slice_rows(&dense, self.block.dtype, ids))
+        self.slice_rows(&dense, self.block.dtype, ids)
     }
 
     /// Fetches rows into the cache ahead of the lookup (a no-op on the dense path).
@@ -167,7 +180,8 @@ impl Embedding {
         if let Some(d) = &self.lock().dense {
             return Ok(d.clone());
         }
-        let bytes = self.knot.payload(self.index, &self.http)?;
+        // a spectral embedding is reconstructed (FORMAT.md section 5), never sliced
+        let bytes = self.knot.dense_values(self.index, &self.http)?;
         self.lock().dense = Some(bytes.clone());
         Ok(bytes)
     }

@@ -72,7 +72,7 @@ impl Inner {
                 block.name
             )));
         };
-        let bytes = self.knot.payload(self.index, &self.http)?;
+        let bytes = self.knot.dense_values(self.index, &self.http)?;
         let weights = weights_from_block(&bytes, block.dtype, *rows as usize, *cols as usize)?;
         let m = Arc::new(Matrix {
             dtype: block.dtype,

@@ -84,7 +84,7 @@ pub fn resolve(
             tensor: name.to_owned(),
             path: ReadPath::Spectral,
             reason: format!(
-                "spectral block of rank {rank}: factors returned untouched (spectral blocks are never columnar)"
+                "spectral block of rank {rank}: never columnar; block_payload returns the factors untouched, and rows are reconstructed as U·diag(S)·Vt (FORMAT.md section 5)"
             ),
             columnar: None,
         });

@@ -94,3 +94,58 @@ fn gkq_rows_json_and_sessions() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("token id 512 is out of range"));
 }
+
+mod common;
+
+/// `gkq-rows` on a knot whose token embedding is spectral: the resolution
+/// says so, the rows are the reconstruction, and an id past the vocabulary
+/// is an error (exit 1), not a panic.
+#[test]
+fn gkq_rows_on_a_spectral_embedding() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (knot, want) = common::spectral_embedding_knot(tmp.path());
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+            .arg(&knot)
+            .args(args)
+            .output()
+            .expect("run gkq-rows")
+    };
+    let o = run(&["--tokens", "1", "--f32", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["resolution"]["path"], "spectral");
+    let row: Vec<f32> = v["rows"][0]
+        .as_array()
+        .expect("row")
+        .iter()
+        .map(|x| x.as_f64().expect("number") as f32)
+        .collect();
+    assert_eq!(row, want[3..6].to_vec());
+    let o = run(&["--tokens", "1000000"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("out of range") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+/// `gkq-rows … | head -1` exits quietly.
+#[test]
+fn gkq_rows_closed_stdout_is_not_a_crash() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (knot, _) = common::spectral_embedding_knot(tmp.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+        .arg(&knot)
+        .args(["--tokens", "1,2,3", "--f32"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

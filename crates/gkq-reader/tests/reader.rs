@@ -12,6 +12,8 @@ use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions, Staller};
 use gkq_format::{DType, Knot, cast_row, keys};
 use gkq_reader::{FetchConfig, ReadPath, Reader, ReaderConfig, ReaderError, Roles, with_timeout};
 
+mod common;
+
 struct Served {
     _tmp: tempfile::TempDir,
     out: PathBuf,
@@ -695,4 +697,50 @@ fn spectral_blocks_are_returned_untouched() {
         .collect();
     assert_eq!(w, [3.0, -3.0, 6.0, -6.0]);
     assert_eq!(r.resolve("e").expect("e").path, ReadPath::Dense);
+}
+
+/// A spectral token embedding resolves as `spectral` and its rows are the
+/// reconstruction, never slices of the factor bytes; an id past the
+/// vocabulary is an error, not a panic.
+#[test]
+fn spectral_token_embedding_rows_are_reconstructed() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (path, want) = common::spectral_embedding_knot(tmp.path());
+    let r = Reader::open(path.to_str().expect("utf8"), config(None), Roles::ALL).expect("open");
+    let emb = r.embedding().expect("input role");
+    assert_eq!(emb.resolution().path, ReadPath::Spectral);
+    assert!(
+        emb.resolution().reason.contains("reconstructed"),
+        "{}",
+        emb.resolution().reason
+    );
+    let rows = emb.rows(&[5, 0, 3]).expect("rows").to_f32().expect("f32");
+    let expect: Vec<f32> = [5usize, 0, 3]
+        .iter()
+        .flat_map(|&i| want[i * 3..i * 3 + 3].to_vec())
+        .collect();
+    assert_eq!(
+        rows.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        expect.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    assert!(matches!(
+        emb.rows(&[6]),
+        Err(ReaderError::TokenOutOfRange { id: 6, vocab: 6 })
+    ));
+    assert!(matches!(
+        emb.rows(&[1 << 40]),
+        Err(ReaderError::TokenOutOfRange { .. })
+    ));
+    // the tied lm_head computes with the same reconstructed matrix
+    let lm = r.lm_head().expect("output role");
+    let x = Tensor::from_vec(vec![1f32, 0.0, 0.0], (1, 3), &Device::Cpu).expect("x");
+    let logits: Vec<f32> = lm
+        .logits(&x)
+        .expect("logits")
+        .flatten_all()
+        .expect("flat")
+        .to_vec1()
+        .expect("vec");
+    let col0: Vec<f32> = (0..6).map(|i| want[i * 3]).collect();
+    assert_eq!(logits, col0);
 }

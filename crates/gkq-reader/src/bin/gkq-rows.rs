@@ -3,6 +3,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// `println!` that returns a closed stdout as an error instead of panicking.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($t)*)?
+    }};
+}
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -203,7 +211,7 @@ fn run(a: Args) -> anyhow::Result<()> {
             if let Some(rows) = &rows {
                 let hidden = rows.len() / ids.len();
                 for (id, row) in ids.iter().zip(rows.chunks(hidden.max(1))) {
-                    println!(
+                    outln!(
                         "{id}\t{}",
                         row.iter()
                             .map(|x| format!("{x:e}"))
@@ -245,7 +253,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let res = e.resolution();
     out["resolution"] = json!({ "path": res.path, "reason": res.reason });
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else if res.path != gkq_reader::ReadPath::Columnar {
         eprintln!("resolution now: {:?}: {}", res.path, res.reason);
     }
@@ -255,6 +263,13 @@ fn run(a: Args) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
+        // the reader of stdout went away (`| head`): not an error
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("gkq-rows: error: {e:#}");
             ExitCode::from(1)
