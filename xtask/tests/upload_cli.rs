@@ -58,9 +58,13 @@ fn upload_then_verify_over_http() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("json line"))
         .collect();
-    assert_eq!(lines.len(), 2);
+    assert_eq!(lines.len(), 3);
     assert_eq!(lines[0]["key"], "qwen2-tiny/v1/token_embd.f32.rows");
-    assert_eq!(lines[1]["key"], "qwen2-tiny/v1/model.knot", "knot last");
+    assert_eq!(
+        lines[1]["key"], "qwen2-tiny/v1/config.json",
+        "companion files before the knot"
+    );
+    assert_eq!(lines[2]["key"], "qwen2-tiny/v1/model.knot", "knot last");
     assert!(lines.iter().all(|l| l["status"] == "uploaded"));
     assert!(
         !stdout.contains(S3_SECRET_KEY)

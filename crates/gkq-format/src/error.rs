@@ -132,13 +132,29 @@ pub enum Error {
         /// Hashes.
         hashes: usize,
     },
-    /// One of `source.files`/`source.sha256` without the other.
+    /// One of `source.files`/`source.sha256` (or `package.files`/`package.sha256`) without the other.
     #[error("metadata has {present} but not {missing} (the two go together)")]
-    SourceListIncomplete {
+    ListIncomplete {
         /// The key present.
         present: &'static str,
         /// The key missing.
         missing: &'static str,
+    },
+    /// `package.files` and `package.sha256` differ in length.
+    #[error("package.files has {files} entries but package.sha256 has {hashes}")]
+    PackageListMismatch {
+        /// Files.
+        files: usize,
+        /// Hashes.
+        hashes: usize,
+    },
+    /// A companion file name that breaks a rule of section 3.1.
+    #[error("package file {name:?}: {reason}")]
+    BadPackageFile {
+        /// The name.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
     },
     /// A `role.*` key names no block.
     #[error("metadata {role} names block {name:?}, which is not in the knot")]

@@ -31,6 +31,11 @@ pub mod keys {
     pub const SOURCE_FILES: &str = "source.files";
     /// `STR_LIST`: hex sha256 of each source file.
     pub const SOURCE_SHA256: &str = "source.sha256";
+    /// `STR_LIST`: companion files of the package (config.json, tokenizer
+    /// files, ...), next to the knot, in byte order.
+    pub const PACKAGE_FILES: &str = "package.files";
+    /// `STR_LIST`: hex sha256 of each file in `package.files`.
+    pub const PACKAGE_SHA256: &str = "package.sha256";
     /// Prefix of the role keys: every `role.*` key is a `STR` naming a block.
     pub const ROLE_PREFIX: &str = "role.";
 }

@@ -363,33 +363,43 @@ fn validate_metadata(h: &Header) -> Result<()> {
         expect_type(md, key, 1)?;
     }
     expect_type(md, keys::TIE_WORD_EMBEDDINGS, 2)?;
-    for key in [keys::SOURCE_FILES, keys::SOURCE_SHA256] {
+    for key in [
+        keys::SOURCE_FILES,
+        keys::SOURCE_SHA256,
+        keys::PACKAGE_FILES,
+        keys::PACKAGE_SHA256,
+    ] {
         expect_type(md, key, 4)?;
     }
-    match (
-        h.meta_list(keys::SOURCE_FILES),
-        h.meta_list(keys::SOURCE_SHA256),
-    ) {
-        (Some(_), None) => {
-            return Err(Error::SourceListIncomplete {
-                present: keys::SOURCE_FILES,
-                missing: keys::SOURCE_SHA256,
-            });
+    for (files_key, hashes_key) in [
+        (keys::SOURCE_FILES, keys::SOURCE_SHA256),
+        (keys::PACKAGE_FILES, keys::PACKAGE_SHA256),
+    ] {
+        match (h.meta_list(files_key), h.meta_list(hashes_key)) {
+            (Some(_), None) => {
+                return Err(Error::ListIncomplete {
+                    present: files_key,
+                    missing: hashes_key,
+                });
+            }
+            (None, Some(_)) => {
+                return Err(Error::ListIncomplete {
+                    present: hashes_key,
+                    missing: files_key,
+                });
+            }
+            (Some(files), Some(hashes)) if files.len() != hashes.len() => {
+                let (files, hashes) = (files.len(), hashes.len());
+                return Err(if files_key == keys::SOURCE_FILES {
+                    Error::SourceListMismatch { files, hashes }
+                } else {
+                    Error::PackageListMismatch { files, hashes }
+                });
+            }
+            _ => {}
         }
-        (None, Some(_)) => {
-            return Err(Error::SourceListIncomplete {
-                present: keys::SOURCE_SHA256,
-                missing: keys::SOURCE_FILES,
-            });
-        }
-        (Some(files), Some(hashes)) if files.len() != hashes.len() => {
-            return Err(Error::SourceListMismatch {
-                files: files.len(),
-                hashes: hashes.len(),
-            });
-        }
-        _ => {}
     }
+    validate_package_files(h)?;
     // Every `role.*` key, known or not, is a STR naming a block.
     for (key, value) in md.range::<str, _>((
         std::ops::Bound::Included(keys::ROLE_PREFIX),
@@ -410,6 +420,45 @@ fn validate_metadata(h: &Header) -> Result<()> {
                 role: key.clone(),
                 name: name.clone(),
             });
+        }
+    }
+    Ok(())
+}
+
+/// `package.files`: valid object names, strictly ascending, none of them a
+/// row file of the knot; `package.sha256`: 64 lowercase hex digits each.
+fn validate_package_files(h: &Header) -> Result<()> {
+    let files = h.meta_list(keys::PACKAGE_FILES).unwrap_or_default();
+    let bad = |name: &str, reason| Error::BadPackageFile {
+        name: name.to_owned(),
+        reason,
+    };
+    let mut previous: Option<&str> = None;
+    for name in files {
+        valid_object_name(name).map_err(|reason| bad(name, reason))?;
+        if previous.is_some_and(|p| p.as_bytes() >= name.as_bytes()) {
+            return Err(bad(name, "package.files must be strictly ascending"));
+        }
+        previous = Some(name);
+        if h.blocks
+            .iter()
+            .flat_map(|b| &b.columnar)
+            .any(|d| d.object == *name)
+        {
+            return Err(bad(name, "is also a row file of the knot"));
+        }
+    }
+    let hashes = h.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
+    for (name, hash) in files.iter().zip(hashes) {
+        let hex_ok = hash.len() == 64
+            && hash
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !hex_ok {
+            return Err(bad(
+                name,
+                "its package.sha256 entry is not 64 lowercase hex digits",
+            ));
         }
     }
     Ok(())

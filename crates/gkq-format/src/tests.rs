@@ -261,6 +261,57 @@ fn rule_same_dtype_row_file_digest_is_the_payload_digest() {
 }
 
 #[test]
+fn rule_package_files() {
+    let hash = "ab".repeat(32);
+    let with = |files: &[&str], hashes: &[&str]| {
+        let (mut h, _) = golden_parts();
+        h.metadata.insert(
+            keys::PACKAGE_FILES.into(),
+            Value::StrList(files.iter().map(|s| (*s).to_owned()).collect()),
+        );
+        h.metadata.insert(
+            keys::PACKAGE_SHA256.into(),
+            Value::StrList(hashes.iter().map(|s| (*s).to_owned()).collect()),
+        );
+        raw_knot(&laid_out(h))
+    };
+    Knot::parse(&with(&["config.json", "tokenizer.json"], &[&hash, &hash])).unwrap();
+    assert!(matches!(
+        err(&with(&["config.json"], &[])),
+        Error::PackageListMismatch {
+            files: 1,
+            hashes: 0
+        }
+    ));
+    assert!(matches!(
+        err(&with(&["tokenizer.json", "config.json"], &[&hash, &hash])),
+        Error::BadPackageFile { reason, .. } if reason.contains("ascending")
+    ));
+    assert!(matches!(
+        err(&with(&["../config.json"], &[&hash])),
+        Error::BadPackageFile { .. }
+    ));
+    assert!(matches!(
+        err(&with(&["token_embd.f32.rows"], &[&hash])),
+        Error::BadPackageFile { reason, .. } if reason.contains("row file")
+    ));
+    assert!(matches!(
+        err(&with(&["config.json"], &["AB"])),
+        Error::BadPackageFile { reason, .. } if reason.contains("hex")
+    ));
+    let (mut h, _) = golden_parts();
+    h.metadata
+        .insert(keys::PACKAGE_FILES.into(), Value::StrList(vec![]));
+    assert!(matches!(
+        err(&raw_knot(&laid_out(h))),
+        Error::ListIncomplete {
+            present: "package.files",
+            missing: "package.sha256"
+        }
+    ));
+}
+
+#[test]
 fn rule_zero_element_shapes_do_not_overflow() {
     let mut h = Header::default();
     h.blocks
@@ -517,7 +568,7 @@ fn rule_metadata() {
     let e = err(&raw_knot(&h));
     assert!(matches!(
         e,
-        Error::SourceListIncomplete {
+        Error::ListIncomplete {
             present: "source.files",
             missing: "source.sha256"
         }
@@ -527,7 +578,7 @@ fn rule_metadata() {
         .insert(keys::SOURCE_SHA256.into(), Value::StrList(vec![]));
     assert!(matches!(
         err(&raw_knot(&h)),
-        Error::SourceListIncomplete {
+        Error::ListIncomplete {
             present: "source.sha256",
             ..
         }

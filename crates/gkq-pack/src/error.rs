@@ -206,6 +206,12 @@ pub enum PackError {
         /// The model directory.
         model: PathBuf,
     },
+    /// A source file changed while it was being packed.
+    #[error("{path} changed while it was being packed; run again")]
+    Changed {
+        /// The file.
+        path: PathBuf,
+    },
     /// The output directory exists and `--force` was not given.
     #[error("{path} already exists (pass --force to replace its contents)")]
     OutDirExists {

@@ -37,6 +37,22 @@ pub use source::{SourceModel, SourceTensor};
 use error::IoContext;
 use output::{Output, flush_file, write_all};
 
+/// The companion files copied into the package when the model has them
+/// (docs/FORMAT.md 3.1, `package.files`): what a node needs besides the
+/// weights to run the model.
+pub const COMPANION_FILES: &[&str] = &[
+    "added_tokens.json",
+    "config.json",
+    "generation_config.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+];
+
 /// The producing tool, recorded in `gkq.tool`.
 pub const TOOL: &str = concat!("gkq-pack ", env!("CARGO_PKG_VERSION"));
 
@@ -132,6 +148,19 @@ pub struct ColumnarReport {
     pub max_abs_error_vs_source: f64,
 }
 
+/// A companion file copied into the package, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct CompanionReport {
+    /// File name (the same in the model directory and the package).
+    pub name: String,
+    /// Path in the package.
+    pub path: PathBuf,
+    /// Length.
+    pub bytes: u64,
+    /// Hex SHA-256 (recorded in `package.sha256`).
+    pub sha256: String,
+}
+
 /// A cast that was performed, for the report.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct CastSummary {
@@ -154,6 +183,8 @@ pub struct PackReport {
     pub knot: FileReport,
     /// The row files.
     pub columnar: Vec<ColumnarReport>,
+    /// The companion files (config, tokenizer).
+    pub companions: Vec<CompanionReport>,
     /// lm_head recorded as an alias of the embedding.
     pub tied: bool,
     /// Blocks in the knot.
@@ -272,6 +303,7 @@ fn plan(
     dtypes: &[DType],
     source_sha: &[String],
     identity: (Option<&str>, Option<&str>),
+    companions: &[Companion],
 ) -> Result<Header> {
     let d0 = dtypes[0];
     let mut blocks = Vec::new();
@@ -362,6 +394,16 @@ fn plan(
         keys::SOURCE_SHA256.into(),
         Value::StrList(source_sha.to_vec()),
     );
+    if !companions.is_empty() {
+        md.insert(
+            keys::PACKAGE_FILES.into(),
+            Value::StrList(companions.iter().map(|c| c.name.clone()).collect()),
+        );
+        md.insert(
+            keys::PACKAGE_SHA256.into(),
+            Value::StrList(companions.iter().map(|c| c.sha256.clone()).collect()),
+        );
+    }
     Ok(Header {
         metadata: md,
         blocks,
@@ -392,6 +434,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     // Digests of the source files are only known at the end; the header's
     // size does not depend on their values, so plan with placeholders.
     let placeholder = vec!["0".repeat(64); src.files.len()];
+    let companions = find_companions(&located.dir)?;
     let header = plan(
         &cfg,
         &src,
@@ -399,9 +442,14 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         &dtypes,
         &placeholder,
         (model_id.as_deref(), revision.as_deref()),
+        &companions,
     )?;
 
     let mut out = Output::prepare(&opts.out_dir, opts.force)?;
+    let mut companion_files = Vec::new();
+    for c in &companions {
+        companion_files.push(copy_companion(&mut out, c)?);
+    }
     let (knot_tmp, knot_file) = out.create(KNOT_NAME)?;
     // Early writeback: a background thread syncs the files every
     // WRITEBACK_STEP bytes, so the final fsync before commit has little left
@@ -694,7 +742,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     // Syncing to disk waits on I/O, hashing the knot on the CPU: overlap them.
     let (synced, hashed) = rayon::join(
         || -> Result<()> {
-            for (f, p) in &row_files {
+            for (f, p) in row_files.iter().chain(&companion_files) {
                 f.sync_all().at(p)?;
             }
             Ok(())
@@ -711,6 +759,15 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
             sha256: knot_sha,
         },
         columnar,
+        companions: companions
+            .iter()
+            .map(|c| CompanionReport {
+                name: c.name.clone(),
+                path: opts.out_dir.join(&c.name),
+                bytes: c.bytes,
+                sha256: c.sha256.clone(),
+            })
+            .collect(),
         tied: roles.tied,
         tensors,
         source_bytes: src.total_bytes(),
@@ -760,6 +817,60 @@ fn check_out_outside(model: &Path, out: &Path) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// A companion file of the model directory.
+struct Companion {
+    name: String,
+    path: PathBuf,
+    bytes: u64,
+    sha256: String,
+}
+
+/// The companion files present in `dir` (regular files only), hashed.
+fn find_companions(dir: &Path) -> Result<Vec<Companion>> {
+    let mut out = Vec::new();
+    for name in COMPANION_FILES {
+        let path = dir.join(name);
+        // a snapshot's files are symlinks into blobs/: follow them
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => {
+                let (bytes, sha256) = hash_file(&path)?;
+                out.push(Companion {
+                    name: (*name).to_owned(),
+                    path,
+                    bytes,
+                    sha256,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Copies a companion file into the package, checking that it did not
+/// change since it was hashed for the header.
+fn copy_companion(out: &mut Output, c: &Companion) -> Result<(File, PathBuf)> {
+    let (path, mut w) = out.create(&c.name)?;
+    let mut src = File::open(&c.path).at(&c.path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = src.read(&mut buf).at(&c.path)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        write_all(&mut w, &buf[..n], &path)?;
+    }
+    let digest = gkq_format::hex(&h.finalize());
+    if digest != c.sha256 {
+        return Err(PackError::Changed {
+            path: c.path.clone(),
+        });
+    }
+    Ok((flush_file(w, &path)?, path))
 }
 
 fn writer_metadata_mut<W: Write + std::io::Seek>(w: &mut KnotWriter<W>) -> Option<&mut Value> {

@@ -122,6 +122,14 @@ fn human(r: &PackReport) {
             c.max_abs_error_vs_source
         );
     }
+    for c in &r.companions {
+        eprintln!(
+            "  {}  {} bytes  sha256 {}",
+            c.path.display(),
+            c.bytes,
+            c.sha256
+        );
+    }
     for c in &r.casts {
         eprintln!(
             "  cast {} {} -> {}: max abs error {:e}",

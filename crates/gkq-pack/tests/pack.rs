@@ -295,7 +295,7 @@ fn packing_twice_is_byte_identical() {
         files.sort();
         outs.push(files);
     }
-    assert_eq!(outs[0].len(), 5, "knot + 2 roles x 2 dtypes");
+    assert_eq!(outs[0].len(), 6, "knot + 2 roles x 2 dtypes + config.json");
     assert!(outs[0] == outs[1], "two packs differ");
 }
 
@@ -966,4 +966,43 @@ fn full_disk_leaves_nothing_behind() {
         &["No space left on device", "out.gkq-new/"],
     );
     assert!(!out.exists(), "created output directory removed");
+}
+
+/// The config and tokenizer files a node needs are copied into the package
+/// and pinned in the knot (`package.files`, `package.sha256`).
+#[test]
+fn companion_files_are_copied_and_recorded() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "qwen2-tiny-bf16");
+    fs::write(src.join("tokenizer.json"), r#"{"model": {"type": "BPE"}}"#).expect("write");
+    fs::write(
+        src.join("generation_config.json"),
+        r#"{"do_sample": false}"#,
+    )
+    .expect("write");
+    fs::write(src.join("README.md"), "not a companion").expect("write");
+    let out = tmp.path().join("out");
+    let r = packs(&src, &out, &["--json"], "pack");
+    let knot_bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = Knot::parse(&knot_bytes).expect("valid");
+    let h = knot.header().header();
+    let files = h.meta_list(keys::PACKAGE_FILES).expect("package.files");
+    assert_eq!(
+        files,
+        ["config.json", "generation_config.json", "tokenizer.json"]
+    );
+    let hashes = h.meta_list(keys::PACKAGE_SHA256).expect("package.sha256");
+    for (name, hash) in files.iter().zip(hashes) {
+        let copied = fs::read(out.join(name)).expect("copied");
+        assert_eq!(copied, fs::read(src.join(name)).expect("source"), "{name}");
+        assert_eq!(*hash, gkq_format::hex(&sha(&copied)), "{name}");
+    }
+    assert!(!out.join("README.md").exists());
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("json");
+    assert_eq!(v["companions"].as_array().map(Vec::len), Some(3));
+    // a repack without the tokenizer leaves no stale tokenizer behind
+    fs::remove_file(src.join("tokenizer.json")).expect("rm");
+    packs(&src, &out, &["--force", "--quiet"], "repack");
+    assert!(!out.join("tokenizer.json").exists());
+    assert!(out.join("config.json").exists());
 }

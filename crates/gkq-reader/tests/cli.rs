@@ -149,3 +149,79 @@ fn gkq_rows_closed_stdout_is_not_a_crash() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `gkq-inspect` on a local knot and on a URL (header only).
+#[test]
+fn gkq_inspect_local_and_remote() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    fixtures::write_model(&src, &fixtures::preset("llama-tiny-bf16").expect("preset"))
+        .expect("fixture");
+    let out = tmp.path().join("www/m");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.dtypes = vec![gkq_format::DType::BF16, gkq_format::DType::F32];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let knot_bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = gkq_format::Knot::parse(&knot_bytes).expect("valid");
+    let id = gkq_format::hex(&knot.header().preamble().header_sha256);
+    let inspect = |arg: &str, json: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gkq-inspect"));
+        c.arg(arg);
+        if json {
+            c.arg("--json");
+        }
+        c.output().expect("run gkq-inspect")
+    };
+    let local = out.join("model.knot");
+    let o = inspect(local.to_str().expect("utf8"), false);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in [
+        &format!("knot id (header sha256) {id}")[..],
+        "role.token_embd",
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+        "row file lm_head.bf16.rows (bf16, 512 rows x 128 bytes",
+        "package.files",
+        "config.json",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing:\n{text}");
+    }
+    let o = inspect(local.to_str().expect("utf8"), true);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["knot_id"], id.as_str());
+    let blocks = v["blocks"].as_array().expect("blocks");
+    assert_eq!(blocks.len(), knot.blocks().len());
+    let embed = blocks
+        .iter()
+        .find(|b| b["name"] == "model.embed_tokens.weight")
+        .expect("embed");
+    assert_eq!(embed["encoding"], "dense");
+    assert_eq!(embed["dtype"], "bf16");
+    assert_eq!(embed["columnar"].as_array().map(Vec::len), Some(2));
+
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let url = format!("{}/m/model.knot", nginx.url());
+    let o = inspect(&url, true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(r["knot_id"], id.as_str());
+    assert_eq!(r["blocks"], v["blocks"]);
+    let fetched = r["fetched"]["payload_bytes"].as_u64().expect("counted");
+    assert!(
+        fetched <= 64 * 1024 && fetched < knot_bytes.len() as u64,
+        "read {fetched} bytes of a {} byte knot",
+        knot_bytes.len()
+    );
+    // a broken knot: exit 1 naming the rule
+    let bad = tmp.path().join("bad.knot");
+    fs::write(&bad, &knot_bytes[..100]).expect("write");
+    let o = inspect(bad.to_str().expect("utf8"), false);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("header ends at byte"));
+}

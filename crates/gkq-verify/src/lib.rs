@@ -334,6 +334,42 @@ fn check_block(knot: &Knot<'_>, dir: &Path, index: usize, cols: &mut Acc) -> Acc
     acc
 }
 
+/// The companion files (`package.files`): present, regular, and hashing to
+/// the digests the knot records.
+fn check_package(knot: &Knot<'_>, dir: &Path) -> Option<(Acc, usize)> {
+    let h = knot.header().header();
+    let files = h.meta_list(keys::PACKAGE_FILES)?;
+    let hashes = h.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
+    let mut acc = Acc::default();
+    for (name, want) in files.iter().zip(hashes) {
+        let path = dir.join(name);
+        let shown = path.display().to_string();
+        let mut f = match open_regular(&path) {
+            Ok((f, _)) => f,
+            Err(e) => {
+                acc.fail(
+                    shown,
+                    format!("companion file listed in package.files: {e}"),
+                );
+                continue;
+            }
+        };
+        let mut hasher = Sha256::new();
+        match std::io::copy(&mut f, &mut hasher) {
+            Ok(n) => acc.bytes += n,
+            Err(e) => {
+                acc.fail(shown, e.to_string());
+                continue;
+            }
+        }
+        let got = hex(&hasher.finalize());
+        if got != *want {
+            acc.fail(shown, format!("sha256 is {got}, the knot records {want}"));
+        }
+    }
+    Some((acc, files.len()))
+}
+
 /// Compares every tensor of one source file with the knot, hashing the file
 /// in the same pass.
 fn check_source_file(knot: &Knot<'_>, src: &SourceModel, file: usize) -> Acc {
@@ -600,6 +636,14 @@ pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
             format!("{n_desc} row files: size, sha256, every row against its block"),
         ),
     ];
+    if let Some((acc, n)) = check_package(&knot, &dir) {
+        checks.push(check(
+            "package",
+            acc,
+            started,
+            format!("{n} companion files: sha256 against the knot"),
+        ));
+    }
     if let Some(src) = source {
         match src {
             Err(e) => s.fail(

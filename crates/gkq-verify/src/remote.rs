@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use gkq_format::Knot;
 use rayon::prelude::*;
+use sha2::{Digest, Sha256};
 
 use crate::{Acc, VerifyError, VerifyOptions};
 
@@ -265,6 +266,41 @@ pub(crate) fn check_remote(
                     Err(m) => acc.fail(url.clone(), m),
                 }
             }
+        }
+    }
+    // Companion files: whole, against the digest the knot records.
+    let h = knot.header().header();
+    let files = h
+        .meta_list(gkq_format::keys::PACKAGE_FILES)
+        .unwrap_or_default();
+    let hashes = h
+        .meta_list(gkq_format::keys::PACKAGE_SHA256)
+        .unwrap_or_default();
+    for (name, want) in files.iter().zip(hashes) {
+        objects += 1;
+        let url = object_url(base, name);
+        let Ok(len) = std::fs::metadata(dir.join(name)).map(|m| m.len()) else {
+            // reported by the local package check
+            continue;
+        };
+        requests += 1;
+        if let Err(m) = head(&agent, &url, len) {
+            acc.fail(url, m);
+            continue;
+        }
+        if len == 0 {
+            continue;
+        }
+        requests += 1;
+        match range(&agent, &url, 0, len - 1, len) {
+            Got::Ok(body) => {
+                acc.bytes += body.len() as u64;
+                let got = gkq_format::hex(&Sha256::digest(&body));
+                if got != *want {
+                    acc.fail(url, format!("sha256 is {got}, the knot records {want}"));
+                }
+            }
+            Got::Fatal(m) | Got::Bad(m) => acc.fail(url, m),
         }
     }
     RemoteOutcome {

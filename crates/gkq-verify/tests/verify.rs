@@ -99,7 +99,7 @@ fn clean_package_passes_every_check() {
             .iter()
             .map(|c| c["name"].as_str().expect("name"))
             .collect();
-        assert_eq!(names, ["knot", "columnar", "source"]);
+        assert_eq!(names, ["knot", "columnar", "package", "source"]);
         assert!(v["bytes"].as_u64().expect("bytes") > 0);
         // the knot path works as well as the directory
         passes(&verify(&[s(&p.out.join("model.knot"))]));
@@ -482,4 +482,27 @@ fn narrower_role_block_is_reported_lossy() {
     let out = verify(&[s(&exact.out), "--source", s(&exact.src)]);
     passes(&out);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("NOTE"));
+}
+
+/// Companion files are checked against `package.sha256`.
+#[test]
+fn companion_file_changed_or_missing() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let cfg = p.out.join("config.json");
+    let mut text = std::fs::read_to_string(&cfg).expect("config");
+    text.push(' ');
+    std::fs::write(&cfg, text).expect("write");
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &[
+            "package\tFAIL",
+            "config.json: sha256 is",
+            "the knot records",
+        ],
+    );
+    std::fs::remove_file(&cfg).expect("rm");
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &["config.json: companion file listed in package.files"],
+    );
 }

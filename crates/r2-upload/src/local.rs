@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use gkq_format::{Knot, hex};
+use gkq_format::{Knot, hex, keys};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -18,6 +18,8 @@ use crate::error::{Result, UploadError};
 pub enum Kind {
     /// A columnar row file.
     Rows,
+    /// A companion file (config, tokenizer) listed in `package.files`.
+    Companion,
     /// The knot.
     Knot,
 }
@@ -33,8 +35,22 @@ pub struct LocalObject {
     pub bytes: u64,
     /// Hex SHA-256 of the file.
     pub sha256: String,
-    /// Rows or knot.
+    /// Rows, companion or knot.
     pub kind: Kind,
+}
+
+impl LocalObject {
+    /// The `Content-Type` it is served with.
+    pub fn content_type(&self) -> &'static str {
+        let name = self.path.to_string_lossy();
+        if name.ends_with(".json") {
+            "application/json"
+        } else if name.ends_with(".txt") {
+            "text/plain; charset=utf-8"
+        } else {
+            crate::upload::CONTENT_TYPE
+        }
+    }
 }
 
 /// Every failure of a verification report, one line each.
@@ -81,7 +97,8 @@ fn sha_file(path: &Path) -> Result<String> {
 }
 
 /// Runs the local gkq-verify checks on `out_dir` and returns the objects to
-/// publish, row files first (in knot order) and the knot last. Row file
+/// publish, row files first (in knot order), then the companion files
+/// (`package.files`), and the knot last. Row file
 /// digests come from the knot's descriptors (which verification has just
 /// confirmed); the knot's own digest is computed while verification runs.
 pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
@@ -126,6 +143,29 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
                 kind: Kind::Rows,
             });
         }
+    }
+    let h = knot.header().header();
+    let hashes = h.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
+    for (name, sha) in h
+        .meta_list(keys::PACKAGE_FILES)
+        .unwrap_or_default()
+        .iter()
+        .zip(hashes)
+    {
+        let path = dir.join(name);
+        let bytes = std::fs::metadata(&path)
+            .map_err(|error| UploadError::Io {
+                path: path.clone(),
+                error,
+            })?
+            .len();
+        out.push(LocalObject {
+            key: key(prefix, name),
+            path,
+            bytes,
+            sha256: sha.clone(),
+            kind: Kind::Companion,
+        });
     }
     let name = knot_path
         .file_name()

@@ -4,7 +4,8 @@
 //! disk at their offsets, several in flight, each retried with backoff; a
 //! failure that ends a multipart upload aborts it. Every object is checked
 //! with a HEAD afterwards. Objects go strictly in the given order: row
-//! files first, the knot last, so a knot is never visible before its rows.
+//! files and companion files first, the knot last, so a knot is never
+//! visible before what it names.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +30,7 @@ pub const MAX_PART: u64 = 5 << 30;
 /// Part size when none is asked for.
 pub const DEFAULT_PART: u64 = 64 << 20;
 
-/// `Content-Type` of every object.
+/// `Content-Type` of the knot and row files (JSON and text companion files get their own).
 pub const CONTENT_TYPE: &str = "application/octet-stream";
 /// `Cache-Control` of every object: objects are immutable under a versioned prefix.
 pub const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
@@ -273,7 +274,7 @@ impl Uploader {
             .key(&o.key)
             .body(body)
             .content_length(o.bytes as i64)
-            .content_type(CONTENT_TYPE)
+            .content_type(o.content_type())
             .cache_control(CACHE_CONTROL)
             .metadata("sha256", &o.sha256)
             .send()
@@ -318,7 +319,7 @@ impl Uploader {
             .create_multipart_upload()
             .bucket(&self.bucket)
             .key(&o.key)
-            .content_type(CONTENT_TYPE)
+            .content_type(o.content_type())
             .cache_control(CACHE_CONTROL)
             .metadata("sha256", &o.sha256)
             .send()

@@ -92,7 +92,13 @@ fn assert_published(s3: &S3sFs, objects: &[LocalObject]) {
             .expect("mtime")
     };
     let knot = objects.iter().find(|o| o.kind == Kind::Knot).expect("knot");
-    for o in objects.iter().filter(|o| o.kind == Kind::Rows) {
+    assert!(
+        objects
+            .iter()
+            .any(|o| o.kind == Kind::Companion && o.key.ends_with("/config.json")),
+        "config.json is published"
+    );
+    for o in objects.iter().filter(|o| o.kind != Kind::Knot) {
         assert!(
             mtime(&o.key) <= mtime(&knot.key),
             "{} stored after the knot",

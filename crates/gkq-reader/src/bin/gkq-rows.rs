@@ -3,6 +3,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use gkq_reader::{CacheStats, EmbedArgs, Embedding, NetStats, Reader, ReaderConfig, Roles};
+use serde_json::{Value, json};
 
 /// `println!` that returns a closed stdout as an error instead of panicking.
 macro_rules! outln {
@@ -11,12 +17,6 @@ macro_rules! outln {
         writeln!(std::io::stdout().lock(), $($t)*)?
     }};
 }
-use std::time::Instant;
-
-use anyhow::{Context, bail};
-use clap::Parser;
-use gkq_reader::{CacheStats, EmbedArgs, Embedding, NetStats, Reader, ReaderConfig, Roles};
-use serde_json::{Value, json};
 
 /// Fetch embedding rows of a GKQ knot (path or URL) through the runtime reader.
 #[derive(Parser, Debug)]

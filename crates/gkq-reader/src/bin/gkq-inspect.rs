@@ -1,0 +1,217 @@
+//! `gkq-inspect`: what is inside a knot, local or remote (header only).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use gkq_format::{Block, Encoding, KnotHeader, Quant, Value as MetaValue, hex};
+use gkq_reader::{Http, HttpConfig, KnotHandle, is_url};
+use serde_json::{Value, json};
+
+/// Show the metadata, the block table and the knot id of a GKQ v2 knot.
+#[derive(Parser, Debug)]
+#[command(
+    name = "gkq-inspect",
+    version,
+    after_help = "A URL is read the way a node opens it: one HEAD and one or two range requests for the header; no payload is fetched.\n\nExit status: 0 printed; 1 the knot could not be read or is invalid (the message says which rule it breaks)."
+)]
+struct Args {
+    /// The knot: a path or an http(s) URL.
+    knot: String,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn meta_json(v: &MetaValue) -> Value {
+    match v {
+        MetaValue::U64(n) => json!(n),
+        MetaValue::Bool(b) => json!(b),
+        MetaValue::Str(s) => json!(s),
+        MetaValue::StrList(l) => json!(l),
+    }
+}
+
+fn meta_type(v: &MetaValue) -> &'static str {
+    match v {
+        MetaValue::U64(_) => "U64",
+        MetaValue::Bool(_) => "BOOL",
+        MetaValue::Str(_) => "STR",
+        MetaValue::StrList(_) => "STR_LIST",
+    }
+}
+
+fn encoding(b: &Block, blocks: &[Block]) -> (String, Value) {
+    match &b.encoding {
+        Encoding::Dense(p) => (
+            "dense".into(),
+            json!({"offset": p.offset, "bytes": p.len, "sha256": hex(&p.sha256)}),
+        ),
+        Encoding::Spectral {
+            rank,
+            factor_dtype,
+            quant,
+            payload: p,
+        } => (
+            format!(
+                "spectral rank {rank} ({factor_dtype}{})",
+                if *quant == Quant::U8Affine {
+                    ", u8 affine"
+                } else {
+                    ""
+                }
+            ),
+            json!({"offset": p.offset, "bytes": p.len, "sha256": hex(&p.sha256),
+                   "rank": rank, "factor_dtype": factor_dtype.name(),
+                   "quant": if *quant == Quant::U8Affine { 1 } else { 0 }}),
+        ),
+        Encoding::Alias { target } => {
+            let t = blocks
+                .get(*target as usize)
+                .map_or("?", |t| t.name.as_str());
+            (format!("alias of {t}"), json!({"alias_of": t}))
+        }
+    }
+}
+
+fn report(location: &str, k: &KnotHeader) -> Value {
+    let h = k.header();
+    let p = k.preamble();
+    let metadata: serde_json::Map<String, Value> = h
+        .metadata
+        .iter()
+        .map(|(key, v)| (key.clone(), meta_json(v)))
+        .collect();
+    let blocks: Vec<Value> = h
+        .blocks
+        .iter()
+        .map(|b| {
+            let (enc, body) = encoding(b, &h.blocks);
+            let mut o = json!({
+                "name": b.name,
+                "encoding": enc,
+                "dtype": b.dtype.name(),
+                "shape": b.shape,
+                "flags": b.flags,
+                "columnar_eligible": b.is_columnar_eligible(),
+                "columnar": b.columnar.iter().map(|d| json!({
+                    "object": d.object, "dtype": d.dtype.name(), "rows": d.rows,
+                    "row_bytes": d.row_bytes, "byte_len": d.byte_len, "sha256": hex(&d.sha256),
+                })).collect::<Vec<_>>(),
+            });
+            if let (Some(o), Some(body)) = (o.as_object_mut(), body.as_object()) {
+                o.extend(body.clone());
+            }
+            o
+        })
+        .collect();
+    json!({
+        "location": location,
+        "knot_id": hex(&p.header_sha256),
+        "file_len": p.file_len,
+        "header_len": p.header_len,
+        "data_offset": p.data_offset,
+        "metadata": metadata,
+        "blocks": blocks,
+    })
+}
+
+fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Result<()> {
+    let h = k.header();
+    let p = k.preamble();
+    writeln!(out, "knot {location}")?;
+    writeln!(out, "knot id (header sha256) {}", hex(&p.header_sha256))?;
+    writeln!(
+        out,
+        "{} bytes: header {} bytes, payloads from offset {}",
+        p.file_len, p.header_len, p.data_offset
+    )?;
+    writeln!(out, "\nmetadata ({} entries)", h.metadata.len())?;
+    for (key, v) in &h.metadata {
+        let shown = match v {
+            MetaValue::StrList(l) => format!("[{}]", l.join(", ")),
+            other => meta_json(other).to_string(),
+        };
+        writeln!(out, "  {key:<28} {:<8} {shown}", meta_type(v))?;
+    }
+    writeln!(out, "\nblocks ({})", h.blocks.len())?;
+    writeln!(
+        out,
+        "  {:>4}  {:<44} {:<24} {:<6} {:<18} {:>5} {:>12}",
+        "#", "name", "encoding", "dtype", "shape", "flags", "bytes"
+    )?;
+    for (i, b) in h.blocks.iter().enumerate() {
+        let (enc, _) = encoding(b, &h.blocks);
+        let bytes = b
+            .encoding
+            .payload()
+            .map_or_else(|| "-".to_owned(), |p| p.len.to_string());
+        writeln!(
+            out,
+            "  {i:>4}  {:<44} {:<24} {:<6} {:<18} {:>#5x} {:>12}",
+            b.name,
+            enc,
+            b.dtype.name(),
+            format!("{:?}", b.shape),
+            b.flags,
+            bytes
+        )?;
+        for d in &b.columnar {
+            writeln!(
+                out,
+                "        row file {} ({}, {} rows x {} bytes = {} bytes, sha256 {})",
+                d.object,
+                d.dtype.name(),
+                d.rows,
+                d.row_bytes,
+                d.byte_len,
+                hex(&d.sha256)
+            )?;
+        }
+    }
+    out.flush()
+}
+
+fn run(a: &Args) -> anyhow::Result<()> {
+    let http = Http::new(HttpConfig::default());
+    let knot =
+        KnotHandle::open(&a.knot, &http).with_context(|| format!("cannot inspect {}", a.knot))?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let mut v = report(&a.knot, knot.header());
+        if is_url(&a.knot) {
+            let s = http.stats();
+            v["fetched"] = json!({"requests": s.requests, "payload_bytes": s.payload_bytes});
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        human(&mut out, &a.knot, knot.header())?;
+        if is_url(&a.knot) {
+            let s = http.stats();
+            writeln!(
+                out,
+                "\nread {} bytes of header in {} requests",
+                s.payload_bytes, s.requests
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gkq-inspect: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
