@@ -22,7 +22,16 @@ pub enum VerifyError {
         /// The path given.
         path: PathBuf,
     },
-    /// `--url` is not an http(s) URL.
+    /// The `--url` server could not be reached (connection refused, DNS,
+    /// TLS): the remote checks did not run.
+    #[error("{url}: cannot reach the server, so the remote checks could not run: {reason}")]
+    Unreachable {
+        /// The URL tried.
+        url: String,
+        /// What happened.
+        reason: String,
+    },
+    /// A `--url` that is not http(s).
     #[error("--url {url}: {reason}")]
     BadUrl {
         /// The URL given.

@@ -32,6 +32,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use error::{Result, VerifyError};
+use remote::RemoteOutcome;
 
 /// Bytes read per step.
 const CHUNK: usize = 8 << 20;
@@ -68,6 +69,19 @@ impl VerifyOptions {
         }
     }
 }
+
+/// Progress sink for the local checks (the binary shows a bar on a
+/// terminal; the library prints nothing).
+pub trait Progress: Sync {
+    /// Total bytes the local checks will read: payloads and source tensors.
+    fn start(&self, _total: u64) {}
+    /// Bytes read since the last call.
+    fn advance(&self, _bytes: u64) {}
+}
+
+/// A [`Progress`] that shows nothing.
+pub struct NoProgress;
+impl Progress for NoProgress {}
 
 /// One problem found by a check.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -223,7 +237,13 @@ fn row_list(rows: &[u64], total: u64, row_bytes: u64) -> String {
 
 /// Hashes a block's payload; for a columnar block, also checks each row
 /// file in the same pass.
-fn check_block(knot: &Knot<'_>, dir: &Path, index: usize, cols: &mut Acc) -> Acc {
+fn check_block(
+    knot: &Knot<'_>,
+    dir: &Path,
+    index: usize,
+    cols: &mut Acc,
+    progress: &dyn Progress,
+) -> Acc {
     let mut acc = Acc::default();
     let block = &knot.blocks()[index];
     let (Some(payload), Some(p)) = (knot.payload(index), block.encoding.payload()) else {
@@ -275,6 +295,7 @@ fn check_block(knot: &Knot<'_>, dir: &Path, index: usize, cols: &mut Acc) -> Acc
     for chunk in payload.chunks(step.max(1)) {
         hasher.update(chunk);
         acc.bytes += chunk.len() as u64;
+        progress.advance(chunk.len() as u64);
         let first_row = at.checked_div(src_row).unwrap_or(0) as u64;
         for rf in &mut files {
             let rb = rf.d.row_bytes as usize;
@@ -372,7 +393,12 @@ fn check_package(knot: &Knot<'_>, dir: &Path) -> Option<(Acc, usize)> {
 
 /// Compares every tensor of one source file with the knot, hashing the file
 /// in the same pass.
-fn check_source_file(knot: &Knot<'_>, src: &SourceModel, file: usize) -> Acc {
+fn check_source_file(
+    knot: &Knot<'_>,
+    src: &SourceModel,
+    file: usize,
+    progress: &dyn Progress,
+) -> Acc {
     let mut acc = Acc::default();
     let f = &src.files[file];
     let name = f.path.display().to_string();
@@ -435,6 +461,7 @@ fn check_source_file(knot: &Knot<'_>, src: &SourceModel, file: usize) -> Acc {
             }
             hasher.update(&*chunk);
             acc.bytes += n as u64;
+            progress.advance(n as u64);
             if let Some((b, payload)) = target.filter(|(b, _)| b.shape == t.shape) {
                 let expected: &[u8] = if b.dtype == t.dtype {
                     chunk
@@ -514,6 +541,11 @@ fn check_source_file(knot: &Knot<'_>, src: &SourceModel, file: usize) -> Acc {
 
 /// Runs every check that the options ask for.
 pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
+    verify_with(opts, &NoProgress)
+}
+
+/// [`verify`], reporting the bytes the local checks read to `progress`.
+pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<VerifyReport> {
     let started = Instant::now();
     let path = knot_path(&opts.target);
     let dir = path
@@ -579,6 +611,23 @@ pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
             .map_or(0, |s| s.files[*i].len),
     };
     items.sort_by_key(|it| std::cmp::Reverse(size(it)));
+    let total: u64 = items
+        .iter()
+        .map(|it| match it {
+            Item::Block(i) => knot.blocks()[*i].encoding.payload().map_or(0, |p| p.len),
+            Item::Source(i) => source
+                .as_ref()
+                .and_then(|s| s.as_ref().ok())
+                .map_or(0, |s| {
+                    s.tensors
+                        .iter()
+                        .filter(|t| t.file == *i)
+                        .map(|t| t.len)
+                        .sum()
+                }),
+        })
+        .sum();
+    progress.start(total);
     let remote_started = Instant::now();
     let (results, remote) = rayon::join(
         || {
@@ -589,7 +638,7 @@ pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
                     match it {
                         Item::Block(i) => {
                             let mut cols = Acc::default();
-                            let k = check_block(&knot, &dir, *i, &mut cols);
+                            let k = check_block(&knot, &dir, *i, &mut cols, progress);
                             (k, cols, Acc::default(), t.elapsed())
                         }
                         Item::Source(i) => {
@@ -600,7 +649,7 @@ pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
                             (
                                 Acc::default(),
                                 Acc::default(),
-                                check_source_file(&knot, src, *i),
+                                check_source_file(&knot, src, *i, progress),
                                 t.elapsed(),
                             )
                         }
@@ -678,6 +727,13 @@ pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
             started,
             "every tensor and source file digest against the original".into(),
         ));
+    }
+    if let Some(RemoteOutcome {
+        unreachable: Some((url, reason)),
+        ..
+    }) = remote
+    {
+        return Err(VerifyError::Unreachable { url, reason });
     }
     if let Some(r) = remote {
         let mut c = check("remote", r.acc, remote_started, r.summary);

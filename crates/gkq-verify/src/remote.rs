@@ -21,6 +21,8 @@ use sha2::{Digest, Sha256};
 use crate::{Acc, VerifyError, VerifyOptions};
 
 pub(crate) struct RemoteOutcome {
+    /// The server could not be reached at all: the checks did not run.
+    pub(crate) unreachable: Option<(String, String)>,
     pub(crate) acc: Acc,
     pub(crate) summary: String,
     pub(crate) seconds: f64,
@@ -88,19 +90,62 @@ enum Got {
     Bad(String),
 }
 
-fn describe(e: &ureq::Error) -> String {
+/// What went wrong, in the words a user can act on.
+pub fn describe(e: &ureq::Error) -> String {
+    let text = e.to_string();
     match e {
         ureq::Error::Timeout(t) => format!("timed out ({t})"),
-        other => other.to_string(),
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connection refused: is the server running, and is the port right?".into()
+        }
+        _ if text.contains("corrupt message") || text.contains("InvalidContentType") => format!(
+            "the server does not speak TLS (an https:// URL sent to a plain http port? try http://): {text}"
+        ),
+        _ if text.contains("certificate") || text.contains("UnknownIssuer") => {
+            format!("TLS certificate problem: {text}")
+        }
+        _ => text,
+    }
+}
+
+/// Whether a request failed because no HTTP conversation was possible (no
+/// server listening, DNS, TLS). A server that accepts and then stalls is up
+/// but broken: that is a failed check, not this.
+fn is_transport(e: &ureq::Error) -> bool {
+    !matches!(e, ureq::Error::StatusCode(_) | ureq::Error::Timeout(_))
+}
+
+/// A HEAD that did not pass.
+enum HeadError {
+    /// No HTTP answer at all.
+    Transport(String),
+    /// An answer, but the wrong one.
+    Check(String),
+}
+
+impl HeadError {
+    fn message(self) -> String {
+        match self {
+            HeadError::Transport(m) | HeadError::Check(m) => m,
+        }
     }
 }
 
 /// HEAD: 200 and Content-Length == `expected`.
 fn head(agent: &ureq::Agent, url: &str, expected: u64) -> Result<(), String> {
-    let resp = agent
-        .head(url)
-        .call()
-        .map_err(|e| format!("HEAD failed: {}", describe(&e)))?;
+    head_typed(agent, url, expected).map_err(HeadError::message)
+}
+
+fn head_typed(agent: &ureq::Agent, url: &str, expected: u64) -> Result<(), HeadError> {
+    let resp = agent.head(url).call().map_err(|e| {
+        let m = format!("HEAD failed: {}", describe(&e));
+        if is_transport(&e) {
+            HeadError::Transport(m)
+        } else {
+            HeadError::Check(m)
+        }
+    })?;
+    let check = |m: String| HeadError::Check(m);
     let status = resp.status().as_u16();
     if (300..400).contains(&status) {
         let to = resp
@@ -108,12 +153,12 @@ fn head(agent: &ureq::Agent, url: &str, expected: u64) -> Result<(), String> {
             .get("location")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("?");
-        return Err(format!(
+        return Err(check(format!(
             "HEAD answered a redirect (HTTP {status}) to {to}: publish the final URL"
-        ));
+        )));
     }
     if status != 200 {
-        return Err(format!("HEAD answered HTTP {status}"));
+        return Err(check(format!("HEAD answered HTTP {status}")));
     }
     let len = resp
         .headers()
@@ -121,8 +166,10 @@ fn head(agent: &ureq::Agent, url: &str, expected: u64) -> Result<(), String> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     match len {
-        None => Err("HEAD has no Content-Length".into()),
-        Some(l) if l != expected => Err(format!("Content-Length is {l}, expected {expected}")),
+        None => Err(check("HEAD has no Content-Length".into())),
+        Some(l) if l != expected => {
+            Err(check(format!("Content-Length is {l}, expected {expected}")))
+        }
         Some(_) => Ok(()),
     }
 }
@@ -186,8 +233,16 @@ pub(crate) fn check_remote(
     // The knot: length and header.
     let url = object_url(base, gkq_pack::KNOT_NAME);
     requests += 1;
-    match head(&agent, &url, knot_bytes.len() as u64) {
-        Err(m) => acc.fail(url, m),
+    match head_typed(&agent, &url, knot_bytes.len() as u64) {
+        Err(HeadError::Transport(m)) => {
+            return RemoteOutcome {
+                unreachable: Some((url, m)),
+                acc,
+                summary: String::new(),
+                seconds: started.elapsed().as_secs_f64(),
+            };
+        }
+        Err(HeadError::Check(m)) => acc.fail(url, m),
         Ok(()) => {
             let end = knot.header().header_end();
             requests += 1;
@@ -304,6 +359,7 @@ pub(crate) fn check_remote(
         }
     }
     RemoteOutcome {
+        unreachable: None,
         summary: format!(
             "{} objects under {base}: HEAD Content-Length, {requests} requests with single-range GETs",
             objects + 1

@@ -506,3 +506,60 @@ fn companion_file_changed_or_missing() {
         &["config.json: companion file listed in package.files"],
     );
 }
+
+/// No server at the URL: the checks could not run (exit 2), not "failed".
+#[test]
+fn remote_server_down_exits_2() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    }; // closed again: nothing listens there
+    let out = verify(&[s(&p.out), "--url", &format!("http://127.0.0.1:{port}/v1")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot reach the server") && err.contains("connection refused"),
+        "{err}"
+    );
+}
+
+/// https:// sent to a plain-http port says so.
+#[test]
+fn https_to_a_plain_http_port_says_no_tls() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let (nginx, _www) = serve(&p, &NginxOptions::default(), |_| {});
+    let url = nginx.url().replacen("http://", "https://", 1);
+    let out = verify(&[s(&p.out), "--url", &format!("{url}/v1")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the server does not speak TLS"), "{err}");
+}
+
+/// Progress covers every byte the local checks read, exactly once.
+#[test]
+fn progress_adds_up_to_its_total() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    #[derive(Default)]
+    struct Count {
+        total: AtomicU64,
+        done: AtomicU64,
+    }
+    impl gkq_verify::Progress for Count {
+        fn start(&self, total: u64) {
+            self.total.store(total, Ordering::SeqCst);
+        }
+        fn advance(&self, bytes: u64) {
+            self.done.fetch_add(bytes, Ordering::SeqCst);
+        }
+    }
+    let p = packed("llama-tiny-bf16-sharded", &["bf16", "f32"]);
+    let mut opts = gkq_verify::VerifyOptions::new(&p.out);
+    opts.source = Some(p.src.clone());
+    let c = Count::default();
+    let r = gkq_verify::verify_with(&opts, &c).expect("verify");
+    assert!(r.passed);
+    let total = c.total.load(Ordering::SeqCst);
+    assert!(total > 0);
+    assert_eq!(c.done.load(Ordering::SeqCst), total);
+}
