@@ -42,8 +42,12 @@ impl Roles {
 #[derive(Clone, Debug, Default)]
 pub struct ReaderConfig {
     /// Row file URL for the token embedding (`--columnar-embed`): the row
-    /// file itself, or a base URL ending in `/` holding the row files.
+    /// file itself, or the base URL of the package (with or without the
+    /// trailing `/`).
     pub columnar_embed: Option<String>,
+    /// Fail instead of falling back to the dense block when the columnar
+    /// path cannot be used (`--require-columnar`; for CI and tests).
+    pub require_columnar: bool,
     /// Row fetching and caching.
     pub fetch: FetchConfig,
     /// HTTP timeouts and retries.
@@ -54,9 +58,12 @@ pub struct ReaderConfig {
 #[cfg(feature = "clap")]
 #[derive(Clone, Debug, clap::Args)]
 pub struct EmbedArgs {
-    /// URL of the embedding row file (e.g. https://…/token_embd.f32.rows), or a base URL ending in '/'.
+    /// URL of the embedding row file (e.g. https://…/token_embd.f32.rows), or the package's base URL (https://…/v1 or https://…/v1/).
     #[arg(long = "columnar-embed", value_name = "URL")]
     pub columnar_embed: Option<String>,
+    /// Fail instead of falling back to downloading the whole dense embedding when the row file cannot be used.
+    #[arg(long = "require-columnar")]
+    pub require_columnar: bool,
     /// In-memory row cache size, in rows.
     #[arg(long = "embed-cache-rows", value_name = "N", default_value_t = DEFAULT_CACHE_ROWS)]
     pub embed_cache_rows: usize,
@@ -67,6 +74,7 @@ impl From<EmbedArgs> for ReaderConfig {
     fn from(a: EmbedArgs) -> Self {
         let mut c = ReaderConfig {
             columnar_embed: a.columnar_embed,
+            require_columnar: a.require_columnar,
             ..ReaderConfig::default()
         };
         c.fetch.cache_rows = a.embed_cache_rows;

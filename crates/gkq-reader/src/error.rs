@@ -44,6 +44,26 @@ pub enum ReaderError {
         /// The request (`HEAD`, `bytes=a-b`).
         what: String,
     },
+    /// A redirect (not followed: published objects have one final URL).
+    #[error("{url}: HTTP {status} redirect to {location:?}, not followed{}", if location.ends_with('/') { format!(": the URL names a directory; a knot URL ends with the file name, e.g. {}/model.knot", url.trim_end_matches('/')) } else { ": use the final URL".to_string() })]
+    Redirect {
+        /// The URL.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The Location header.
+        location: String,
+    },
+    /// `require_columnar` is set and the embedding would be read dense.
+    #[error(
+        "--require-columnar: the embedding would be read from the dense block ({bytes} bytes) instead of the row file: {reason}"
+    )]
+    ColumnarRequired {
+        /// Why the columnar path was not taken.
+        reason: String,
+        /// What the dense fallback would download.
+        bytes: u64,
+    },
     /// The server answered a Range request with the whole object.
     #[error(
         "{url}: the server ignored Range bytes={start}-{end} and answered HTTP 200 with the whole object (body not read)"

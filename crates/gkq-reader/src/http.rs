@@ -165,11 +165,25 @@ impl Http {
         &self,
         r: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> std::result::Result<ureq::http::Response<ureq::Body>, String> {
-        let resp = r.map_err(|e| e.to_string())?;
+        let resp = r.map_err(|e| describe(&e))?;
         self.counters
             .http_bytes
             .fetch_add(header_bytes(&resp), Ordering::Relaxed);
         Ok(resp)
+    }
+
+    fn redirect(url: &str, status: u16, resp: &ureq::http::Response<ureq::Body>) -> ReaderError {
+        let location = resp
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        ReaderError::Redirect {
+            url: url.into(),
+            status,
+            location,
+        }
     }
 
     fn transient(status: u16) -> bool {
@@ -186,6 +200,9 @@ impl Http {
             let status = resp.status().as_u16();
             if Self::transient(status) {
                 return Attempt::Retry(format!("HTTP {status}"));
+            }
+            if (300..400).contains(&status) {
+                return Attempt::Fail(Self::redirect(url, status, &resp));
             }
             if status != 200 {
                 return Attempt::Fail(ReaderError::Status {
@@ -337,5 +354,22 @@ impl Http {
             out.extend_from_slice(b);
         })?;
         Ok(out)
+    }
+}
+
+/// A transport error in the words a user can act on.
+fn describe(e: &ureq::Error) -> String {
+    let text = e.to_string();
+    match e {
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connection refused: is the server running, and is the port right?".into()
+        }
+        _ if text.contains("corrupt message") || text.contains("InvalidContentType") => format!(
+            "the server does not speak TLS (an https:// URL sent to a plain http port? try http://): {text}"
+        ),
+        _ if text.contains("certificate") || text.contains("UnknownIssuer") => {
+            format!("TLS certificate problem: {text}")
+        }
+        _ => text,
     }
 }

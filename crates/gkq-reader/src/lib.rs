@@ -59,6 +59,7 @@ pub struct Embedding {
     block: Block,
     state: Mutex<EmbedState>,
     resident: Arc<OnceLock<Arc<Matrix>>>,
+    require_columnar: bool,
 }
 
 impl std::fmt::Debug for Embedding {
@@ -138,6 +139,16 @@ impl Embedding {
         if let Some(b) = backend {
             match b.rows(ids) {
                 Ok(rows) => return Ok(Rows::new(b.dtype(), cols, rows)),
+                Err(e @ ReaderError::IgnoresRange { .. }) if self.require_columnar => {
+                    return Err(ReaderError::ColumnarRequired {
+                        reason: e.to_string(),
+                        bytes: self
+                            .knot
+                            .header()
+                            .payload_of(self.index)
+                            .map_or(0, |p| p.len),
+                    });
+                }
                 Err(e @ ReaderError::IgnoresRange { .. }) => {
                     let reason = format!("fell back to the dense block: {e}");
                     log::warn!("{}: {}: {reason}", self.knot.location(), self.block.name);
@@ -223,6 +234,12 @@ impl Reader {
         let embed_index = knot.index(&embed_name)?;
         let embedding = if roles.input {
             let resolution = resolve(&knot, &embed_name, config.columnar_embed.as_deref(), &http)?;
+            if config.require_columnar && resolution.path != ReadPath::Columnar {
+                return Err(ReaderError::ColumnarRequired {
+                    reason: resolution.reason,
+                    bytes: knot.header().payload_of(embed_index).map_or(0, |p| p.len),
+                });
+            }
             log::info!(
                 "{location}: {embed_name}: {:?} path: {}",
                 resolution.path,
@@ -248,6 +265,7 @@ impl Reader {
                     dense: None,
                 }),
                 resident: resident.clone(),
+                require_columnar: config.require_columnar,
             })
         } else {
             None

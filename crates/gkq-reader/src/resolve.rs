@@ -49,25 +49,23 @@ fn dense(tensor: &str, reason: String) -> Resolution {
 }
 
 /// Picks the descriptor a URL names: its last path segment is the object
-/// name, or a base URL ending in `/` gets the block's first row file.
+/// name; otherwise, unless it looks like a row file name (`*.rows`, then a
+/// typo is reported rather than guessed), it is the package's base URL,
+/// with or without the trailing `/`, and the block's first row file is used.
 fn pick<'d>(
     url: &str,
     descs: &'d [ColumnarDescriptor],
 ) -> Option<(String, &'d ColumnarDescriptor)> {
-    if url.ends_with('/') {
-        return descs.first().map(|d| (format!("{url}{}", d.object), d));
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    let last = path.rsplit('/').next().unwrap_or("");
+    if let Some(d) = descs.iter().find(|d| d.object == last) {
+        return Some((url.to_owned(), d));
     }
-    let last = url
-        .split(['?', '#'])
-        .next()
-        .unwrap_or(url)
-        .rsplit('/')
-        .next()
-        .unwrap_or("");
-    descs
-        .iter()
-        .find(|d| d.object == last)
-        .map(|d| (url.to_owned(), d))
+    if last.ends_with(".rows") {
+        return None;
+    }
+    let base = path.trim_end_matches('/');
+    descs.first().map(|d| (format!("{base}/{}", d.object), d))
 }
 
 /// Resolves block `name` of `knot`.

@@ -225,3 +225,88 @@ fn gkq_inspect_local_and_remote() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("header ends at byte"));
 }
+
+/// `--columnar-embed` mistakes are visible: a base URL works with or without
+/// the trailing `/`; a typo, a dead server or the wrong dtype falls back with
+/// a warning, or fails with --require-columnar; a directory URL for the knot
+/// and https to a plain port say what to do.
+#[test]
+fn gkq_rows_columnar_embed_mistakes() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    fixtures::write_model(&src, &fixtures::preset("qwen2-tiny-f32").expect("preset"))
+        .expect("fixture");
+    let out = tmp.path().join("www/m");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(&src, &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let base = format!("{}/m", nginx.url());
+    let knot = format!("{base}/model.knot");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+            .args(args)
+            .output()
+            .expect("run gkq-rows")
+    };
+    let path_of = |o: &std::process::Output| {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        v["resolution"]["path"].as_str().expect("path").to_owned()
+    };
+    for b in [base.clone(), format!("{base}/")] {
+        let o = run(&[&knot, "--columnar-embed", &b, "--tokens", "1,2", "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(path_of(&o), "columnar", "{b}");
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
+    }
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!(
+            "http://127.0.0.1:{}/m/",
+            l.local_addr().expect("addr").port()
+        )
+    };
+    for bad in [
+        format!("{base}/token_embd.f33.rows"),
+        dead,
+        format!("{base}/token_embd.bf16.rows"),
+    ] {
+        let o = run(&[&knot, "--columnar-embed", &bad, "--tokens", "1", "--json"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(path_of(&o), "dense", "{bad}");
+        assert!(
+            err.contains("warning: --columnar-embed") && err.contains("bytes) because"),
+            "{bad}: {err}"
+        );
+        let o = run(&[
+            &knot,
+            "--columnar-embed",
+            &bad,
+            "--require-columnar",
+            "--tokens",
+            "1",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{bad}: {err}");
+        assert!(err.contains("--require-columnar"), "{err}");
+    }
+    // the knot URL names the directory: nginx answers 301 to .../m/
+    let o = run(&[&base, "--tokens", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("/m/model.knot"), "{err}");
+    // https to a plain http port
+    let tls = knot.replacen("http://", "https://", 1);
+    let o = run(&[&tls, "--tokens", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("the server does not speak TLS"), "{err}");
+}

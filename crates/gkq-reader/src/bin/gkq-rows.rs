@@ -20,7 +20,11 @@ macro_rules! outln {
 
 /// Fetch embedding rows of a GKQ knot (path or URL) through the runtime reader.
 #[derive(Parser, Debug)]
-#[command(name = "gkq-rows", version)]
+#[command(
+    name = "gkq-rows",
+    version,
+    after_help = "When --columnar-embed is given but cannot be used (a typo, a server that is down, a row file of the wrong size), the embedding falls back to the knot's dense block and a warning on stderr says why and what it costs; --require-columnar makes that an error.\n\nExit status: 0 rows read; 1 error (bad ids, unreachable knot, --require-columnar refused the fallback)."
+)]
 struct Args {
     /// The knot: a path or an http(s) URL.
     knot: String,
@@ -118,6 +122,30 @@ fn human(label: &str, v: &Value) {
     );
 }
 
+/// A `--columnar-embed` that is not used is worth a warning: the dense
+/// fallback downloads the whole matrix.
+fn warn_fallback(a: &Args, reader: &Reader) {
+    let Some(url) = &a.embed.columnar_embed else {
+        return;
+    };
+    let Ok(e) = reader.embedding() else { return };
+    let res = e.resolution();
+    if res.path == gkq_reader::ReadPath::Columnar {
+        return;
+    }
+    let bytes = reader
+        .knot()
+        .header()
+        .header()
+        .block_index(&res.tensor)
+        .and_then(|i| reader.knot().header().payload_of(i))
+        .map_or(0, |p| p.len);
+    eprintln!(
+        "gkq-rows: warning: --columnar-embed {url} is not used; the embedding is read from the knot's {:?} block ({bytes} bytes) because: {}",
+        res.path, res.reason
+    );
+}
+
 fn run(a: Args) -> anyhow::Result<()> {
     let config: ReaderConfig = a.embed.clone().into();
     let t0 = Instant::now();
@@ -132,6 +160,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     if !a.json {
         eprintln!("resolution: {:?}: {}", res.path, res.reason);
     }
+    warn_fallback(&a, &reader);
     if !a.warm.is_empty() {
         let (c0, n0, t) = (e.cache_stats(), reader.net_stats(), Instant::now());
         e.warm(&a.warm)?;
@@ -250,7 +279,11 @@ fn run(a: Args) -> anyhow::Result<()> {
             out["rows"] = Value::Array(rows.chunks(hidden.max(1)).map(|r| json!(r)).collect());
         }
     }
+    let before = res.path;
     let res = e.resolution();
+    if res.path != before {
+        warn_fallback(&a, &reader);
+    }
     out["resolution"] = json!({ "path": res.path, "reason": res.reason });
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&out)?);
