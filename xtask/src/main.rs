@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask")]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -39,7 +39,11 @@ enum Cmd {
     },
     /// Publish a packed model to R2 (S3 API): rows first, knot last, resumable.
     Upload(upload::UploadArgs),
-    /// Run s3s-fs on 127.0.0.1:8014 (bucket `models`) and nginx on 127.0.0.1:8080 over its data, until Ctrl-C.
+    /// Run s3s-fs on 127.0.0.1:8014 (bucket `models`) and nginx on 127.0.0.1:8080 over its data, until Ctrl-C or SIGTERM.
+    ///
+    /// Both are installed by `bash scripts/install-test-deps.sh` (nginx-light
+    /// from apt, s3s-fs 0.14.1 from crates.io). Refuses to start when either
+    /// port is taken (another local-servers, most likely).
     LocalServers,
     /// Benchmarks (release builds, same-run reference timings).
     Bench {
@@ -96,8 +100,20 @@ fn demo() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Fails when something already listens on 127.0.0.1:`port`.
+fn port_free(port: u16, what: &str) -> anyhow::Result<()> {
+    if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        bail!(
+            "127.0.0.1:{port} is already in use, so {what} cannot start there: is another `cargo xtask local-servers` running? (stop it, or find the process with `ss -ltnp 'sport = :{port}'`)"
+        );
+    }
+    Ok(())
+}
+
 fn local_servers() -> anyhow::Result<()> {
     use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
+    port_free(8014, "s3s-fs")?;
+    port_free(8080, "nginx")?;
     let dir = root().join("target/local-servers");
     let s3 = S3sFs::start_on(&dir.join("s3"), 8014)?;
     std::fs::create_dir_all(s3.data().join("models"))?;
@@ -113,18 +129,45 @@ fn local_servers() -> anyhow::Result<()> {
         "s3s-fs {} (bucket models), access key {S3_ACCESS_KEY}, secret key {S3_SECRET_KEY}",
         s3.url()
     );
-    eprintln!("public bucket URL {}/models  (Ctrl-C to stop)", nginx.url());
-    loop {
-        std::thread::park();
-    }
+    eprintln!(
+        "public bucket URL {}/models  (Ctrl-C or SIGTERM to stop)",
+        nginx.url()
+    );
+    // Wait for SIGINT or SIGTERM; the servers are stopped when dropped.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("tokio runtime")?;
+    let which = rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        anyhow::Ok(tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        })
+    })?;
+    drop(nginx);
+    drop(s3);
+    eprintln!("local-servers: {which}: stopped s3s-fs and nginx");
+    Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().cmd {
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().cmd {
         Cmd::Demo => demo(),
         Cmd::Fuzz { seconds, seed } => fuzz::run(seconds, seed),
         Cmd::Upload(a) => upload::run(a),
         Cmd::LocalServers => local_servers(),
         Cmd::Bench { which, reps } => bench::run(which, reps.max(1)),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}`: the cause chain on one line, never a backtrace, even
+            // with RUST_BACKTRACE=1 (a user error is not a crash).
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
     }
 }

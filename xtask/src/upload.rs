@@ -10,7 +10,13 @@ use r2_upload::{Progress, UploadOptions, Uploader};
 use serde_json::json;
 
 /// Publish a packed model directory to R2 (or any S3-compatible store).
+///
+/// Row files and companion files first, the knot last; objects already
+/// present with the same length and sha256 are skipped, so a re-run resumes.
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Credentials: R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (an R2 API token with Object Read & Write on the bucket); else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN); else an AWS profile (AWS_PROFILE, ~/.aws/credentials).\nEndpoint: --endpoint, else https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com.\nTo try it locally: `bash scripts/install-test-deps.sh`, then `cargo xtask local-servers`.\n\nExit status: 0 published (or already there); 1 error (the message says what to do)."
+)]
 pub(crate) struct UploadArgs {
     /// A gkq-pack output directory.
     out_dir: PathBuf,
@@ -20,17 +26,17 @@ pub(crate) struct UploadArgs {
     /// Key prefix, e.g. qwen2.5-0.5b/v1 (objects are immutable: publish new versions under new prefixes).
     #[arg(long, default_value = "")]
     prefix: String,
-    /// S3 endpoint (default: https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com).
+    /// S3 endpoint [default: https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com].
     #[arg(long)]
     endpoint: Option<String>,
-    /// Signing region (R2: auto).
+    /// Signing region [default: auto, as R2 wants].
     #[arg(long)]
     region: Option<String>,
     /// Public base URL of the prefix: run the gkq-verify --url checks against it when done.
     #[arg(long)]
     public_url: Option<String>,
-    /// Part size in MiB for multipart uploads (at least 5; raised so no file needs more than 10,000 parts).
-    #[arg(long)]
+    /// Part size in MiB for multipart uploads (at least 5; raised so no file needs more than 10,000 parts) [default: 64].
+    #[arg(long, value_name = "MIB")]
     part_size: Option<u64>,
     /// Parts in flight at once.
     #[arg(long, default_value_t = 4)]

@@ -100,3 +100,81 @@ fn upload_then_verify_over_http() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Upload errors are one short line that says what to do, with no SDK
+/// debug structure and no backtrace even with RUST_BACKTRACE=1.
+#[test]
+fn upload_errors_are_one_line() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("out");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(fixtures::committed_tiny(), &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs (scripts/install-test-deps.sh)");
+    std::fs::create_dir_all(s3.data().join("models")).expect("bucket");
+    let upload = |endpoint: &str, secret: &str| {
+        Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .arg("upload")
+            .arg(&out)
+            .args(["--bucket", "models", "--endpoint", endpoint])
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env("R2_ACCESS_KEY_ID", S3_ACCESS_KEY)
+            .env("R2_SECRET_ACCESS_KEY", secret)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("run xtask upload")
+    };
+    let one_line = |o: &std::process::Output, must: &[&str]| {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        for m in must {
+            assert!(err.contains(m), "{m:?} missing: {err}");
+        }
+        for never in [
+            "backtrace",
+            "Backtrace",
+            "DispatchFailure",
+            "ServiceError {",
+            "raw:",
+        ] {
+            assert!(!err.contains(never), "{never:?} in: {err}");
+        }
+    };
+    one_line(
+        &upload(&s3.url(), "wrong-secret"),
+        &[
+            "access denied",
+            "R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY",
+            "bucket permissions",
+        ],
+    );
+    let dead = format!(
+        "http://127.0.0.1:{}",
+        fixtures::servers::free_port().expect("port")
+    );
+    one_line(
+        &upload(&dead, S3_SECRET_KEY),
+        &[&format!("cannot reach {dead}"), "refused"],
+    );
+    // --help names the variables and the defaults
+    let help = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["upload", "--help"])
+        .output()
+        .expect("help");
+    let text = String::from_utf8_lossy(&help.stdout);
+    for m in [
+        "Usage: cargo xtask upload",
+        "R2_ACCOUNT_ID",
+        "R2_ACCESS_KEY_ID",
+        "R2_SECRET_ACCESS_KEY",
+        "default: 64",
+        "default: auto",
+        "Exit status",
+    ] {
+        assert!(text.contains(m), "{m:?} missing from --help:\n{text}");
+    }
+}

@@ -46,7 +46,29 @@ pub enum UploadError {
         /// The endpoint.
         endpoint: String,
     },
-    /// An S3 call failed (endpoint unreachable, auth refused, server error...).
+    /// The server refused the credentials or the token's permissions (HTTP 403).
+    #[error(
+        "access denied ({op} on bucket {bucket:?} at {endpoint}): check R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY and the token's bucket permissions"
+    )]
+    AccessDenied {
+        /// The operation.
+        op: &'static str,
+        /// The endpoint.
+        endpoint: String,
+        /// The bucket.
+        bucket: String,
+    },
+    /// No HTTP conversation with the endpoint (connection refused, DNS, TLS).
+    #[error(
+        "cannot reach {endpoint}: {reason} (check --endpoint or R2_ACCOUNT_ID, and the network)"
+    )]
+    Unreachable {
+        /// The endpoint.
+        endpoint: String,
+        /// The innermost cause.
+        reason: String,
+    },
+    /// Any other failed S3 call (server error, bad request...).
     #[error("{op} s3://{bucket}/{key} at {endpoint}: {message}")]
     S3 {
         /// The operation.

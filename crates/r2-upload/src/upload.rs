@@ -110,8 +110,55 @@ pub struct Uploader {
     opts: UploadOptions,
 }
 
-fn describe<E: std::error::Error + 'static, R: std::fmt::Debug>(e: &SdkError<E, R>) -> String {
-    DisplayErrorContext(e).to_string()
+/// What an S3 call's failure means to the user.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// HTTP 403.
+    Denied,
+    /// No HTTP answer: connection refused, DNS, TLS.
+    Unreachable(String),
+    /// Anything else, as one short line.
+    Other(String),
+}
+
+/// The innermost cause of an error, which is the part that says what happened
+/// (`Connection refused (os error 111)`), without the SDK's debug structure.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// One short line for an SDK error; [`DisplayErrorContext`] only as a last
+/// resort, for errors that carry nothing better.
+pub(crate) fn describe<E>(e: &SdkError<E, HttpResponse>) -> Failure
+where
+    E: std::error::Error + ProvideErrorMetadata + 'static,
+{
+    match e {
+        SdkError::ServiceError(s) => {
+            let status = s.raw().status().as_u16();
+            if status == 403 {
+                return Failure::Denied;
+            }
+            let err = s.err();
+            match (err.code(), err.message()) {
+                (Some(c), Some(m)) => Failure::Other(format!("{c}: {m} (HTTP {status})")),
+                (Some(c), None) => Failure::Other(format!("{c} (HTTP {status})")),
+                _ => Failure::Other(format!("HTTP {status}")),
+            }
+        }
+        SdkError::DispatchFailure(d) if !d.is_timeout() => Failure::Unreachable(root_cause(e)),
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => {
+            Failure::Other(format!("timed out: {}", root_cause(e)))
+        }
+        SdkError::ResponseError(_) => {
+            Failure::Other(format!("the response could not be read: {}", root_cause(e)))
+        }
+        _ => Failure::Other(DisplayErrorContext(e).to_string()),
+    }
 }
 
 /// Worth another attempt: timeouts, connection failures, 5xx and 429.
@@ -144,13 +191,24 @@ impl Uploader {
         }
     }
 
-    fn s3_err(&self, op: &'static str, key: &str, message: String) -> UploadError {
-        UploadError::S3 {
-            op,
-            bucket: self.bucket.clone(),
-            key: key.to_owned(),
-            endpoint: self.endpoint.clone(),
-            message,
+    fn s3_err(&self, op: &'static str, key: &str, failure: Failure) -> UploadError {
+        match failure {
+            Failure::Denied => UploadError::AccessDenied {
+                op,
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+            },
+            Failure::Unreachable(reason) => UploadError::Unreachable {
+                endpoint: self.endpoint.clone(),
+                reason,
+            },
+            Failure::Other(message) => UploadError::S3 {
+                op,
+                bucket: self.bucket.clone(),
+                key: key.to_owned(),
+                endpoint: self.endpoint.clone(),
+                message,
+            },
         }
     }
 
@@ -331,7 +389,7 @@ impl Uploader {
                 self.s3_err(
                     "CreateMultipartUpload",
                     &o.key,
-                    "no upload id in the answer".into(),
+                    Failure::Other("no upload id in the answer".into()),
                 )
             })?
             .to_owned();
@@ -467,16 +525,14 @@ impl Uploader {
                     delay *= 2;
                 }
                 Err(e) => {
-                    let code = e.code().map(|c| format!(" [{c}]")).unwrap_or_default();
-                    return Err(self.s3_err(
-                        "UploadPart",
-                        key,
-                        format!(
-                            "part {n} (bytes {offset}-{}){code}: {}",
-                            offset + len - 1,
-                            describe(&e)
-                        ),
-                    ));
+                    let failure = match describe(&e) {
+                        Failure::Other(m) => Failure::Other(format!(
+                            "part {n} (bytes {offset}-{}): {m}",
+                            offset + len - 1
+                        )),
+                        other => other,
+                    };
+                    return Err(self.s3_err("UploadPart", key, failure));
                 }
             }
         }
