@@ -28,6 +28,8 @@ struct Cli {
 enum Cmd {
     /// Pack the committed tiny model and verify it against its source.
     Demo,
+    /// Install gkq-pack, gkq-verify, gkq-rows and gkq-inspect into ~/.cargo/bin (release builds).
+    Install,
     /// Fuzz the knot parser for a bounded time.
     Fuzz {
         /// How long to run.
@@ -79,8 +81,38 @@ pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The binaries a user runs, and the crate that builds each.
+const BINARIES: [(&str, &str); 4] = [
+    ("gkq-pack", "crates/gkq-pack"),
+    ("gkq-verify", "crates/gkq-verify"),
+    ("gkq-rows", "crates/gkq-reader"),
+    ("gkq-inspect", "crates/gkq-reader"),
+];
+
+fn install() -> anyhow::Result<()> {
+    for path in ["crates/gkq-pack", "crates/gkq-verify", "crates/gkq-reader"] {
+        run(cargo().args(["install", "--locked", "--path", path]))?;
+    }
+    let names: Vec<&str> = BINARIES.iter().map(|(b, _)| *b).collect();
+    eprintln!(
+        "install: {} are in ~/.cargo/bin (on PATH with a standard rustup setup)",
+        names.join(", ")
+    );
+    Ok(())
+}
+
 fn demo() -> anyhow::Result<()> {
-    run(cargo().args(["build", "--quiet", "-p", "gkq-pack", "-p", "gkq-verify"]))?;
+    run(cargo().args([
+        "build",
+        "--quiet",
+        "-p",
+        "gkq-pack",
+        "-p",
+        "gkq-verify",
+        "-p",
+        "gkq-reader",
+        "--bins",
+    ]))?;
     let root = root();
     let (model, out) = ("fixtures/models/qwen2-tiny", "target/demo/qwen2-tiny");
     let step = |bin: &str, args: &[&str]| -> anyhow::Result<()> {
@@ -97,6 +129,13 @@ fn demo() -> anyhow::Result<()> {
     )?;
     step("gkq-verify", &[out, "--source", model])?;
     eprintln!("demo: packed {model} into {out} and verified it against the source");
+    let bin_dir = root.join("target/debug");
+    eprintln!(
+        "demo: the binaries are in {} ({}); put them on PATH with\n  export PATH=\"{}:$PATH\"\nor install release builds into ~/.cargo/bin with `cargo xtask install`",
+        bin_dir.display(),
+        BINARIES.map(|(b, _)| b).join(", "),
+        bin_dir.display()
+    );
     Ok(())
 }
 
@@ -156,6 +195,7 @@ fn local_servers() -> anyhow::Result<()> {
 fn main() -> std::process::ExitCode {
     let result = match Cli::parse().cmd {
         Cmd::Demo => demo(),
+        Cmd::Install => install(),
         Cmd::Fuzz { seconds, seed } => fuzz::run(seconds, seed),
         Cmd::Upload(a) => upload::run(a),
         Cmd::LocalServers => local_servers(),

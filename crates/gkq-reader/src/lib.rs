@@ -14,6 +14,43 @@
 //!   never pulls lm_head.
 //!
 //! Nothing here prints; decisions are logged once with the `log` crate.
+//!
+//! # Example
+//!
+//! A node that serves both roles, on the committed tiny model packed into a
+//! temporary directory (a URL works the same way; see `ReaderConfig` for
+//! the columnar row file):
+//!
+//! ```
+//! use gkq_reader::{ReadPath, Reader, ReaderConfig, Roles};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let tmp = tempfile::tempdir()?;
+//! # let out = tmp.path().join("qwen2-tiny");
+//! # gkq_pack::pack(
+//! #     &gkq_pack::PackOptions::new(fixtures::committed_tiny(), &out),
+//! #     &gkq_pack::NoProgress,
+//! # )?;
+//! let knot = out.join("model.knot");
+//! let reader = Reader::open(knot.to_str().ok_or("utf8")?, ReaderConfig::default(), Roles::ALL)?;
+//!
+//! // The input role: rows for the prompt's token ids.
+//! let emb = reader.embedding()?;
+//! assert_eq!(emb.resolution().path, ReadPath::Dense); // no --columnar-embed given
+//! let ids = [17, 42, 17, 900];
+//! emb.prefetch(&ids)?; // tokenize, dedupe, fetch in parallel before the lookup
+//! let x = emb.rows(&ids)?.to_tensor()?; // [4, hidden] f32
+//! assert_eq!(x.dims(), &[4, 64]);
+//!
+//! // The output role: lm_head resident, logits and argmax with candle.
+//! let lm = reader.lm_head()?;
+//! lm.start_background(); // pull it while prefill runs
+//! let next = lm.argmax(&x)?;
+//! assert_eq!(next.len(), 4);
+//! assert!(next.iter().all(|&t| u64::from(t) < emb.vocab()));
+//! # Ok(())
+//! # }
+//! ```
 
 mod columnar;
 mod config;

@@ -17,7 +17,9 @@ pub enum VerifyError {
         error: std::io::Error,
     },
     /// `--source` is not a directory.
-    #[error("--source {path}: not a directory")]
+    #[error(
+        "--source {path}: not a directory, nor ORG/NAME of a model in the local Hugging Face cache"
+    )]
     SourceNotDir {
         /// The path given.
         path: PathBuf,

@@ -551,11 +551,15 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
     let dir = path
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    if let Some(s) = &opts.source
-        && !s.is_dir()
-    {
-        return Err(VerifyError::SourceNotDir { path: s.clone() });
-    }
+    // --source: a directory, or ORG/NAME in the local Hugging Face cache
+    let source_dir = match &opts.source {
+        Some(s) if s.is_dir() => Some(s.clone()),
+        Some(s) => match gkq_pack::hub::locate(s) {
+            Ok(l) => Some(l.dir),
+            Err(_) => return Err(VerifyError::SourceNotDir { path: s.clone() }),
+        },
+        None => None,
+    };
     if let Some(u) = &opts.url {
         remote::check_url(u)?;
     }
@@ -587,7 +591,7 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
     };
 
     // Local work items: every payload (with its row files), every source file.
-    let source = opts.source.as_ref().map(|s| SourceModel::open(s));
+    let source = source_dir.as_ref().map(|s| SourceModel::open(s));
     enum Item {
         Block(usize),
         Source(usize),

@@ -563,3 +563,35 @@ fn progress_adds_up_to_its_total() {
     assert!(total > 0);
     assert_eq!(c.done.load(Ordering::SeqCst), total);
 }
+
+/// `--source ORG/NAME` finds the model in the local Hugging Face cache, as
+/// gkq-pack does; a name that is in neither place is exit 2.
+#[test]
+fn source_from_the_hugging_face_cache() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let hub = tmp.path().join("hub");
+    let repo = hub.join("models--acme--tiny");
+    let snap = repo.join("snapshots/rev1");
+    fixtures::write_model(&snap, &fixtures::preset("qwen2-tiny-bf16").expect("preset"))
+        .expect("fixture");
+    fs::create_dir_all(repo.join("refs")).expect("mkdir");
+    fs::write(repo.join("refs/main"), "rev1").expect("write");
+    let out = tmp.path().join("out");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(&snap, &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    let run = |source: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gkq-verify"))
+            .arg(&out)
+            .args(["--source", source])
+            .env("HF_HUB_CACHE", &hub)
+            .output()
+            .expect("run")
+    };
+    passes(&run("acme/tiny"));
+    let o = run("acme/absent");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Hugging Face cache"));
+}
