@@ -98,7 +98,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     println!(
         "100 sessions through one warm backend with a top-100 warm seed. mix100: drawn from the four workloads (the proposal's method); fresh100: 100 independent Zipf sessions:"
     );
-    println!("| | mix100 | fresh100 | proposal §8 |");
+    println!("| | mix100 | fresh100 | proposal |");
     println!("|---|---:|---:|---:|");
     let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
     let w = |v: &Value| v["warm"]["payload_bytes"].as_f64().unwrap_or(0.0);

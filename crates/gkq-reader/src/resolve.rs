@@ -1,4 +1,5 @@
-//! Priority resolution (proposal §7), per tensor:
+//! Priority resolution, per tensor, as the columnar-embed design proposal
+//! ("Compatibility with GKQ v2"; not in this repository) lays it down:
 //! 1. a columnar URL is configured, the block has the columnar bit, and a
 //!    HEAD of the URL reports Content-Length = rows × row_bytes ⇒ columnar;
 //! 2. else the dense block of the knot;
