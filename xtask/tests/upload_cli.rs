@@ -6,8 +6,9 @@ use std::process::Command;
 
 use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
 
-#[test]
-fn upload_then_verify_over_http() {
+/// The committed tiny model packed into a temporary directory, and an
+/// s3s-fs with a `models` bucket: `(tmp, package dir, server)`.
+fn packed_and_s3() -> (tempfile::TempDir, std::path::PathBuf, S3sFs) {
     let tmp = tempfile::tempdir().expect("tmp");
     let out = tmp.path().join("out");
     gkq_pack::pack(
@@ -17,6 +18,12 @@ fn upload_then_verify_over_http() {
     .expect("pack");
     let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs (scripts/install-test-deps.sh)");
     std::fs::create_dir_all(s3.data().join("models")).expect("bucket");
+    (tmp, out, s3)
+}
+
+#[test]
+fn upload_then_verify_over_http() {
+    let (tmp, out, s3) = packed_and_s3();
     let nginx = Nginx::start(
         s3.data(),
         &tmp.path().join("nginx"),
@@ -105,15 +112,7 @@ fn upload_then_verify_over_http() {
 /// debug structure and no backtrace even with RUST_BACKTRACE=1.
 #[test]
 fn upload_errors_are_one_line() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let out = tmp.path().join("out");
-    gkq_pack::pack(
-        &gkq_pack::PackOptions::new(fixtures::committed_tiny(), &out),
-        &gkq_pack::NoProgress,
-    )
-    .expect("pack");
-    let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs (scripts/install-test-deps.sh)");
-    std::fs::create_dir_all(s3.data().join("models")).expect("bucket");
+    let (_tmp, out, s3) = packed_and_s3();
     let upload = |endpoint: &str, secret: &str| {
         Command::new(env!("CARGO_BIN_EXE_xtask"))
             .arg("upload")

@@ -1,28 +1,35 @@
 //! The `gkq-rows` operator tool against nginx.
 
 use std::fs;
+use std::path::PathBuf;
 use std::process::Command;
 
 use fixtures::servers::{Nginx, NginxOptions};
 
-#[test]
-fn gkq_rows_json_and_sessions() {
+/// A fixture preset packed (with `dtypes`, default f32) into `www/m` of a
+/// temporary directory, served by nginx: `(tmp, nginx, package dir)`.
+fn served(preset: &str, dtypes: &[gkq_format::DType]) -> (tempfile::TempDir, Nginx, PathBuf) {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = tmp.path().join("model");
-    fixtures::write_model(&src, &fixtures::preset("llama-tiny-bf16").expect("preset"))
-        .expect("fixture");
+    fixtures::write_model(&src, &fixtures::preset(preset).expect("preset")).expect("fixture");
     let out = tmp.path().join("www/m");
-    gkq_pack::pack(
-        &gkq_pack::PackOptions::new(&src, &out),
-        &gkq_pack::NoProgress,
-    )
-    .expect("pack");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    if !dtypes.is_empty() {
+        opts.dtypes = dtypes.to_vec();
+    }
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     let nginx = Nginx::start(
         &tmp.path().join("www"),
         &tmp.path().join("nginx"),
         &NginxOptions::default(),
     )
     .expect("nginx");
+    (tmp, nginx, out)
+}
+
+#[test]
+fn gkq_rows_json_and_sessions() {
+    let (tmp, nginx, _out) = served("llama-tiny-bf16", &[]);
     let knot = format!("{}/m/model.knot", nginx.url());
     let rows = format!("{}/m/token_embd.f32.rows", nginx.url());
     let run = |args: &[&str]| {
@@ -153,14 +160,10 @@ fn gkq_rows_closed_stdout_is_not_a_crash() {
 /// `gkq-inspect` on a local knot and on a URL (header only).
 #[test]
 fn gkq_inspect_local_and_remote() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let src = tmp.path().join("model");
-    fixtures::write_model(&src, &fixtures::preset("llama-tiny-bf16").expect("preset"))
-        .expect("fixture");
-    let out = tmp.path().join("www/m");
-    let mut opts = gkq_pack::PackOptions::new(&src, &out);
-    opts.dtypes = vec![gkq_format::DType::BF16, gkq_format::DType::F32];
-    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let (tmp, nginx, out) = served(
+        "llama-tiny-bf16",
+        &[gkq_format::DType::BF16, gkq_format::DType::F32],
+    );
     let knot_bytes = fs::read(out.join("model.knot")).expect("knot");
     let knot = gkq_format::Knot::parse(&knot_bytes).expect("valid");
     let id = gkq_format::hex(&knot.header().preamble().header_sha256);
@@ -200,12 +203,6 @@ fn gkq_inspect_local_and_remote() {
     assert_eq!(embed["dtype"], "bf16");
     assert_eq!(embed["columnar"].as_array().map(Vec::len), Some(2));
 
-    let nginx = Nginx::start(
-        &tmp.path().join("www"),
-        &tmp.path().join("nginx"),
-        &NginxOptions::default(),
-    )
-    .expect("nginx");
     let url = format!("{}/m/model.knot", nginx.url());
     let o = inspect(&url, true);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -232,22 +229,7 @@ fn gkq_inspect_local_and_remote() {
 /// and https to a plain port say what to do.
 #[test]
 fn gkq_rows_columnar_embed_mistakes() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let src = tmp.path().join("model");
-    fixtures::write_model(&src, &fixtures::preset("qwen2-tiny-f32").expect("preset"))
-        .expect("fixture");
-    let out = tmp.path().join("www/m");
-    gkq_pack::pack(
-        &gkq_pack::PackOptions::new(&src, &out),
-        &gkq_pack::NoProgress,
-    )
-    .expect("pack");
-    let nginx = Nginx::start(
-        &tmp.path().join("www"),
-        &tmp.path().join("nginx"),
-        &NginxOptions::default(),
-    )
-    .expect("nginx");
+    let (_tmp, nginx, _out) = served("qwen2-tiny-f32", &[]);
     let base = format!("{}/m", nginx.url());
     let knot = format!("{base}/model.knot");
     let run = |args: &[&str]| {

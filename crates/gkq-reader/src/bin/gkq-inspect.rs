@@ -1,5 +1,8 @@
 //! `gkq-inspect`: what is inside a knot, local or remote (header only).
 
+#[path = "shared/exit.rs"]
+mod exit;
+
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -200,18 +203,5 @@ fn run(a: &Args) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("gkq-inspect: error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    exit::exit("gkq-inspect", run(&Args::parse()))
 }

@@ -1,6 +1,9 @@
 //! `gkq-rows`: read embedding rows of a published model the way a node does,
 //! and show what it cost.
 
+#[path = "shared/exit.rs"]
+mod exit;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -294,18 +297,5 @@ fn run(a: Args) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        // the reader of stdout went away (`| head`): not an error
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("gkq-rows: error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    exit::exit("gkq-rows", run(Args::parse()))
 }
