@@ -34,8 +34,8 @@ pub use cast::{CastReport, cast_row, decode_f32, max_abs_diff};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use model::{
-    Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, Metadata, Payload, Preamble,
-    Quant, Value, keys, rows_object_name,
+    Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME, Metadata, Payload,
+    Preamble, Quant, Value, keys, rows_object_name,
 };
 pub use parse::{
     Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,

@@ -192,6 +192,10 @@ impl ColumnarDescriptor {
     }
 }
 
+/// The name of the knot in a package directory or under a published prefix
+/// (the row files and companion files sit next to it).
+pub const KNOT_NAME: &str = "model.knot";
+
 /// The object name writers give a row file: `<role>.<dtype>.rows`.
 pub fn rows_object_name(role: &str, dtype: DType) -> String {
     format!("{role}.{}.rows", dtype.name())

@@ -8,78 +8,6 @@ pub type Result<T, E = PackError> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PackError {
-    /// `config.json` missing or unreadable.
-    #[error("{path}: {reason}")]
-    Config {
-        /// The config path.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// No `model.safetensors` and no index.
-    #[error("{dir}: no model.safetensors and no model.safetensors.index.json{hint}")]
-    NoWeights {
-        /// The model directory.
-        dir: PathBuf,
-        /// What to do, when another weight format is there.
-        hint: String,
-    },
-    /// The shard index is unreadable.
-    #[error("{path}: {reason}")]
-    Index {
-        /// The index path.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A shard listed in the index is missing.
-    #[error("{index}: shard {shard} is listed but {path} does not exist")]
-    MissingShard {
-        /// The index path.
-        index: PathBuf,
-        /// The shard file name.
-        shard: String,
-        /// Where it was looked for.
-        path: PathBuf,
-    },
-    /// The index maps a tensor to a shard that lacks it.
-    #[error("{index}: tensor {tensor:?} is mapped to {shard}, which does not contain it")]
-    IndexTensorMissing {
-        /// The index path.
-        index: PathBuf,
-        /// The tensor.
-        tensor: String,
-        /// The shard.
-        shard: String,
-    },
-    /// Not a valid safetensors file.
-    #[error("{path}: corrupt safetensors file: {reason}")]
-    Safetensors {
-        /// The file.
-        path: PathBuf,
-        /// What safetensors reported, with the tensor where known.
-        reason: String,
-    },
-    /// A dtype GKQ v2 does not carry.
-    #[error("{path}: tensor {tensor:?} has dtype {dtype}, which GKQ v2 does not carry")]
-    UnsupportedDtype {
-        /// The file.
-        path: PathBuf,
-        /// The tensor.
-        tensor: String,
-        /// Its safetensors dtype.
-        dtype: String,
-    },
-    /// The same tensor in two shards.
-    #[error("tensor {tensor:?} appears in both {first} and {second}")]
-    DuplicateTensor {
-        /// The tensor.
-        tensor: String,
-        /// First file.
-        first: PathBuf,
-        /// Second file.
-        second: PathBuf,
-    },
     /// Role detection failed.
     #[error("cannot decide which tensor is the {role}: {reason}; candidates (2-D, first dim = vocab_size {vocab}): {}; pass --{flag} NAME", if candidates.is_empty() { "none".to_string() } else { candidates.join(", ") })]
     RoleUndecided {
@@ -170,34 +98,6 @@ pub enum PackError {
         /// Target dtype.
         to: String,
     },
-    /// MODEL_DIR is a file.
-    #[error(
-        "{path} is a file, not a model directory (give the directory that holds config.json and the safetensors files)"
-    )]
-    NotADirectory {
-        /// The path given.
-        path: PathBuf,
-    },
-    /// MODEL_DIR does not exist and is not a hub id.
-    #[error(
-        "{path}: no such directory (MODEL_DIR is a directory with config.json and safetensors files, or ORG/NAME of a model in the local Hugging Face cache)"
-    )]
-    NoModelDir {
-        /// The path given.
-        path: PathBuf,
-    },
-    /// `ORG/NAME` is not in the local Hugging Face cache.
-    #[error(
-        "{id} is not in the Hugging Face cache {cache}: {reason}; gkq-pack does not download, so fetch it first (`huggingface-cli download {id}`) or give its directory"
-    )]
-    NotInHubCache {
-        /// The model id.
-        id: String,
-        /// The cache looked in.
-        cache: PathBuf,
-        /// What was missing.
-        reason: String,
-    },
     /// The output directory is inside the model directory.
     #[error("--out {out} is inside the model directory {model}; choose a directory outside it")]
     OutInsideModel {
@@ -237,6 +137,9 @@ pub enum PackError {
         /// The error.
         error: Box<gkq_format::Error>,
     },
+    /// The model directory (config, safetensors, the Hugging Face cache).
+    #[error(transparent)]
+    Source(#[from] gkq_source::SourceError),
 }
 
 /// Attaches a path to an I/O error.

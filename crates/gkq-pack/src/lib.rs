@@ -7,13 +7,10 @@
 //! on the way, so source digests cost no second read. Output is atomic (see
 //! [`output`]) and deterministic.
 
-pub mod config;
 mod error;
-pub mod hub;
 pub mod output;
 mod prefetch;
 pub mod roles;
-pub mod source;
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -28,11 +25,10 @@ use rayon::prelude::*;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-pub use config::ModelConfig;
 pub use error::{PackError, Result};
-pub use output::KNOT_NAME;
+pub use gkq_format::KNOT_NAME;
+pub use gkq_source::{ModelConfig, SourceModel, SourceTensor, hub};
 pub use roles::Roles;
-pub use source::{SourceModel, SourceTensor};
 
 use error::IoContext;
 use output::{Output, flush_file, write_all};
@@ -317,10 +313,10 @@ fn plan(
         if !(is_embed || is_lm) {
             blocks.push(
                 Block::dense(t.name.clone(), t.dtype, t.shape.clone()).ok_or_else(|| {
-                    PackError::Safetensors {
+                    PackError::Source(gkq_source::SourceError::Safetensors {
                         path: src.file_of(t).path.clone(),
                         reason: format!("tensor {:?}: shape {:?} overflows", t.name, t.shape),
-                    }
+                    })
                 })?,
             );
             continue;

@@ -26,8 +26,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, PackError, Result};
 
-/// Final name of the knot in the output directory.
-pub const KNOT_NAME: &str = "model.knot";
+pub use gkq_format::KNOT_NAME;
 
 /// The steps of a commit, in order (for the crash tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

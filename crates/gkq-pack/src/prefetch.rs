@@ -4,8 +4,8 @@
 
 use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
 
-use crate::error::Result;
-use crate::source::{SourceModel, SourceTensor};
+use crate::error::{PackError, Result};
+use gkq_source::{SourceModel, SourceTensor};
 
 /// Chunks read ahead.
 const DEPTH: usize = 2;
@@ -63,7 +63,10 @@ pub(crate) fn with_prefetch<R>(
             for &(t, at, len) in plan {
                 let mut buf = spare.try_recv().unwrap_or_default();
                 buf.resize(len, 0);
-                let r = src.read(&src.tensors[t], at, &mut buf).map(|()| buf);
+                let r = src
+                    .read(&src.tensors[t], at, &mut buf)
+                    .map(|()| buf)
+                    .map_err(PackError::from);
                 let failed = r.is_err();
                 if tx.send(r).is_err() || failed {
                     break;

@@ -1,8 +1,8 @@
 //! Which tensor is the token embedding, which the lm_head, and whether they are tied.
 
-use crate::config::ModelConfig;
 use crate::error::{PackError, Result};
-use crate::source::{SourceModel, SourceTensor};
+use gkq_source::ModelConfig;
+use gkq_source::{SourceModel, SourceTensor};
 
 /// The decision.
 #[derive(Clone, Debug, PartialEq, Eq)]

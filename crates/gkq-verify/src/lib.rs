@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gkq_format::{Block, ColumnarDescriptor, Encoding, Knot, cast_row, hex, keys};
-use gkq_pack::SourceModel;
+use gkq_source::SourceModel;
 use rayon::prelude::*;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -183,7 +183,7 @@ fn open_regular(path: &Path) -> std::io::Result<(File, u64)> {
 /// The knot path for a target that is a directory or a knot.
 pub fn knot_path(target: &Path) -> PathBuf {
     if target.is_dir() {
-        target.join(gkq_pack::KNOT_NAME)
+        target.join(gkq_format::KNOT_NAME)
     } else {
         target.to_path_buf()
     }
@@ -554,7 +554,7 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
     // --source: a directory, or ORG/NAME in the local Hugging Face cache
     let source_dir = match &opts.source {
         Some(s) if s.is_dir() => Some(s.clone()),
-        Some(s) => match gkq_pack::hub::locate(s) {
+        Some(s) => match gkq_source::hub::locate(s) {
             Ok(l) => Some(l.dir),
             Err(_) => return Err(VerifyError::SourceNotDir { path: s.clone() }),
         },

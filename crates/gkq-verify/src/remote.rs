@@ -231,7 +231,7 @@ pub(crate) fn check_remote(
     let mut requests = 0u64;
 
     // The knot: length and header.
-    let url = object_url(base, gkq_pack::KNOT_NAME);
+    let url = object_url(base, gkq_format::KNOT_NAME);
     requests += 1;
     match head_typed(&agent, &url, knot_bytes.len() as u64) {
         Err(HeadError::Transport(m)) => {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::error::{PackError, Result};
+use crate::error::{Result, SourceError};
 
 /// Model families whose tensor names the packer knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +123,7 @@ impl ModelConfig {
     /// Reads `<dir>/config.json`.
     pub fn read(dir: &Path) -> Result<ModelConfig> {
         let path = dir.join("config.json");
-        let err = |reason: String| PackError::Config {
+        let err = |reason: String| SourceError::Config {
             path: path.clone(),
             reason,
         };

@@ -5,7 +5,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::error::{PackError, Result};
+use crate::error::{Result, SourceError};
 
 /// A located model directory and what its location says about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,18 +83,18 @@ pub fn locate(arg: &Path) -> Result<Located> {
         });
     }
     if arg.exists() {
-        return Err(PackError::NotADirectory {
+        return Err(SourceError::NotADirectory {
             path: arg.to_path_buf(),
         });
     }
     let id = arg.to_str().filter(|s| looks_like_id(s));
     let (Some(id), Some(cache)) = (id, hub_cache()) else {
-        return Err(PackError::NoModelDir {
+        return Err(SourceError::NoModelDir {
             path: arg.to_path_buf(),
         });
     };
     let repo = cache.join(format!("models--{}", id.replacen('/', "--", 1)));
-    let not_cached = |reason: String| PackError::NotInHubCache {
+    let not_cached = |reason: String| SourceError::NotInHubCache {
         id: id.to_owned(),
         cache: cache.clone(),
         reason,

@@ -15,7 +15,7 @@ use gkq_format::DType;
 use safetensors::{Dtype, SafeTensors};
 use sha2::{Digest, Sha256};
 
-use crate::error::{IoContext, PackError, Result};
+use crate::error::{IoContext, Result, SourceError};
 
 /// One safetensors file.
 #[derive(Debug)]
@@ -87,7 +87,7 @@ fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> 
     // A FIFO or device would block or never end: refuse it before opening.
     match std::fs::metadata(&path) {
         Ok(m) if !m.is_file() => {
-            return Err(PackError::Safetensors {
+            return Err(SourceError::Safetensors {
                 path,
                 reason: "not a regular file".into(),
             });
@@ -102,7 +102,7 @@ fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> 
     // mmap-based safetensors loader).
     #[allow(unsafe_code)]
     let map = unsafe { memmap2::Mmap::map(&file) }.at(&path)?;
-    let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| PackError::Safetensors {
+    let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| SourceError::Safetensors {
         path: path.clone(),
         reason: e.to_string(),
     })?;
@@ -114,7 +114,7 @@ fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> 
         let Some(info) = infos.get(&name) else {
             continue;
         };
-        let dtype = map_dtype(info.dtype).ok_or_else(|| PackError::UnsupportedDtype {
+        let dtype = map_dtype(info.dtype).ok_or_else(|| SourceError::UnsupportedDtype {
             path: path.clone(),
             tensor: name.clone(),
             dtype: format!("{:?}", info.dtype),
@@ -148,7 +148,7 @@ impl SourceModel {
         let index_path = dir.join("model.safetensors.index.json");
         let mut expected: Option<BTreeMap<String, String>> = None;
         let names: Vec<String> = if index_path.exists() {
-            let err = |reason: String| PackError::Index {
+            let err = |reason: String| SourceError::Index {
                 path: index_path.clone(),
                 reason,
             };
@@ -172,7 +172,7 @@ impl SourceModel {
             for s in &shards {
                 let p = dir.join(s);
                 if !p.is_file() {
-                    return Err(PackError::MissingShard {
+                    return Err(SourceError::MissingShard {
                         index: index_path.clone(),
                         shard: s.clone(),
                         path: p,
@@ -187,7 +187,7 @@ impl SourceModel {
             let pickled = ["pytorch_model.bin", "pytorch_model.bin.index.json"]
                 .iter()
                 .find(|n| dir.join(n).is_file());
-            return Err(PackError::NoWeights {
+            return Err(SourceError::NoWeights {
                 dir: dir.to_path_buf(),
                 hint: pickled.map_or_else(String::new, |n| {
                     format!(
@@ -208,7 +208,7 @@ impl SourceModel {
                         .get(prev)
                         .and_then(|p| files.get(p.file))
                         .map_or_else(PathBuf::new, |f: &SourceFile| f.path.clone());
-                    return Err(PackError::DuplicateTensor {
+                    return Err(SourceError::DuplicateTensor {
                         tensor: t.name,
                         first,
                         second: file.path.clone(),
@@ -227,7 +227,7 @@ impl SourceModel {
                     .and_then(|x| files.get(x.file))
                     .is_some_and(|f| f.name == shard);
                 if !found {
-                    return Err(PackError::IndexTensorMissing {
+                    return Err(SourceError::IndexTensorMissing {
                         index: index_path.clone(),
                         tensor: t,
                         shard,

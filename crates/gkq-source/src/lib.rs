@@ -1,0 +1,16 @@
+//! `gkq-source`: reads a Hugging Face model directory — `config.json`, one
+//! `model.safetensors` or shards listed in `model.safetensors.index.json` —
+//! and finds models in the local Hugging Face cache.
+//!
+//! Shared by `gkq-pack` (which converts the model) and `gkq-verify` (which
+//! checks a package against it), so that the release gate does not reuse the
+//! packer's code to check the packer. Nothing here writes or prints.
+
+pub mod config;
+mod error;
+pub mod hub;
+pub mod source;
+
+pub use config::ModelConfig;
+pub use error::{Result, SourceError};
+pub use source::{SourceFile, SourceModel, SourceTensor};
