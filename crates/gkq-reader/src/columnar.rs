@@ -19,8 +19,8 @@ use lru::LruCache;
 use serde::Serialize;
 
 use crate::error::{ReaderError, Result};
-use crate::http::Http;
 use crate::ranges::{RowRun, coalesce};
+use gkq_store::Http;
 
 /// Fetch settings of a backend.
 #[derive(Clone, Debug)]
@@ -71,7 +71,7 @@ impl CacheStats {
 type Row = Arc<[u8]>;
 
 struct Slot {
-    done: Mutex<Option<std::result::Result<Row, String>>>,
+    done: Mutex<Option<std::result::Result<Row, Arc<ReaderError>>>>,
     cv: Condvar,
 }
 
@@ -208,7 +208,8 @@ impl ColumnarEmbedBackend {
         self.misses
             .fetch_add((mine.len() + theirs.len()) as u64, Ordering::Relaxed);
         if !mine.is_empty() {
-            let fetched = self.fetch(&mine);
+            // one Arc for every caller waiting on these rows: the same typed error
+            let fetched = self.fetch(&mine).map_err(Arc::new);
             let mut st = self.lock();
             if let Ok(rows) = &fetched {
                 for (id, row) in rows {
@@ -223,8 +224,10 @@ impl ColumnarEmbedBackend {
             for (id, slot) in &mine {
                 let r = match (rows.and_then(|r| r.get(id)), &fetched) {
                     (Some(row), _) => Ok(row.clone()),
-                    (None, Err(e)) => Err(e.to_string()),
-                    (None, Ok(_)) => Err(format!("row {id} missing from its range")),
+                    (None, Err(e)) => Err(e.clone()),
+                    (None, Ok(_)) => Err(Arc::new(ReaderError::Missing(format!(
+                        "row {id} missing from its range"
+                    )))),
                 };
                 *slot
                     .done
@@ -232,7 +235,7 @@ impl ColumnarEmbedBackend {
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
                 slot.cv.notify_all();
             }
-            let rows = fetched?;
+            let rows = fetched.map_err(ReaderError::Shared)?;
             for (id, _) in &mine {
                 if let Some(row) = rows.get(id) {
                     found.insert(*id, row.clone());
@@ -262,7 +265,7 @@ impl ColumnarEmbedBackend {
                 found
                     .get(id)
                     .cloned()
-                    .ok_or_else(|| ReaderError::Shared(format!("row {id} was not fetched")))
+                    .ok_or_else(|| ReaderError::Missing(format!("row {id} was not fetched")))
             })
             .collect()
     }
@@ -308,7 +311,7 @@ impl ColumnarEmbedBackend {
                                     .lock()
                                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                                 if fe.is_none() {
-                                    *fe = Some(e);
+                                    *fe = Some(ReaderError::from(e));
                                 }
                             }
                         }

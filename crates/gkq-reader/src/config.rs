@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::columnar::FetchConfig;
-use crate::http::HttpConfig;
+use gkq_store::HttpConfig;
 
 /// Default row cache capacity (~28 MB of fp32 rows for Qwen2.5-0.5B).
 pub const DEFAULT_CACHE_ROWS: usize = 8192;

@@ -24,36 +24,10 @@ pub enum ReaderError {
         /// What the format crate found.
         error: Box<gkq_format::Error>,
     },
-    /// A transport failure (connection refused or reset, timeout) after retries.
-    #[error("{url}: {message} (after {attempts} attempts)")]
-    Transport {
-        /// The URL.
-        url: String,
-        /// What happened.
-        message: String,
-        /// Attempts made.
-        attempts: u32,
-    },
-    /// An unexpected HTTP status.
-    #[error("{url}: HTTP {status} for {what}")]
-    Status {
-        /// The URL.
-        url: String,
-        /// The status.
-        status: u16,
-        /// The request (`HEAD`, `bytes=a-b`).
-        what: String,
-    },
-    /// A redirect (not followed: published objects have one final URL).
-    #[error("{url}: HTTP {status} redirect to {location:?}, not followed{}", if location.ends_with('/') { format!(": the URL names a directory; a knot URL ends with the file name, e.g. {}/model.knot", url.trim_end_matches('/')) } else { ": use the final URL".to_string() })]
-    Redirect {
-        /// The URL.
-        url: String,
-        /// The status.
-        status: u16,
-        /// The Location header.
-        location: String,
-    },
+    /// A network read failed (transport, status, Range, Content-Range, body
+    /// length, redirect): see [`gkq_store::StoreError`].
+    #[error(transparent)]
+    Store(#[from] gkq_store::StoreError),
     /// `require_columnar` is set and the embedding would be read dense.
     #[error(
         "--require-columnar: the embedding would be read from the dense block ({bytes} bytes) instead of the row file: {reason}"
@@ -63,42 +37,6 @@ pub enum ReaderError {
         reason: String,
         /// What the dense fallback would download.
         bytes: u64,
-    },
-    /// The server answered a Range request with the whole object.
-    #[error(
-        "{url}: the server ignored Range bytes={start}-{end} and answered HTTP 200 with the whole object (body not read)"
-    )]
-    IgnoresRange {
-        /// The URL.
-        url: String,
-        /// Range start.
-        start: u64,
-        /// Range end (inclusive).
-        end: u64,
-    },
-    /// A 206 whose Content-Range is not the one asked for.
-    #[error("{url}: Content-Range is {found:?}, expected {expected:?}")]
-    ContentRange {
-        /// The URL.
-        url: String,
-        /// Expected header.
-        expected: String,
-        /// Header received.
-        found: String,
-    },
-    /// A body shorter or longer than the range.
-    #[error("{url}: body for bytes={start}-{end} is {found} bytes, expected {expected}")]
-    BodyLength {
-        /// The URL.
-        url: String,
-        /// Range start.
-        start: u64,
-        /// Range end (inclusive).
-        end: u64,
-        /// Expected length.
-        expected: u64,
-        /// Received length.
-        found: u64,
     },
     /// A token id past the vocabulary.
     #[error("token id {id} is out of range: the vocabulary has {vocab} rows (ids 0..{vocab})")]
@@ -127,9 +65,22 @@ pub enum ReaderError {
     /// Shape or dtype problems in a computation.
     #[error("{0}")]
     Compute(String),
-    /// A failure reported by another caller's fetch of the same rows.
-    #[error("{0}")]
-    Shared(String),
+    /// A failure of a fetch of the same rows that another caller started:
+    /// every caller waiting on it sees the same typed error.
+    #[error(transparent)]
+    Shared(std::sync::Arc<ReaderError>),
+}
+
+impl ReaderError {
+    /// Whether the server ignored a Range request (the caller may fall back
+    /// to the dense block), also when another caller's fetch saw it.
+    pub fn ignores_range(&self) -> bool {
+        match self {
+            ReaderError::Store(gkq_store::StoreError::IgnoresRange { .. }) => true,
+            ReaderError::Shared(inner) => inner.ignores_range(),
+            _ => false,
+        }
+    }
 }
 
 impl From<candle_core::Error> for ReaderError {

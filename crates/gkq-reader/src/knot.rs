@@ -10,7 +10,7 @@ use gkq_format::{Block, Encoding, KnotHeader, Prefix, parse_prefix};
 use sha2::{Digest, Sha256};
 
 use crate::error::{ReaderError, Result};
-use crate::http::Http;
+use gkq_store::Http;
 
 /// First range fetched from a remote knot: most headers fit.
 pub(crate) const FIRST_FETCH: u64 = 64 * 1024;

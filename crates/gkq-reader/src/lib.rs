@@ -55,7 +55,6 @@
 mod columnar;
 mod config;
 mod error;
-mod http;
 mod knot;
 mod lmhead;
 pub mod ranges;
@@ -71,7 +70,7 @@ pub use columnar::{CacheStats, ColumnarEmbedBackend, FetchConfig};
 pub use config::EmbedArgs;
 pub use config::{DEFAULT_CACHE_ROWS, ReaderConfig, Roles, with_timeout};
 pub use error::{ReaderError, Result};
-pub use http::{Http, HttpConfig, NetStats};
+pub use gkq_store::{Http, HttpConfig, NetStats};
 pub use knot::{KnotHandle, is_url};
 pub use lmhead::{LmHead, Matrix, logits_with, weights_from_block};
 pub use resolve::{ReadPath, Resolution, resolve};
@@ -176,7 +175,7 @@ impl Embedding {
         if let Some(b) = backend {
             match b.rows(ids) {
                 Ok(rows) => return Ok(Rows::new(b.dtype(), cols, rows)),
-                Err(e @ ReaderError::IgnoresRange { .. }) if self.require_columnar => {
+                Err(e) if e.ignores_range() && self.require_columnar => {
                     return Err(ReaderError::ColumnarRequired {
                         reason: e.to_string(),
                         bytes: self
@@ -186,7 +185,7 @@ impl Embedding {
                             .map_or(0, |p| p.len),
                     });
                 }
-                Err(e @ ReaderError::IgnoresRange { .. }) => {
+                Err(e) if e.ignores_range() => {
                     let reason = format!("fell back to the dense block: {e}");
                     log::warn!("{}: {}: {reason}", self.knot.location(), self.block.name);
                     let mut st = self.lock();
@@ -264,7 +263,7 @@ impl Reader {
     /// Opens a knot (path or URL) for the given roles. With the input role
     /// the embedding is resolved here (one HEAD of the columnar URL).
     pub fn open(location: &str, config: ReaderConfig, roles: Roles) -> Result<Reader> {
-        let http = Arc::new(Http::new(config.http.clone()));
+        let http = Arc::new(Http::new(config.http.clone())?);
         let knot = Arc::new(KnotHandle::open(location, &http)?);
         let resident: Arc<OnceLock<Arc<Matrix>>> = Arc::new(OnceLock::new());
         let embed_name = role_block(knot.header(), keys::ROLE_TOKEN_EMBD, location)?;

@@ -11,8 +11,8 @@ use candle_core::{D, Device, Tensor};
 use gkq_format::DType;
 
 use crate::error::{ReaderError, Result};
-use crate::http::Http;
 use crate::knot::KnotHandle;
+use gkq_store::Http;
 
 /// A resident `[vocab, hidden]` matrix.
 #[derive(Debug)]

@@ -11,8 +11,8 @@ use gkq_format::{ColumnarDescriptor, Encoding};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::http::Http;
 use crate::knot::KnotHandle;
+use gkq_store::Http;
 
 /// The chosen read path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -177,7 +177,7 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
 }
 
 fn run(a: &Args) -> anyhow::Result<()> {
-    let http = Http::new(HttpConfig::default());
+    let http = Http::new(HttpConfig::default())?;
     let knot =
         KnotHandle::open(&a.knot, &http).with_context(|| format!("cannot inspect {}", a.knot))?;
     let mut out = std::io::stdout().lock();

@@ -1,0 +1,133 @@
+use std::path::PathBuf;
+
+/// `Result` with [`StoreError`].
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Why a read did not return the bytes asked for. Each names the URL.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No usable answer after the retries (connection refused, DNS, TLS,
+    /// timeouts, resets, 5xx, 429).
+    #[error("{url}: {message} (after {attempts} attempts)")]
+    Transport {
+        /// The URL.
+        url: String,
+        /// The last failure, in words a user can act on.
+        message: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Whether the last failure was a timeout.
+        timeout: bool,
+        /// Whether no HTTP conversation happened at all (no server, DNS, TLS).
+        no_conversation: bool,
+    },
+    /// An HTTP status other than the one the request needs.
+    #[error("{url}: HTTP {status} for {what}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The request (`HEAD`, `bytes=a-b`).
+        what: String,
+    },
+    /// A redirect (not followed: published objects have one final URL).
+    #[error("{url}: HTTP {status} redirect to {location:?}, not followed{}", if location.ends_with('/') { format!(": the URL names a directory; a knot URL ends with the file name, e.g. {}/model.knot", url.trim_end_matches('/')) } else { ": use the final URL".to_string() })]
+    Redirect {
+        /// The URL.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The Location header.
+        location: String,
+    },
+    /// The server answered a Range request with the whole object.
+    #[error(
+        "{url}: the server ignored Range bytes={start}-{end} and answered HTTP 200 with the whole object (body not read)"
+    )]
+    IgnoresRange {
+        /// The URL.
+        url: String,
+        /// Range start.
+        start: u64,
+        /// Range end (inclusive).
+        end: u64,
+    },
+    /// A 206 whose Content-Range is not the one asked for.
+    #[error("{url}: Content-Range is {found:?}, expected {expected:?}")]
+    ContentRange {
+        /// The URL.
+        url: String,
+        /// Expected header.
+        expected: String,
+        /// Header received.
+        found: String,
+    },
+    /// A body shorter or longer than the range.
+    #[error("{url}: body for bytes={start}-{end} is {found} bytes, expected {expected}")]
+    BodyLength {
+        /// The URL.
+        url: String,
+        /// Range start.
+        start: u64,
+        /// Range end (inclusive).
+        end: u64,
+        /// Expected length.
+        expected: u64,
+        /// Received length.
+        found: u64,
+    },
+    /// A range too large to hold in memory, refused before anything is
+    /// allocated or fetched.
+    #[error(
+        "{url}: bytes={start}-{end} is {len} bytes, over the {cap}-byte limit for one read into memory"
+    )]
+    TooLarge {
+        /// The URL.
+        url: String,
+        /// Range start.
+        start: u64,
+        /// Range end (inclusive).
+        end: u64,
+        /// Its length.
+        len: u64,
+        /// The limit.
+        cap: u64,
+    },
+    /// An empty or reversed range (a zero-width row, a wrapped end).
+    #[error("{url}: bytes={start}-{end} is not a range (end before start)")]
+    EmptyRange {
+        /// The URL.
+        url: String,
+        /// Range start.
+        start: u64,
+        /// Range end (inclusive).
+        end: u64,
+    },
+    /// A CA file given with `--ca-cert` cannot be used.
+    #[error("--ca-cert {path}: {reason}")]
+    CaCert {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The client could not be built (TLS configuration).
+    #[error("HTTP client: {0}")]
+    Client(String),
+}
+
+impl StoreError {
+    /// Whether no HTTP conversation with the server was possible (nothing
+    /// listening, DNS, TLS): the operation could not run at all.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Transport {
+                no_conversation: true,
+                ..
+            }
+        )
+    }
+}
