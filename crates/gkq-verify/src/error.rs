@@ -33,6 +33,9 @@ pub enum VerifyError {
         /// What happened.
         reason: String,
     },
+    /// The HTTP client could not be set up (a bad `--ca-cert` file).
+    #[error("{0}")]
+    Client(String),
     /// A `--url` that is not http(s).
     #[error("--url {url}: {reason}")]
     BadUrl {

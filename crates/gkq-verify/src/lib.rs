@@ -54,6 +54,8 @@ pub struct VerifyOptions {
     pub seed: u64,
     /// Per-request timeout for `--url`.
     pub timeout: Duration,
+    /// Extra CA certificate files (PEM) to trust for `--url` (`--ca-cert`).
+    pub ca_certs: Vec<PathBuf>,
 }
 
 impl VerifyOptions {
@@ -66,6 +68,7 @@ impl VerifyOptions {
             sample_rows: 64,
             seed: 0x6b6e_6f74,
             timeout: Duration::from_secs(10),
+            ca_certs: Vec::new(),
         }
     }
 }
@@ -563,6 +566,10 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
     if let Some(u) = &opts.url {
         remote::check_url(u)?;
     }
+    let http = match &opts.url {
+        Some(_) => Some(remote::client(opts)?),
+        None => None,
+    };
     let (file, _) = open_regular(&path).map_err(|error| VerifyError::OpenKnot {
         path: path.clone(),
         error,
@@ -664,7 +671,8 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
         || {
             opts.url
                 .as_ref()
-                .map(|u| remote::check_remote(&knot, &map, &dir, u, opts))
+                .zip(http.as_ref())
+                .map(|(u, http)| remote::check_remote(http, &knot, &map, &dir, u, opts))
         },
     );
     let (mut k, mut c, mut s) = (Acc::default(), Acc::default(), Acc::default());

@@ -36,6 +36,10 @@ struct Args {
     /// Seed of the sampled rows.
     #[arg(long, default_value_t = 0x6b6e_6f74)]
     seed: u64,
+    /// A PEM file of CA certificates to trust for --url besides the system
+    /// store (repeatable; SSL_CERT_FILE replaces the system store).
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    ca_certs: Vec<PathBuf>,
     /// Timeout of each HTTP request, in seconds.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
@@ -135,6 +139,7 @@ fn main() -> ExitCode {
         sample_rows: args.sample_rows,
         seed: args.seed,
         timeout: Duration::from_secs_f64(args.timeout),
+        ca_certs: args.ca_certs,
     };
     let bar = bar(args.json, args.quiet);
     let result = gkq_verify::verify_with(&opts, &bar);

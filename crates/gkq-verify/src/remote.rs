@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use gkq_format::Knot;
+use gkq_store::{Http, HttpConfig, StoreError};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
@@ -45,17 +46,17 @@ pub fn object_url(base: &str, object: &str) -> String {
     format!("{}/{object}", base.trim_end_matches('/'))
 }
 
-/// An HTTP agent for checks: one timeout for the whole of each request, no
-/// redirects followed (they are reported), statuses returned rather than
-/// turned into errors, no compression.
-pub fn agent(timeout: std::time::Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .max_redirects(0)
-        .http_status_as_error(false)
-        .user_agent(concat!("gkq-verify/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .into()
+/// The HTTP client for checks: one timeout for the whole of each request,
+/// no redirects followed (they are reported), no compression, no retries
+/// (a gate reports what it saw), trusting the extra CA files given.
+pub fn client(opts: &VerifyOptions) -> Result<Http, VerifyError> {
+    Http::new(HttpConfig {
+        timeout: opts.timeout,
+        attempts: 1,
+        ca_certs: opts.ca_certs.clone(),
+        ..HttpConfig::default()
+    })
+    .map_err(|e| VerifyError::Client(e.to_string()))
 }
 
 /// splitmix64.
@@ -90,34 +91,9 @@ enum Got {
     Bad(String),
 }
 
-/// What went wrong, in the words a user can act on.
-pub fn describe(e: &ureq::Error) -> String {
-    let text = e.to_string();
-    match e {
-        ureq::Error::Timeout(t) => format!("timed out ({t})"),
-        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
-            "connection refused: is the server running, and is the port right?".into()
-        }
-        _ if text.contains("corrupt message") || text.contains("InvalidContentType") => format!(
-            "the server does not speak TLS (an https:// URL sent to a plain http port? try http://): {text}"
-        ),
-        _ if text.contains("certificate") || text.contains("UnknownIssuer") => {
-            format!("TLS certificate problem: {text}")
-        }
-        _ => text,
-    }
-}
-
-/// Whether a request failed because no HTTP conversation was possible (no
-/// server listening, DNS, TLS). A server that accepts and then stalls is up
-/// but broken: that is a failed check, not this.
-fn is_transport(e: &ureq::Error) -> bool {
-    !matches!(e, ureq::Error::StatusCode(_) | ureq::Error::Timeout(_))
-}
-
 /// A HEAD that did not pass.
 enum HeadError {
-    /// No HTTP answer at all.
+    /// No HTTP conversation at all (nothing listening, DNS, TLS).
     Transport(String),
     /// An answer, but the wrong one.
     Check(String),
@@ -132,93 +108,53 @@ impl HeadError {
 }
 
 /// HEAD: 200 and Content-Length == `expected`.
-fn head(agent: &ureq::Agent, url: &str, expected: u64) -> Result<(), String> {
-    head_typed(agent, url, expected).map_err(HeadError::message)
+fn head(http: &Http, url: &str, expected: u64) -> Result<(), String> {
+    head_typed(http, url, expected).map_err(HeadError::message)
 }
 
-fn head_typed(agent: &ureq::Agent, url: &str, expected: u64) -> Result<(), HeadError> {
-    let resp = agent.head(url).call().map_err(|e| {
-        let m = format!("HEAD failed: {}", describe(&e));
-        if is_transport(&e) {
-            HeadError::Transport(m)
-        } else {
-            HeadError::Check(m)
+fn head_typed(http: &Http, url: &str, expected: u64) -> Result<(), HeadError> {
+    match http.head(url) {
+        Err(e) if e.is_unreachable() => Err(HeadError::Transport(format!("HEAD failed: {e}"))),
+        Err(StoreError::Redirect {
+            status, location, ..
+        }) => Err(HeadError::Check(format!(
+            "HEAD answered a redirect (HTTP {status}) to {location}: publish the final URL"
+        ))),
+        Err(StoreError::Status { status, what, .. }) if what == "HEAD" => {
+            Err(HeadError::Check(format!("HEAD answered HTTP {status}")))
         }
-    })?;
-    let check = |m: String| HeadError::Check(m);
-    let status = resp.status().as_u16();
-    if (300..400).contains(&status) {
-        let to = resp
-            .headers()
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("?");
-        return Err(check(format!(
-            "HEAD answered a redirect (HTTP {status}) to {to}: publish the final URL"
-        )));
-    }
-    if status != 200 {
-        return Err(check(format!("HEAD answered HTTP {status}")));
-    }
-    let len = resp
-        .headers()
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    match len {
-        None => Err(check("HEAD has no Content-Length".into())),
-        Some(l) if l != expected => {
-            Err(check(format!("Content-Length is {l}, expected {expected}")))
+        Err(StoreError::Status { .. }) => {
+            Err(HeadError::Check("HEAD has no Content-Length".into()))
         }
-        Some(_) => Ok(()),
+        Err(e) => Err(HeadError::Check(format!("HEAD failed: {e}"))),
+        Ok(h) if h.len != expected => Err(HeadError::Check(format!(
+            "Content-Length is {}, expected {expected}",
+            h.len
+        ))),
+        Ok(_) => Ok(()),
     }
 }
 
 /// GET `bytes=start-end` (inclusive): 206, Content-Range `bytes start-end/total`, exact length.
-fn range(agent: &ureq::Agent, url: &str, start: u64, end: u64, total: u64) -> Got {
-    let want = end - start + 1;
-    let mut resp = match agent
-        .get(url)
-        .header("Range", format!("bytes={start}-{end}"))
-        .call()
-    {
-        Ok(r) => r,
-        Err(e) => return Got::Fatal(format!("GET bytes={start}-{end} failed: {}", describe(&e))),
-    };
-    let status = resp.status().as_u16();
-    if status == 200 {
-        // Do not read the body: it is the whole object.
-        return Got::Fatal(format!(
+fn range(http: &Http, url: &str, start: u64, end: u64, total: u64) -> Got {
+    match http.get_range_vec(url, start, end, Some(total)) {
+        Ok(b) => Got::Ok(b),
+        Err(StoreError::IgnoresRange { .. }) => Got::Fatal(format!(
             "server ignored the Range header: HTTP 200 to bytes={start}-{end} (nodes would download all {total} bytes)"
-        ));
-    }
-    if status != 206 {
-        return Got::Fatal(format!("GET bytes={start}-{end} answered HTTP {status}"));
-    }
-    let expected_cr = format!("bytes {start}-{end}/{total}");
-    let cr = resp
-        .headers()
-        .get("content-range")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    if cr != expected_cr {
-        return Got::Bad(format!("Content-Range is {cr:?}, expected {expected_cr:?}"));
-    }
-    match resp.body_mut().with_config().limit(want + 1).read_to_vec() {
-        Ok(b) if b.len() as u64 == want => Got::Ok(b),
-        Ok(b) => Got::Bad(format!(
-            "bytes={start}-{end}: body is {} bytes, expected {want}",
-            b.len()
         )),
-        Err(e) => Got::Bad(format!(
-            "bytes={start}-{end}: reading the body failed: {}",
-            describe(&e)
-        )),
+        Err(StoreError::Status { status, .. }) => {
+            Got::Fatal(format!("GET bytes={start}-{end} answered HTTP {status}"))
+        }
+        Err(StoreError::ContentRange {
+            expected, found, ..
+        }) => Got::Bad(format!("Content-Range is {found:?}, expected {expected:?}")),
+        Err(e @ StoreError::BodyLength { .. }) => Got::Bad(e.to_string()),
+        Err(e) => Got::Fatal(format!("GET bytes={start}-{end} failed: {e}")),
     }
 }
 
 pub(crate) fn check_remote(
+    http: &Http,
     knot: &Knot<'_>,
     knot_bytes: &[u8],
     dir: &Path,
@@ -226,14 +162,13 @@ pub(crate) fn check_remote(
     opts: &VerifyOptions,
 ) -> RemoteOutcome {
     let started = Instant::now();
-    let agent = agent(opts.timeout);
     let mut acc = Acc::default();
     let mut requests = 0u64;
 
     // The knot: length and header.
     let url = object_url(base, gkq_format::KNOT_NAME);
     requests += 1;
-    match head_typed(&agent, &url, knot_bytes.len() as u64) {
+    match head_typed(http, &url, knot_bytes.len() as u64) {
         Err(HeadError::Transport(m)) => {
             return RemoteOutcome {
                 unreachable: Some((url, m)),
@@ -246,7 +181,7 @@ pub(crate) fn check_remote(
         Ok(()) => {
             let end = knot.header().header_end();
             requests += 1;
-            match range(&agent, &url, 0, end - 1, knot_bytes.len() as u64) {
+            match range(http, &url, 0, end - 1, knot_bytes.len() as u64) {
                 Got::Ok(b) => {
                     acc.bytes += b.len() as u64;
                     if b != knot_bytes[..end as usize] {
@@ -270,7 +205,7 @@ pub(crate) fn check_remote(
             objects += 1;
             let url = object_url(base, &d.object);
             requests += 1;
-            if let Err(m) = head(&agent, &url, d.byte_len) {
+            if let Err(m) = head(http, &url, d.byte_len) {
                 acc.fail(url, m);
                 continue;
             }
@@ -278,7 +213,7 @@ pub(crate) fn check_remote(
             let rows = sample_rows(d.rows, opts.sample_rows, opts.seed);
             let fetch = |r: u64| -> Result<u64, String> {
                 let (s, e) = (r * d.row_bytes, (r + 1) * d.row_bytes - 1);
-                match range(&agent, &url, s, e, d.byte_len) {
+                match range(http, &url, s, e, d.byte_len) {
                     Got::Fatal(m) => Err(m),
                     Got::Bad(m) => Err(format!("row {r}: {m}")),
                     Got::Ok(body) => {
@@ -339,7 +274,7 @@ pub(crate) fn check_remote(
             continue;
         };
         requests += 1;
-        if let Err(m) = head(&agent, &url, len) {
+        if let Err(m) = head(http, &url, len) {
             acc.fail(url, m);
             continue;
         }
@@ -347,7 +282,7 @@ pub(crate) fn check_remote(
             continue;
         }
         requests += 1;
-        match range(&agent, &url, 0, len - 1, len) {
+        match range(http, &url, 0, len - 1, len) {
             Got::Ok(body) => {
                 acc.bytes += body.len() as u64;
                 let got = gkq_format::hex(&Sha256::digest(&body));
