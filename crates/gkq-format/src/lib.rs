@@ -42,7 +42,7 @@ pub use parse::{
     parse_prefix,
 };
 pub use spectral::{SpectralParts, reconstruct_spectral};
-pub use write::KnotWriter;
+pub use write::{KnotWriter, encode_prefix};
 
 /// Lowercase hex of a digest, as stored in `source.sha256`.
 pub fn hex(bytes: &[u8]) -> String {

@@ -420,3 +420,39 @@ impl<W: Write + Seek> KnotWriter<W> {
         Ok((self.out, checked))
     }
 }
+
+/// The first `72 + header_len` bytes of the knot `header` describes (its
+/// payloads laid out canonically from their lengths, digests as given),
+/// and its `file_len`: a knot described without writing its payloads, for
+/// tools and tests that serve or inspect headers.
+pub fn encode_prefix(mut header: Header) -> Result<(Vec<u8>, u64)> {
+    let header_len = encode_header(&header)?.len() as u64;
+    let data_offset = PREAMBLE_LEN
+        .checked_add(header_len)
+        .and_then(align_up)
+        .ok_or_else(|| Error::Writer("header too large".into()))?;
+    let mut cursor = data_offset;
+    for b in &mut header.blocks {
+        if let Some(p) = b.encoding.payload_mut() {
+            p.offset = align_up(cursor)
+                .ok_or_else(|| Error::Writer(format!("offset of {} overflows", b.name)))?;
+            cursor = p
+                .offset
+                .checked_add(p.len)
+                .ok_or_else(|| Error::Writer(format!("length of {} overflows", b.name)))?;
+        }
+    }
+    let mut preamble = Preamble {
+        header_len,
+        data_offset,
+        file_len: cursor,
+        header_sha256: [0; 32],
+    };
+    validate(&preamble, &header)?;
+    let head = encode_header(&header)?;
+    let pre = encode_preamble(&preamble);
+    preamble.header_sha256 = header_digest(&pre, &head);
+    let mut out = encode_preamble(&preamble);
+    out.extend_from_slice(&head);
+    Ok((out, cursor))
+}

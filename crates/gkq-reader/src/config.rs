@@ -64,6 +64,9 @@ pub struct EmbedArgs {
     /// Fail instead of falling back to downloading the whole dense embedding when the row file cannot be used.
     #[arg(long = "require-columnar")]
     pub require_columnar: bool,
+    /// A PEM file of CA certificates to trust besides the system store (repeatable; for a private CA, a mirror, a test server). SSL_CERT_FILE replaces the system store.
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    pub ca_certs: Vec<std::path::PathBuf>,
     /// In-memory row cache size, in rows.
     #[arg(long = "embed-cache-rows", value_name = "N", default_value_t = DEFAULT_CACHE_ROWS)]
     pub embed_cache_rows: usize,
@@ -78,6 +81,7 @@ impl From<EmbedArgs> for ReaderConfig {
             ..ReaderConfig::default()
         };
         c.fetch.cache_rows = a.embed_cache_rows;
+        c.http.ca_certs = a.ca_certs;
         c
     }
 }

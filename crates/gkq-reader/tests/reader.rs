@@ -744,3 +744,40 @@ fn spectral_token_embedding_rows_are_reconstructed() {
     let col0: Vec<f32> = (0..6).map(|i| want[i * 3]).collect();
     assert_eq!(logits, col0);
 }
+
+/// A remote knot that declares a 4 TiB payload gives an error, not an
+/// allocation abort: nothing is allocated from a declared length.
+#[test]
+fn four_tib_payload_is_an_error_not_an_abort() {
+    use gkq_format::{Header, Metadata, Value};
+    let mut md = Metadata::new();
+    md.insert(keys::ROLE_TOKEN_EMBD.into(), Value::Str("emb".into()));
+    let emb = gkq_format::Block::dense("emb", DType::F32, vec![1 << 38, 4]).expect("shape");
+    let (prefix, file_len) = gkq_format::encode_prefix(Header {
+        metadata: md,
+        blocks: vec![emb],
+    })
+    .expect("a valid header");
+    assert!(file_len > 4 << 40);
+    let server = FaultServer::start(prefix, Fault::ClaimLength(file_len)).expect("server");
+    let url = server.url("model.knot");
+    let r = Reader::open(&url, config(None), Roles::INPUT).expect("the header is valid");
+    let e = r
+        .embedding()
+        .expect("input")
+        .rows(&[0])
+        .expect_err("too large to hold");
+    let msg = e.to_string();
+    assert!(msg.contains("over the") && msg.contains("limit"), "{msg}");
+    // the CLI exits 1 with the message (it used to abort with SIGABRT, 134)
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+        .args([&url, "--tokens", "0"])
+        .output()
+        .expect("run gkq-rows");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

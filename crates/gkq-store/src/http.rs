@@ -575,3 +575,33 @@ impl Http {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refused from the arguments alone: no request is sent.
+    #[test]
+    fn reversed_and_oversized_ranges_are_refused_before_any_request() {
+        let h = Http::new(HttpConfig {
+            max_read_bytes: 1 << 20,
+            ..HttpConfig::default()
+        })
+        .expect("client");
+        let url = "http://127.0.0.1:9/x";
+        assert!(matches!(
+            h.get_range_vec(url, 10, 9, None),
+            Err(StoreError::EmptyRange { .. })
+        ));
+        assert!(matches!(
+            h.get_range(url, 10, 9, None, &mut |_, _| {}),
+            Err(StoreError::EmptyRange { .. })
+        ));
+        let e = h.get_range_vec(url, 0, 4 << 40, None);
+        assert!(
+            matches!(e, Err(StoreError::TooLarge { cap: 1048576, .. })),
+            "{e:?}"
+        );
+        assert_eq!(h.stats().requests, 0);
+    }
+}

@@ -25,6 +25,9 @@ struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// A PEM file of CA certificates to trust besides the system store (repeatable).
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    ca_certs: Vec<std::path::PathBuf>,
 }
 
 fn meta_json(v: &MetaValue) -> Value {
@@ -177,7 +180,10 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
 }
 
 fn run(a: &Args) -> anyhow::Result<()> {
-    let http = Http::new(HttpConfig::default())?;
+    let http = Http::new(HttpConfig {
+        ca_certs: a.ca_certs.clone(),
+        ..HttpConfig::default()
+    })?;
     let knot =
         KnotHandle::open(&a.knot, &http).with_context(|| format!("cannot inspect {}", a.knot))?;
     let mut out = std::io::stdout().lock();
