@@ -17,8 +17,10 @@ pub(crate) enum Which {
     Pack,
     /// Verify the packed qwen2.5-0.5b preset with --source against `sha256sum`.
     Verify,
-    /// Replay token sessions through gkq-rows against nginx (and a 20 ms proxy).
+    /// Replay token sessions through gkq-rows against nginx (and a 20 ms proxy), then `wire`.
     Reader,
+    /// Cold sessions over TLS (HTTP/2 and HTTP/1.1) behind a 20 ms RTT proxy that counts wire bytes.
+    Wire,
 }
 
 pub(crate) fn bench_dir() -> PathBuf {
@@ -229,6 +231,11 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
     match which {
         Which::Pack => bench_pack(reps),
         Which::Verify => bench_verify(reps),
-        Which::Reader => crate::bench_reader::run(),
+        Which::Reader => {
+            crate::bench_reader::run()?;
+            println!();
+            crate::bench_wire::run()
+        }
+        Which::Wire => crate::bench_wire::run(),
     }
 }

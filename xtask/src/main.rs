@@ -8,6 +8,7 @@
 
 mod bench;
 mod bench_reader;
+mod bench_wire;
 mod fuzz;
 mod upload;
 

@@ -236,3 +236,35 @@ fn gkq_rows_with_ca_cert_flag_and_ssl_cert_file() {
         .expect("run gkq-inspect");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// Counted at a TCP proxy (what a node pays, TLS and framing included):
+/// over h2 the whole session is one connection, and every round trip pays
+/// the proxy's delay.
+#[test]
+fn wire_bytes_and_connections_at_a_delaying_proxy() {
+    use fixtures::servers::WireProxy;
+    use std::time::{Duration, Instant};
+    let s = site(true, false);
+    let proxy = WireProxy::start(s.nginx.port(), Duration::from_millis(10)).expect("proxy");
+    let base = format!("https://127.0.0.1:{}/m", proxy.port());
+    let t = Instant::now();
+    let r = Reader::open(
+        &format!("{base}/model.knot"),
+        config(Some(&s.ca.ca), Some(format!("{base}/token_embd.bf16.rows"))),
+        Roles::INPUT,
+    )
+    .expect("open through the proxy");
+    let rows = r.embedding().expect("input").rows(&IDS).expect("rows");
+    let elapsed = t.elapsed();
+    assert_eq!(rows.to_f32().expect("f32"), dense(&s.out, &IDS));
+    let wire = proxy.stats();
+    let net = r.net_stats();
+    assert_eq!(wire.connections, 1, "{wire:?}");
+    assert_eq!(net.connections, 1);
+    assert!(
+        wire.total() > net.payload_bytes,
+        "the wire carries more than the payload: {wire:?} vs {net:?}"
+    );
+    // TCP + TLS + HEAD + header range + row-file HEAD + rows: at least 4 round trips of 20 ms
+    assert!(elapsed >= Duration::from_millis(80), "{elapsed:?}");
+}
