@@ -74,8 +74,9 @@ impl KnotHandle {
     }
 
     fn open_remote(url: &str, http: &Http) -> Result<KnotHandle> {
-        let total = http.content_length(url)?;
-        let first = http.get_range_vec(url, 0, FIRST_FETCH.min(total).max(1) - 1, Some(total))?;
+        // One ranged GET gives the first bytes and, in its Content-Range,
+        // the knot's length: no HEAD round trip before it.
+        let (first, total) = http.get_prefix(url, FIRST_FETCH)?;
         let header = match parse_prefix(&first).map_err(|e| knot_err(url, e))? {
             Prefix::Complete(h) => *h,
             Prefix::NeedBytes { total: need } => {

@@ -123,6 +123,47 @@ pub struct Http {
     counters: Arc<Counters>,
 }
 
+/// What the Content-Range of a 206 must say.
+#[derive(Clone, Copy)]
+enum Expect {
+    /// Exactly the range asked for, of an object of this length when known.
+    Exact(Option<u64>),
+    /// `bytes 0-E/T` with `E = min(end, T - 1)`: a prefix of any object.
+    Prefix,
+}
+
+/// `(start, end, total)` of `bytes a-b/t`.
+fn parse_content_range(cr: &str) -> Option<(u64, u64, u64)> {
+    let (range, total) = cr.strip_prefix("bytes ")?.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?, total.parse().ok()?))
+}
+
+impl Expect {
+    /// The end of the range the body covers and the object's length, or
+    /// the header that was expected.
+    fn check(self, cr: &str, start: u64, end: u64) -> std::result::Result<(u64, u64), String> {
+        let parsed = parse_content_range(cr);
+        match self {
+            Expect::Exact(total) => match parsed {
+                Some((a, b, t)) if a == start && b == end && total.is_none_or(|x| x == t) => {
+                    Ok((end, t))
+                }
+                _ => Err(format!(
+                    "bytes {start}-{end}/{}",
+                    total.map_or("*".to_string(), |t| t.to_string())
+                )),
+            },
+            Expect::Prefix => match parsed {
+                Some((0, b, t)) if t > 0 && b == end.min(t - 1) => Ok((b, t)),
+                _ => Err(format!(
+                    "bytes 0-{end}/T, or bytes 0-(T-1)/T for a shorter object"
+                )),
+            },
+        }
+    }
+}
+
 enum Attempt<T> {
     Done(T),
     Retry(Failure),
@@ -440,7 +481,45 @@ impl Http {
                 end,
             });
         }
-        let want = end - start + 1;
+        self.ranged(url, start, end, Expect::Exact(total), sink)
+            .map(drop)
+    }
+
+    /// The first `max` bytes of an object (all of it when it is shorter)
+    /// and its total length, read from the `Content-Range` of one ranged
+    /// GET: one round trip where a HEAD and a GET would take two. The
+    /// answer must be a `206` for `bytes 0-E/T` with `E = min(max, T) - 1`
+    /// and a body of exactly `E + 1` bytes.
+    pub fn get_prefix(&self, url: &str, max: u64) -> Result<(Vec<u8>, u64)> {
+        if max == 0 || max > self.config.max_read_bytes {
+            return Err(StoreError::TooLarge {
+                url: url.into(),
+                start: 0,
+                end: max.saturating_sub(1),
+                len: max,
+                cap: self.config.max_read_bytes,
+            });
+        }
+        let mut out = Vec::new();
+        let total = self.ranged(url, 0, max - 1, Expect::Prefix, &mut |off, b| {
+            if off == 0 {
+                out.clear();
+            }
+            out.extend_from_slice(b);
+        })?;
+        Ok((out, total))
+    }
+
+    /// One ranged GET with retries; returns the object's total length as
+    /// the Content-Range states it.
+    fn ranged(
+        &self,
+        url: &str,
+        start: u64,
+        end: u64,
+        expect: Expect,
+        sink: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<u64> {
         self.with_retries(url, || {
             let range = self
                 .client
@@ -475,21 +554,17 @@ impl Http {
                 });
             }
             let cr = header_str(&resp, "content-range").unwrap_or_default();
-            let ok = match total {
-                Some(t) => cr == format!("bytes {start}-{end}/{t}"),
-                None => cr.starts_with(&format!("bytes {start}-{end}/")),
+            let (end, object_len) = match expect.check(&cr, start, end) {
+                Ok(v) => v,
+                Err(expected) => {
+                    return Attempt::Fail(StoreError::ContentRange {
+                        url: url.into(),
+                        expected,
+                        found: cr,
+                    });
+                }
             };
-            if !ok {
-                let expected = format!(
-                    "bytes {start}-{end}/{}",
-                    total.map_or("*".to_string(), |t| t.to_string())
-                );
-                return Attempt::Fail(StoreError::ContentRange {
-                    url: url.into(),
-                    expected,
-                    found: cr,
-                });
-            }
+            let want = end - start + 1;
             let mut buf = vec![0u8; want.min(1 << 20) as usize];
             let mut got = 0u64;
             loop {
@@ -534,7 +609,7 @@ impl Http {
                     .to_string(),
                 ));
             }
-            Attempt::Done(())
+            Attempt::Done(object_len)
         })
     }
 
@@ -603,5 +678,31 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(h.stats().requests, 0);
+    }
+
+    #[test]
+    fn content_range_rules() {
+        let exact = Expect::Exact(Some(100));
+        assert_eq!(exact.check("bytes 10-19/100", 10, 19), Ok((19, 100)));
+        assert!(exact.check("bytes 10-19/101", 10, 19).is_err());
+        assert!(exact.check("bytes 11-20/100", 10, 19).is_err());
+        assert_eq!(
+            Expect::Exact(None).check("bytes 10-19/7", 10, 19),
+            Ok((19, 7))
+        );
+        // a prefix of a longer object, and of a shorter one
+        let p = Expect::Prefix;
+        assert_eq!(
+            p.check("bytes 0-65535/1000000", 0, 65535),
+            Ok((65535, 1000000))
+        );
+        assert_eq!(p.check("bytes 0-4119/4120", 0, 65535), Ok((4119, 4120)));
+        assert!(
+            p.check("bytes 0-4118/4120", 0, 65535).is_err(),
+            "short of the end"
+        );
+        assert!(p.check("bytes 1-4119/4120", 0, 65535).is_err());
+        assert!(p.check("bytes 0-65535/*", 0, 65535).is_err());
+        assert!(p.check("", 0, 65535).is_err());
     }
 }
