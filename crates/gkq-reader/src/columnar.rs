@@ -31,8 +31,11 @@ pub struct FetchConfig {
     pub max_gap_rows: u64,
     /// Rows per request at most.
     pub max_run_rows: u64,
-    /// Requests in flight at once.
+    /// Requests in flight at once over HTTP/1.1 (each needs its own connection).
     pub concurrency: usize,
+    /// Requests in flight at once when the origin speaks HTTP/2 (streams on
+    /// one connection; nginx allows 128 concurrent streams by default).
+    pub concurrency_multiplexed: usize,
 }
 
 impl Default for FetchConfig {
@@ -42,6 +45,7 @@ impl Default for FetchConfig {
             max_gap_rows: 1,
             max_run_rows: 1024,
             concurrency: 64,
+            concurrency_multiplexed: 128,
         }
     }
 }
@@ -285,7 +289,12 @@ impl ColumnarEmbedBackend {
         let next = AtomicUsize::new(0);
         let results: Mutex<Vec<(RowRun, Vec<u8>)>> = Mutex::new(Vec::new());
         let first_error: Mutex<Option<ReaderError>> = Mutex::new(None);
-        let workers = self.config.concurrency.max(1).min(runs.len());
+        let limit = if self.http.multiplexed() {
+            self.config.concurrency_multiplexed
+        } else {
+            self.config.concurrency
+        };
+        let workers = limit.max(1).min(runs.len());
         std::thread::scope(|s| {
             for _ in 0..workers {
                 s.spawn(|| {

@@ -27,6 +27,8 @@ struct Counters {
     http_bytes: AtomicU64,
     retries: AtomicU64,
     connections: AtomicU64,
+    /// Set once a response came over HTTP/2.
+    h2: std::sync::atomic::AtomicBool,
 }
 
 /// A snapshot of the network counters of a client.
@@ -353,6 +355,12 @@ impl Http {
         self.counters.snapshot()
     }
 
+    /// Whether a response has come over HTTP/2 (requests are multiplexed
+    /// on one connection, so many can be in flight at little cost).
+    pub fn multiplexed(&self) -> bool {
+        self.counters.h2.load(Ordering::Relaxed)
+    }
+
     /// The settings.
     pub fn config(&self) -> &HttpConfig {
         &self.config
@@ -403,6 +411,9 @@ impl Http {
         r: reqwest::Result<reqwest::blocking::Response>,
     ) -> std::result::Result<reqwest::blocking::Response, Failure> {
         let resp = r.map_err(|e| Failure::of(&e))?;
+        if resp.version() == reqwest::Version::HTTP_2 {
+            self.counters.h2.store(true, Ordering::Relaxed);
+        }
         self.counters
             .http_bytes
             .fetch_add(header_bytes(&resp), Ordering::Relaxed);
