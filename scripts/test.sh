@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 
 bash scripts/install-test-deps.sh
 cargo test --workspace --locked
+# private s3:// reads: the reader's optional `s3` feature (the AWS SDK)
+cargo test --locked -p gkq-reader --features s3 --test s3
 cargo xtask fuzz --seconds "${GKQ_FUZZ_SECONDS:-20}"

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::error::{ReaderError, Result};
 use crate::ranges::{RowRun, coalesce};
-use gkq_store::Http;
+use gkq_store::Store as Http;
 
 /// Fetch settings of a backend.
 #[derive(Clone, Debug)]

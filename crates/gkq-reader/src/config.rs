@@ -52,6 +52,9 @@ pub struct ReaderConfig {
     pub fetch: FetchConfig,
     /// HTTP timeouts and retries.
     pub http: HttpConfig,
+    /// S3 endpoint for `s3://` URLs (feature `s3`); default
+    /// `https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com`.
+    pub s3_endpoint: Option<String>,
 }
 
 /// The runtime flags of the columnar embedding (`#[command(flatten)]` them).
@@ -67,6 +70,9 @@ pub struct EmbedArgs {
     /// A PEM file of CA certificates to trust besides the system store (repeatable; for a private CA, a mirror, a test server). SSL_CERT_FILE replaces the system store.
     #[arg(long = "ca-cert", value_name = "FILE")]
     pub ca_certs: Vec<std::path::PathBuf>,
+    /// S3 endpoint for s3://bucket/key URLs (needs the `s3` feature) [default: https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com]; credentials from R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY.
+    #[arg(long = "endpoint", value_name = "URL")]
+    pub s3_endpoint: Option<String>,
     /// In-memory row cache size, in rows.
     #[arg(long = "embed-cache-rows", value_name = "N", default_value_t = DEFAULT_CACHE_ROWS)]
     pub embed_cache_rows: usize,
@@ -78,6 +84,7 @@ impl From<EmbedArgs> for ReaderConfig {
         let mut c = ReaderConfig {
             columnar_embed: a.columnar_embed,
             require_columnar: a.require_columnar,
+            s3_endpoint: a.s3_endpoint,
             ..ReaderConfig::default()
         };
         c.fetch.cache_rows = a.embed_cache_rows;

@@ -10,7 +10,7 @@ use gkq_format::{Block, Encoding, KnotHeader, Prefix, parse_prefix};
 use sha2::{Digest, Sha256};
 
 use crate::error::{ReaderError, Result};
-use gkq_store::Http;
+use gkq_store::Store as Http;
 
 /// First range fetched from a remote knot: most headers fit.
 pub(crate) const FIRST_FETCH: u64 = 64 * 1024;
@@ -42,9 +42,9 @@ fn knot_err(location: &str, e: gkq_format::Error) -> ReaderError {
     }
 }
 
-/// Whether `location` is an http(s) URL.
+/// Whether `location` is a URL (`http://`, `https://`, `s3://`) rather than a path.
 pub fn is_url(location: &str) -> bool {
-    location.starts_with("http://") || location.starts_with("https://")
+    gkq_store::is_remote(location)
 }
 
 impl KnotHandle {

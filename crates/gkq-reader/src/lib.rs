@@ -70,7 +70,7 @@ pub use columnar::{CacheStats, ColumnarEmbedBackend, FetchConfig};
 pub use config::EmbedArgs;
 pub use config::{DEFAULT_CACHE_ROWS, ReaderConfig, Roles, with_timeout};
 pub use error::{ReaderError, Result};
-pub use gkq_store::{Http, HttpConfig, NetStats};
+pub use gkq_store::{Http, HttpConfig, NetStats, Store};
 pub use knot::{KnotHandle, is_url};
 pub use lmhead::{LmHead, Matrix, logits_with, weights_from_block};
 pub use resolve::{ReadPath, Resolution, resolve};
@@ -90,7 +90,7 @@ struct EmbedState {
 /// Input embedding lookups for a node that serves the input role.
 pub struct Embedding {
     knot: Arc<KnotHandle>,
-    http: Arc<Http>,
+    http: Arc<Store>,
     index: usize,
     block: Block,
     state: Mutex<EmbedState>,
@@ -237,7 +237,7 @@ impl Embedding {
 /// An opened model: the knot, and the roles this node serves.
 pub struct Reader {
     knot: Arc<KnotHandle>,
-    http: Arc<Http>,
+    http: Arc<Store>,
     config: ReaderConfig,
     embedding: Option<Embedding>,
     lm_head: Option<LmHead>,
@@ -259,11 +259,37 @@ fn role_block(header: &KnotHeader, key: &str, location: &str) -> Result<String> 
         .ok_or_else(|| ReaderError::Missing(format!("{location}: the knot has no {key} metadata")))
 }
 
+/// The store for a knot at `location` and `config`: HTTP(S) always, S3 when
+/// the knot or the row files are `s3://` URLs (feature `s3`; endpoint and
+/// credentials as the uploader takes them: `--endpoint` or `R2_ACCOUNT_ID`,
+/// `R2_ACCESS_KEY_ID`/`R2_SECRET_ACCESS_KEY`).
+fn store_for(location: &str, config: &ReaderConfig) -> Result<Store> {
+    let store = Store::new(config.http.clone())?;
+    let wants_s3 = location.starts_with("s3://")
+        || config
+            .columnar_embed
+            .as_deref()
+            .is_some_and(|u| u.starts_with("s3://"));
+    if !wants_s3 {
+        return Ok(store);
+    }
+    #[cfg(feature = "s3")]
+    {
+        let reader = gkq_store::s3::S3Reader::from_env(config.s3_endpoint.as_deref())?;
+        Ok(store.with_s3(reader))
+    }
+    #[cfg(not(feature = "s3"))]
+    {
+        // reads of s3:// URLs then fail with the message that says how to build
+        Ok(store)
+    }
+}
+
 impl Reader {
     /// Opens a knot (path or URL) for the given roles. With the input role
     /// the embedding is resolved here (one HEAD of the columnar URL).
     pub fn open(location: &str, config: ReaderConfig, roles: Roles) -> Result<Reader> {
-        let http = Arc::new(Http::new(config.http.clone())?);
+        let http = Arc::new(store_for(location, &config)?);
         let knot = Arc::new(KnotHandle::open(location, &http)?);
         let resident: Arc<OnceLock<Arc<Matrix>>> = Arc::new(OnceLock::new());
         let embed_name = role_block(knot.header(), keys::ROLE_TOKEN_EMBD, location)?;

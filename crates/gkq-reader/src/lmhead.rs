@@ -12,7 +12,7 @@ use gkq_format::DType;
 
 use crate::error::{ReaderError, Result};
 use crate::knot::KnotHandle;
-use gkq_store::Http;
+use gkq_store::Store as Http;
 
 /// A resident `[vocab, hidden]` matrix.
 #[derive(Debug)]

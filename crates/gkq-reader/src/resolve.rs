@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::knot::KnotHandle;
-use gkq_store::Http;
+use gkq_store::Store as Http;
 
 /// The chosen read path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

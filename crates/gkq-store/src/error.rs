@@ -113,6 +113,17 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// No credentials found.
+    #[error("no credentials: set R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with a credentials file){}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    Credentials {
+        /// What the credential chain said, if anything.
+        detail: Option<String>,
+    },
+    /// No endpoint given.
+    #[error(
+        "no endpoint: set R2_ACCOUNT_ID (endpoint https://<account>.r2.cloudflarestorage.com) or pass --endpoint URL"
+    )]
+    NoEndpoint,
     /// The client could not be built (TLS configuration).
     #[error("HTTP client: {0}")]
     Client(String),

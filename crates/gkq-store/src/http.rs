@@ -135,7 +135,7 @@ enum Expect {
 }
 
 /// `(start, end, total)` of `bytes a-b/t`.
-fn parse_content_range(cr: &str) -> Option<(u64, u64, u64)> {
+pub(crate) fn parse_content_range(cr: &str) -> Option<(u64, u64, u64)> {
     let (range, total) = cr.strip_prefix("bytes ")?.split_once('/')?;
     let (a, b) = range.split_once('-')?;
     Some((a.parse().ok()?, b.parse().ok()?, total.parse().ok()?))
@@ -353,6 +353,20 @@ impl Http {
     /// Counters so far.
     pub fn stats(&self) -> NetStats {
         self.counters.snapshot()
+    }
+
+    /// Counts reads made by another transport (S3) in the same counters.
+    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    pub(crate) fn count_external(&self, requests: u64, payload: u64) {
+        self.counters
+            .requests
+            .fetch_add(requests, Ordering::Relaxed);
+        self.counters
+            .payload_bytes
+            .fetch_add(payload, Ordering::Relaxed);
+        self.counters
+            .http_bytes
+            .fetch_add(payload, Ordering::Relaxed);
     }
 
     /// Whether a response has come over HTTP/2 (requests are multiplexed

@@ -10,6 +10,10 @@
 
 mod error;
 pub mod http;
+#[cfg(feature = "s3")]
+pub mod s3;
+mod store;
 
 pub use error::{Result, StoreError};
 pub use http::{Head, Http, HttpConfig, NetStats};
+pub use store::{Store, is_remote};

@@ -24,17 +24,9 @@ pub enum UploadError {
         /// Each failure, as gkq-verify reports it.
         failures: Vec<String>,
     },
-    /// No credentials found.
-    #[error("no credentials: set R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with a credentials file){}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
-    Credentials {
-        /// What the credential chain said, if anything.
-        detail: Option<String>,
-    },
-    /// No endpoint given.
-    #[error(
-        "no endpoint: set R2_ACCOUNT_ID (endpoint https://<account>.r2.cloudflarestorage.com) or pass --endpoint URL"
-    )]
-    NoEndpoint,
+    /// The S3 client side (credentials, endpoint) and reads.
+    #[error(transparent)]
+    Store(#[from] gkq_store::StoreError),
     /// Bad option values.
     #[error("{0}")]
     Options(String),

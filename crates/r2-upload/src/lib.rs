@@ -6,8 +6,9 @@
 //!    that fails them; it lists the objects with their sha256, taken from the
 //!    knot's descriptors for row files (not recomputed) and computed for the
 //!    knot while verification runs.
-//! 2. [`client`] builds an S3 client the way R2 needs it (see its docs: region
-//!    `auto`, checksums `WhenRequired`).
+//! 2. [`client`] (from `gkq-store`, which owns every S3 and HTTP client)
+//!    builds an S3 client the way R2 needs it (see its docs: region `auto`,
+//!    checksums `WhenRequired`).
 //! 3. [`Uploader::publish`] sends row files first and the knot last; skips
 //!    objects already present with the same length and `x-amz-meta-sha256`
 //!    (so a re-run after a crash sends only what is missing); uses multipart
@@ -18,13 +19,13 @@
 //! `Cache-Control: public, max-age=31536000, immutable`: a published prefix
 //! is never rewritten (publish a new version under a new prefix).
 
-mod client;
 mod error;
 mod local;
 mod upload;
 
-pub use client::{Endpoint, client, credentials, endpoint, env_credentials};
 pub use error::{Result, UploadError};
+pub use gkq_store::StoreError;
+pub use gkq_store::s3::{Endpoint, client, credentials, endpoint, env_credentials};
 pub use local::{Kind, LocalObject, key, prepare};
 
 /// Runs the `gkq-verify --url` checks against the public URL of the

@@ -264,7 +264,7 @@ async fn credentials_endpoint_and_bucket_errors() {
     }
     assert!(matches!(
         r2_upload::endpoint(None, None, &env(&[])),
-        Err(UploadError::NoEndpoint)
+        Err(r2_upload::StoreError::NoEndpoint)
     ));
     let ep: Endpoint =
         r2_upload::endpoint(None, None, &env(&[("R2_ACCOUNT_ID", "abc123")])).expect("endpoint");

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use gkq_format::{Block, Encoding, KnotHeader, Quant, Value as MetaValue, hex};
-use gkq_reader::{Http, HttpConfig, KnotHandle, is_url};
+use gkq_reader::{HttpConfig, KnotHandle, Store, is_url};
 use serde_json::{Value, json};
 
 /// Show the metadata, the block table and the knot id of a GKQ v2 knot.
@@ -180,7 +180,7 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
 }
 
 fn run(a: &Args) -> anyhow::Result<()> {
-    let http = Http::new(HttpConfig {
+    let http = Store::new(HttpConfig {
         ca_certs: a.ca_certs.clone(),
         ..HttpConfig::default()
     })?;
