@@ -13,6 +13,8 @@ pub mod http;
 #[cfg(feature = "s3")]
 pub mod s3;
 mod store;
+#[cfg(feature = "s3")]
+pub mod upload;
 
 pub use error::{Result, StoreError};
 pub use http::{Head, Http, HttpConfig, NetStats};

@@ -21,12 +21,12 @@
 
 mod error;
 mod local;
-mod upload;
 
 pub use error::{Result, UploadError};
 pub use gkq_store::StoreError;
 pub use gkq_store::s3::{Endpoint, client, credentials, endpoint, env_credentials};
-pub use local::{Kind, LocalObject, key, prepare};
+pub use gkq_store::upload::{Kind, LocalObject};
+pub use local::{key, prepare};
 
 /// Runs the `gkq-verify --url` checks against the public URL of the
 /// published prefix (`BASE_URL/model.knot`, `BASE_URL/<row file>`).
@@ -46,7 +46,7 @@ pub fn verify_public(out_dir: &std::path::Path, url: &str) -> Result<()> {
     })
 }
 
-pub use upload::{
+pub use gkq_store::upload::{
     CACHE_CONTROL, CONTENT_TYPE, DEFAULT_PART, MAX_PART, MAX_PARTS, MIN_PART, NoProgress,
     ObjectReport, Progress, UploadOptions, Uploader, part_size,
 };

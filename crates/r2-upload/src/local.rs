@@ -7,51 +7,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use gkq_format::{Knot, hex, keys};
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Result, UploadError};
-
-/// What an object is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// A columnar row file.
-    Rows,
-    /// A companion file (config, tokenizer) listed in `package.files`.
-    Companion,
-    /// The knot.
-    Knot,
-}
-
-/// One file to publish.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LocalObject {
-    /// Object key (prefix + file name).
-    pub key: String,
-    /// Local path.
-    pub path: PathBuf,
-    /// Length.
-    pub bytes: u64,
-    /// Hex SHA-256 of the file.
-    pub sha256: String,
-    /// Rows, companion or knot.
-    pub kind: Kind,
-}
-
-impl LocalObject {
-    /// The `Content-Type` it is served with.
-    pub fn content_type(&self) -> &'static str {
-        let name = self.path.to_string_lossy();
-        if name.ends_with(".json") {
-            "application/json"
-        } else if name.ends_with(".txt") {
-            "text/plain; charset=utf-8"
-        } else {
-            crate::upload::CONTENT_TYPE
-        }
-    }
-}
+use gkq_store::upload::{Kind, LocalObject};
 
 /// Every failure of a verification report, one line each.
 pub(crate) fn failures(report: &gkq_verify::VerifyReport) -> Vec<String> {

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
-use r2_upload::{Endpoint, Kind, LocalObject, Progress, UploadError, UploadOptions, Uploader};
+use r2_upload::{
+    Endpoint, Kind, LocalObject, Progress, StoreError, UploadError, UploadOptions, Uploader,
+};
 
 const BUCKET: &str = "models";
 
@@ -188,10 +190,7 @@ async fn resume_after_the_server_dies_mid_multipart() {
         .expect_err("the server died");
     // refused connections once it is gone, or a reset in the middle of a part
     assert!(
-        matches!(
-            err,
-            UploadError::Unreachable { .. } | UploadError::S3 { .. }
-        ),
+        matches!(err, StoreError::Unreachable { .. } | StoreError::S3 { .. }),
         "{err}"
     );
     let data = s3.lock().expect("lock").data().to_path_buf();
@@ -306,7 +305,7 @@ async fn credentials_endpoint_and_bucket_errors() {
         UploadOptions::default(),
     );
     let e = up.check_bucket().await.expect_err("missing bucket");
-    assert!(matches!(e, UploadError::NoBucket { .. }), "{e}");
+    assert!(matches!(e, StoreError::NoBucket { .. }), "{e}");
     // an unreachable endpoint
     let dead = format!(
         "http://127.0.0.1:{}",

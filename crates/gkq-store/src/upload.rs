@@ -18,8 +18,50 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::error::{Result, UploadError};
-use crate::local::{Kind, LocalObject};
+use crate::error::{Result, StoreError};
+
+use std::path::PathBuf;
+
+/// What an object is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A columnar row file.
+    Rows,
+    /// A companion file (config, tokenizer) listed in `package.files`.
+    Companion,
+    /// The knot.
+    Knot,
+}
+
+/// One file to publish.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LocalObject {
+    /// Object key (prefix + file name).
+    pub key: String,
+    /// Local path.
+    pub path: PathBuf,
+    /// Length.
+    pub bytes: u64,
+    /// Hex SHA-256 of the file.
+    pub sha256: String,
+    /// Rows, companion or knot.
+    pub kind: Kind,
+}
+
+impl LocalObject {
+    /// The `Content-Type` it is served with.
+    pub fn content_type(&self) -> &'static str {
+        let name = self.path.to_string_lossy();
+        if name.ends_with(".json") {
+            "application/json"
+        } else if name.ends_with(".txt") {
+            "text/plain; charset=utf-8"
+        } else {
+            CONTENT_TYPE
+        }
+    }
+}
 
 /// Smallest part R2 and S3 accept (all but the last).
 pub const MIN_PART: u64 = 5 << 20;
@@ -43,7 +85,7 @@ pub fn part_size(size: u64, requested: Option<u64>) -> Result<u64> {
     let need = size.div_ceil(MAX_PARTS).div_ceil(mib) * mib;
     let p = requested.unwrap_or(DEFAULT_PART).max(MIN_PART).max(need);
     if p > MAX_PART {
-        return Err(UploadError::Options(format!(
+        return Err(StoreError::Options(format!(
             "{size} bytes need parts of {p} bytes, over the 5 GiB limit"
         )));
     }
@@ -191,18 +233,18 @@ impl Uploader {
         }
     }
 
-    fn s3_err(&self, op: &'static str, key: &str, failure: Failure) -> UploadError {
+    fn s3_err(&self, op: &'static str, key: &str, failure: Failure) -> StoreError {
         match failure {
-            Failure::Denied => UploadError::AccessDenied {
+            Failure::Denied => StoreError::AccessDenied {
                 op,
                 endpoint: self.endpoint.clone(),
                 bucket: self.bucket.clone(),
             },
-            Failure::Unreachable(reason) => UploadError::Unreachable {
+            Failure::Unreachable(reason) => StoreError::Unreachable {
                 endpoint: self.endpoint.clone(),
                 reason,
             },
-            Failure::Other(message) => UploadError::S3 {
+            Failure::Other(message) => StoreError::S3 {
                 op,
                 bucket: self.bucket.clone(),
                 key: key.to_owned(),
@@ -218,7 +260,7 @@ impl Uploader {
         match self.client.head_bucket().bucket(&self.bucket).send().await {
             Ok(_) => Ok(()),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => {
-                Err(UploadError::NoBucket {
+                Err(StoreError::NoBucket {
                     bucket: self.bucket.clone(),
                     endpoint: self.endpoint.clone(),
                 })
@@ -249,7 +291,7 @@ impl Uploader {
     async fn confirm(&self, o: &LocalObject) -> Result<()> {
         match self.head(&o.key).await? {
             Some((len, sha)) if len == o.bytes && sha.as_deref() == Some(&o.sha256) => Ok(()),
-            Some((len, sha)) => Err(UploadError::Mismatch {
+            Some((len, sha)) => Err(StoreError::Mismatch {
                 bucket: self.bucket.clone(),
                 key: o.key.clone(),
                 expected: format!("{} bytes, sha256 {}", o.bytes, o.sha256),
@@ -258,7 +300,7 @@ impl Uploader {
                     sha.unwrap_or_else(|| "missing".into())
                 ),
             }),
-            None => Err(UploadError::Mismatch {
+            None => Err(StoreError::Mismatch {
                 bucket: self.bucket.clone(),
                 key: o.key.clone(),
                 expected: format!("{} bytes", o.bytes),
@@ -276,7 +318,7 @@ impl Uploader {
         if let Some(i) = objects.iter().position(|o| o.kind == Kind::Knot)
             && i + 1 != objects.len()
         {
-            return Err(UploadError::Options(
+            return Err(StoreError::Options(
                 "the knot must be the last object published".into(),
             ));
         }
@@ -322,7 +364,7 @@ impl Uploader {
     async fn single(&self, o: &LocalObject, progress: &dyn Progress) -> Result<u64> {
         let body = ByteStream::from_path(&o.path)
             .await
-            .map_err(|e| UploadError::Io {
+            .map_err(|e| StoreError::Io {
                 path: o.path.clone(),
                 error: std::io::Error::other(e),
             })?;
@@ -465,14 +507,14 @@ impl Uploader {
             // Surface failures early instead of queueing every part first.
             while let Some(done) = tasks.try_join_next() {
                 let (p, len) =
-                    done.map_err(|e| UploadError::Options(format!("part task failed: {e}")))??;
+                    done.map_err(|e| StoreError::Options(format!("part task failed: {e}")))??;
                 progress.advance(len);
                 parts.push(p);
             }
         }
         while let Some(done) = tasks.join_next().await {
             let (p, len) =
-                done.map_err(|e| UploadError::Options(format!("part task failed: {e}")))??;
+                done.map_err(|e| StoreError::Options(format!("part task failed: {e}")))??;
             progress.advance(len);
             parts.push(p);
         }
@@ -498,7 +540,7 @@ impl Uploader {
                 .length(Length::Exact(len))
                 .build()
                 .await
-                .map_err(|e| UploadError::Io {
+                .map_err(|e| StoreError::Io {
                     path: path.to_path_buf(),
                     error: std::io::Error::other(e),
                 })?;
