@@ -781,3 +781,59 @@ fn four_tib_payload_is_an_error_not_an_abort() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Concurrent callers waiting on one fetch see the same typed error: with a
+/// server that ignores Range, every caller of the backend gets an error that
+/// `ignores_range()`, and every caller of the embedding falls back to the
+/// dense block and gets the right rows.
+#[test]
+fn concurrent_callers_all_fall_back_when_range_is_ignored() {
+    let s = serve(
+        &fixtures::preset("llama-tiny-f32").expect("preset"),
+        &[DType::F32],
+        &NginxOptions {
+            ignore_ranges: true,
+            ..Default::default()
+        },
+    );
+    let knot = s.out.join("model.knot");
+    let ids: Vec<u64> = (0..40).map(|i| i * 7).collect();
+    // the backend alone: the same typed error for every caller
+    let r = Reader::open(
+        knot.to_str().expect("utf8"),
+        config(Some(s.url("token_embd.f32.rows"))),
+        Roles::INPUT,
+    )
+    .expect("open");
+    let backend = r
+        .embedding()
+        .expect("input")
+        .columnar()
+        .expect("columnar at open");
+    let errors: Vec<bool> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..12)
+            .map(|_| sc.spawn(|| backend.rows(&ids).map(drop).map_err(|e| e.ignores_range())))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("thread").expect_err("Range ignored"))
+            .collect()
+    });
+    assert!(errors.iter().all(|&ignored| ignored), "{errors:?}");
+    // through the embedding: every caller falls back and gets the dense rows
+    let r = Reader::open(
+        knot.to_str().expect("utf8"),
+        config(Some(s.url("token_embd.f32.rows"))),
+        Roles::INPUT,
+    )
+    .expect("open");
+    let e = r.embedding().expect("input");
+    let want = dense_row(&s.out, 7, DType::F32);
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..12).map(|_| sc.spawn(|| e.rows(&ids))).collect();
+        for h in hs {
+            let rows = h.join().expect("thread").expect("every caller falls back");
+            assert!(rows.bytes(1).expect("row 7") == want.as_slice());
+        }
+    });
+    assert_eq!(e.resolution().path, ReadPath::Dense);
+}

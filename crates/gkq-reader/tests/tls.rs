@@ -268,3 +268,34 @@ fn wire_bytes_and_connections_at_a_delaying_proxy() {
     // TCP + TLS + HEAD + header range + row-file HEAD + rows: at least 4 round trips of 20 ms
     assert!(elapsed >= Duration::from_millis(80), "{elapsed:?}");
 }
+
+/// `HTTPS_PROXY` sends the TLS connection through a CONNECT tunnel;
+/// `NO_PROXY` bypasses it.
+#[test]
+fn https_proxy_and_no_proxy_are_honoured() {
+    use fixtures::servers::ConnectProxy;
+    let s = site(true, false);
+    let proxy = ConnectProxy::start().expect("proxy");
+    let knot = format!("{}/m/model.knot", s.nginx.url());
+    let run = |no_proxy: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gkq-rows"));
+        c.args([&knot, "--tokens", "1,2", "--ca-cert"])
+            .arg(&s.ca.ca)
+            .env("HTTPS_PROXY", proxy.url())
+            .env_remove("https_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy");
+        match no_proxy {
+            Some(v) => c.env("NO_PROXY", v),
+            None => c.env_remove("NO_PROXY").env_remove("no_proxy"),
+        };
+        c.output().expect("run gkq-rows")
+    };
+    let o = run(None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(proxy.tunnels() >= 1, "the request went through the proxy");
+    let before = proxy.tunnels();
+    let o = run(Some("127.0.0.1"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(proxy.tunnels(), before, "NO_PROXY bypasses the proxy");
+}
