@@ -195,23 +195,14 @@ pub struct KnotWriter<W: Write + Seek> {
 impl<W: Write + Seek> KnotWriter<W> {
     /// Lays the knot out and reserves space for preamble and header.
     pub fn new(mut out: W, mut header: Header) -> Result<Self> {
-        let header_len = encode_header(&header)?.len() as u64;
-        let data_offset = PREAMBLE_LEN
-            .checked_add(header_len)
-            .and_then(align_up)
-            .ok_or_else(|| Error::Writer("header too large".into()))?;
-        let mut cursor = data_offset;
-        for b in &mut header.blocks {
-            if let Some(p) = b.encoding.payload_mut() {
-                p.offset = align_up(cursor)
-                    .ok_or_else(|| Error::Writer(format!("offset of {} overflows", b.name)))?;
-                p.sha256 = [0; 32];
-                cursor = p
-                    .offset
-                    .checked_add(p.len)
-                    .ok_or_else(|| Error::Writer(format!("length of {} overflows", b.name)))?;
-            }
+        for p in header
+            .blocks
+            .iter_mut()
+            .filter_map(|b| b.encoding.payload_mut())
+        {
+            p.sha256 = [0; 32];
         }
+        let (header_len, data_offset, _) = lay_out(&mut header)?;
         out.seek(SeekFrom::Start(0))?;
         write_zeros(&mut out, data_offset)?;
         let mut w = KnotWriter {
@@ -421,12 +412,10 @@ impl<W: Write + Seek> KnotWriter<W> {
     }
 }
 
-/// The first `72 + header_len` bytes of the knot `header` describes (its
-/// payloads laid out canonically from their lengths, digests as given),
-/// and its `file_len`: a knot described without writing its payloads, for
-/// tools and tests that serve or inspect headers.
-pub fn encode_prefix(mut header: Header) -> Result<(Vec<u8>, u64)> {
-    let header_len = encode_header(&header)?.len() as u64;
+/// Sets every payload's canonical offset (docs/FORMAT.md section 4) from
+/// the payload lengths. Returns `(header_len, data_offset, file_len)`.
+fn lay_out(header: &mut Header) -> Result<(u64, u64, u64)> {
+    let header_len = encode_header(header)?.len() as u64;
     let data_offset = PREAMBLE_LEN
         .checked_add(header_len)
         .and_then(align_up)
@@ -442,6 +431,15 @@ pub fn encode_prefix(mut header: Header) -> Result<(Vec<u8>, u64)> {
                 .ok_or_else(|| Error::Writer(format!("length of {} overflows", b.name)))?;
         }
     }
+    Ok((header_len, data_offset, cursor))
+}
+
+/// The first `72 + header_len` bytes of the knot `header` describes (its
+/// payloads laid out canonically from their lengths, digests as given),
+/// and its `file_len`: a knot described without writing its payloads, for
+/// tools and tests that serve or inspect headers.
+pub fn encode_prefix(mut header: Header) -> Result<(Vec<u8>, u64)> {
+    let (header_len, data_offset, cursor) = lay_out(&mut header)?;
     let mut preamble = Preamble {
         header_len,
         data_offset,

@@ -125,6 +125,28 @@ pub struct Http {
     counters: Arc<Counters>,
 }
 
+/// Refuses a reversed range, or one longer than `cap`, before anything is
+/// asked for or allocated.
+pub(crate) fn check_read(url: &str, start: u64, end: u64, cap: u64) -> Result<()> {
+    let Some(len) = end.checked_sub(start).map(|d| d.saturating_add(1)) else {
+        return Err(StoreError::EmptyRange {
+            url: url.into(),
+            start,
+            end,
+        });
+    };
+    if len > cap {
+        return Err(StoreError::TooLarge {
+            url: url.into(),
+            start,
+            end,
+            len,
+            cap,
+        });
+    }
+    Ok(())
+}
+
 /// What the Content-Range of a 206 must say.
 #[derive(Clone, Copy)]
 enum Expect {
@@ -648,23 +670,7 @@ impl Http {
         end: u64,
         total: Option<u64>,
     ) -> Result<Vec<u8>> {
-        let len = end.checked_sub(start).map(|d| d.saturating_add(1));
-        let Some(len) = len else {
-            return Err(StoreError::EmptyRange {
-                url: url.into(),
-                start,
-                end,
-            });
-        };
-        if len > self.config.max_read_bytes {
-            return Err(StoreError::TooLarge {
-                url: url.into(),
-                start,
-                end,
-                len,
-                cap: self.config.max_read_bytes,
-            });
-        }
+        check_read(url, start, end, self.config.max_read_bytes)?;
         let mut out = Vec::new();
         self.get_range(url, start, end, total, &mut |off, b| {
             if off == 0 {

@@ -134,23 +134,7 @@ impl Store {
         if is_s3(url) {
             #[cfg(feature = "s3")]
             {
-                let len = end.checked_sub(start).map(|d| d.saturating_add(1));
-                let Some(len) = len else {
-                    return Err(StoreError::EmptyRange {
-                        url: url.into(),
-                        start,
-                        end,
-                    });
-                };
-                if len > self.config().max_read_bytes {
-                    return Err(StoreError::TooLarge {
-                        url: url.into(),
-                        start,
-                        end,
-                        len,
-                        cap: self.config().max_read_bytes,
-                    });
-                }
+                crate::http::check_read(url, start, end, self.config().max_read_bytes)?;
                 let mut out = Vec::new();
                 let got_total =
                     self.s3(url)?
