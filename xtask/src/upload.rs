@@ -41,6 +41,9 @@ pub(crate) struct UploadArgs {
     /// Parts in flight at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
+    /// Replace published objects whose content differs (a published prefix is immutable otherwise).
+    #[arg(long)]
+    replace: bool,
     /// Check the package and print the plan; contact no server.
     #[arg(long)]
     dry_run: bool,
@@ -102,6 +105,7 @@ pub(crate) fn run(a: UploadArgs) -> anyhow::Result<()> {
             UploadOptions {
                 part_size: part,
                 concurrency: a.concurrency,
+                replace: a.replace,
                 ..UploadOptions::default()
             },
         );

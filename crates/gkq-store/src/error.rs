@@ -191,6 +191,14 @@ pub enum StoreError {
         /// Why.
         error: std::io::Error,
     },
+    /// Published objects would be replaced by different content.
+    #[error("refusing to replace {} published object(s) with different content at {endpoint} (a published prefix is immutable: caches keep serving the old bytes):\n  {}\npublish under a new prefix (e.g. .../v2), or pass --replace if you mean to replace them", conflicts.len(), conflicts.join("\n  "))]
+    WouldReplace {
+        /// The endpoint.
+        endpoint: String,
+        /// One line per object: key, published digest, local digest.
+        conflicts: Vec<String>,
+    },
     /// The client could not be built (TLS configuration).
     #[error("HTTP client: {0}")]
     Client(String),

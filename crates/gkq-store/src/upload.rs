@@ -102,6 +102,10 @@ pub struct UploadOptions {
     pub concurrency: usize,
     /// Attempts per part (on top of the SDK's own retries).
     pub part_attempts: u32,
+    /// Replace published objects whose content differs (`--replace`).
+    /// Without it, a published prefix is immutable: such an upload is
+    /// refused before anything is sent.
+    pub replace: bool,
 }
 
 impl Default for UploadOptions {
@@ -110,6 +114,7 @@ impl Default for UploadOptions {
             part_size: None,
             concurrency: 4,
             part_attempts: 3,
+            replace: false,
         }
     }
 }
@@ -322,11 +327,39 @@ impl Uploader {
                 "the knot must be the last object published".into(),
             ));
         }
+        // Published prefixes are immutable (Cache-Control: immutable): find
+        // every object that exists with other content before sending anything.
+        let mut existing = Vec::new();
+        let mut conflicts = Vec::new();
+        for o in objects {
+            let exists = self.head(&o.key).await?;
+            if let Some((len, sha)) = &exists
+                && (*len != o.bytes || sha.as_deref() != Some(o.sha256.as_str()))
+            {
+                conflicts.push(format!(
+                    "s3://{}/{}: published {} ({len} bytes), local sha256 {} ({} bytes)",
+                    self.bucket,
+                    o.key,
+                    sha.as_deref()
+                        .map_or("without x-amz-meta-sha256".to_owned(), |s| format!(
+                            "sha256 {s}"
+                        )),
+                    o.sha256,
+                    o.bytes
+                ));
+            }
+            existing.push(exists);
+        }
+        if !conflicts.is_empty() && !self.opts.replace {
+            return Err(StoreError::WouldReplace {
+                endpoint: self.endpoint.clone(),
+                conflicts,
+            });
+        }
         progress.start(objects.iter().map(|o| o.bytes).sum());
         let mut reports = Vec::new();
-        for o in objects {
+        for (o, exists) in objects.iter().zip(existing) {
             let t = Instant::now();
-            let exists = self.head(&o.key).await?;
             if let Some((len, Some(sha))) = &exists
                 && *len == o.bytes
                 && *sha == o.sha256

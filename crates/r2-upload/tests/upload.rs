@@ -36,6 +36,7 @@ async fn uploader(url: &str, secret: &str, part_mib: u64) -> Uploader {
         part_size: Some(part_mib << 20),
         concurrency: 4,
         part_attempts: 2,
+        replace: false,
     };
     Uploader::new(r2_upload::client(&ep, creds), BUCKET, &ep.url, opts)
 }
@@ -346,4 +347,90 @@ async fn published_objects_pass_gkq_verify_over_the_public_url() {
         .await
         .expect("join")
         .expect("public checks pass");
+}
+
+/// A published prefix is immutable: uploading a different package to it is
+/// refused before anything is sent, naming each object and both digests;
+/// identical objects are still skipped; `replace` means it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_to_replace_published_objects() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let s3 = server(tmp.path());
+    let first = packed(&tmp.path().join("a"), false);
+    let objects = r2_upload::prepare(&first, "m/v1").expect("prepare");
+    let up = uploader(&s3.url(), S3_SECRET_KEY, 5).await;
+    up.publish(&objects, &r2_upload::NoProgress)
+        .await
+        .expect("first publish");
+    let snapshot = |objects: &[LocalObject]| -> Vec<(String, Vec<u8>)> {
+        objects
+            .iter()
+            .map(|o| {
+                (
+                    o.key.clone(),
+                    fs::read(stored(&s3, &o.key)).expect("stored"),
+                )
+            })
+            .collect()
+    };
+    let before = snapshot(&objects);
+    // the same package again: skipped, not a conflict
+    let again = up
+        .publish(&objects, &r2_upload::NoProgress)
+        .await
+        .expect("identical objects are skipped");
+    assert!(again.iter().all(|r| r.status == "skipped"));
+    // a different package (bf16 rows) under the same prefix
+    let src = tmp.path().join("b/model");
+    fixtures::write_model(&src, &fixtures::preset("qwen2-tiny-f32").expect("preset"))
+        .expect("fixture");
+    let second = tmp.path().join("b/out");
+    let mut opts = gkq_pack::PackOptions::new(&src, &second);
+    opts.dtypes = vec![gkq_format::DType::F32, gkq_format::DType::BF16];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let other = r2_upload::prepare(&second, "m/v1").expect("prepare");
+    let e = up
+        .publish(&other, &r2_upload::NoProgress)
+        .await
+        .expect_err("a published prefix is immutable");
+    let msg = e.to_string();
+    assert!(matches!(e, StoreError::WouldReplace { .. }), "{msg}");
+    assert!(
+        msg.contains("m/v1/model.knot") && msg.contains("new prefix") && msg.contains("--replace"),
+        "{msg}"
+    );
+    let knot = objects.iter().find(|o| o.kind == Kind::Knot).expect("knot");
+    assert!(
+        msg.contains(&knot.sha256),
+        "names the published digest: {msg}"
+    );
+    assert_eq!(snapshot(&objects), before, "nothing changed on the server");
+    assert!(
+        !stored(&s3, "m/v1/token_embd.bf16.rows").exists(),
+        "not even the new row file was sent"
+    );
+    // --replace: someone who means it
+    let replacing = Uploader::new(
+        r2_upload::client(
+            &ep_for(&s3.url()),
+            r2_upload::credentials(&env(&[
+                ("R2_ACCESS_KEY_ID", S3_ACCESS_KEY),
+                ("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY),
+            ]))
+            .await
+            .expect("c"),
+        ),
+        BUCKET,
+        &s3.url(),
+        UploadOptions {
+            part_size: Some(5 << 20),
+            replace: true,
+            ..UploadOptions::default()
+        },
+    );
+    replacing
+        .publish(&other, &r2_upload::NoProgress)
+        .await
+        .expect("replace");
+    assert_published(&s3, &other);
 }
