@@ -136,6 +136,12 @@ pub(crate) fn run(a: UploadArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let id = r2_upload::knot_id(&a.out_dir)?;
+    if a.json {
+        println!("{}", json!({ "knot_id": id }));
+    } else {
+        eprintln!("knot id {id}: nodes pin this model with --knot-id {id}");
+    }
     if let Some(url) = &a.public_url {
         r2_upload::verify_public(&a.out_dir, url)?;
         if !a.json {

@@ -61,10 +61,18 @@ fn upload_then_verify_over_http() {
         "{}\n{stdout}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let lines: Vec<serde_json::Value> = stdout
+    let all: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).expect("json line"))
         .collect();
+    // the last line is the knot id a node pins
+    let (id_line, lines) = all.split_last().expect("lines");
+    let knot_bytes = std::fs::read(out.join("model.knot")).expect("knot");
+    let knot = gkq_format::Knot::parse(&knot_bytes).expect("valid");
+    assert_eq!(
+        id_line["knot_id"],
+        gkq_format::hex(&knot.header().preamble().header_sha256)
+    );
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[0]["key"], "qwen2-tiny/v1/token_embd.f32.rows");
     assert_eq!(
@@ -81,6 +89,7 @@ fn upload_then_verify_over_http() {
     assert!(
         String::from_utf8_lossy(&again.stdout)
             .lines()
+            .filter(|l| l.contains("\"key\""))
             .all(|l| l.contains("\"skipped\""))
     );
     // the release gate over the public URL, as a separate step

@@ -175,6 +175,10 @@ pub struct CastSummary {
 /// What [`pack`] produced (the `--json` output).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct PackReport {
+    /// The knot id: hex of the preamble's `header_sha256`, which
+    /// authenticates the header and through its digests every payload, row
+    /// file and companion file. A node pins a model with it (`--knot-id`).
+    pub knot_id: String,
     /// The knot.
     pub knot: FileReport,
     /// The row files.
@@ -730,7 +734,8 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         casts.extend(r.casts);
     }
     let tensors = writer.header().blocks.len();
-    let (knot_writer, _) = writer.finish().map_err(fmt_err)?;
+    let (knot_writer, written) = writer.finish().map_err(fmt_err)?;
+    let knot_id = gkq_format::hex(&written.preamble().header_sha256);
     drop(sync_tx);
     let _ = syncer.join();
     let knot_file = flush_file(knot_writer, &knot_tmp)?;
@@ -749,6 +754,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     let (knot_bytes, knot_sha) = hashed?;
     out.commit()?;
     Ok(PackReport {
+        knot_id,
         knot: FileReport {
             path: opts.out_dir.join(KNOT_NAME),
             bytes: knot_bytes,

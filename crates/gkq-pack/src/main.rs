@@ -110,6 +110,7 @@ fn human(r: &PackReport) {
         r.knot.bytes,
         r.knot.sha256
     );
+    eprintln!("  knot id {} (pin it with --knot-id)", r.knot_id);
     for c in &r.columnar {
         eprintln!(
             "  {}  {} rows x {} bytes ({} {})  sha256 {}  max abs error vs source {:e}",

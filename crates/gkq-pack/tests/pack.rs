@@ -1000,6 +1000,11 @@ fn companion_files_are_copied_and_recorded() {
     assert!(!out.join("README.md").exists());
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("json");
     assert_eq!(v["companions"].as_array().map(Vec::len), Some(3));
+    // the knot id a node pins: hex of the preamble's header_sha256
+    assert_eq!(
+        v["knot_id"],
+        gkq_format::hex(&knot.header().preamble().header_sha256)
+    );
     // a repack without the tokenizer leaves no stale tokenizer behind
     fs::remove_file(src.join("tokenizer.json")).expect("rm");
     packs(&src, &out, &["--force", "--quiet"], "repack");

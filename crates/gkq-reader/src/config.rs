@@ -55,6 +55,10 @@ pub struct ReaderConfig {
     /// S3 endpoint for `s3://` URLs (feature `s3`); default
     /// `https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com`.
     pub s3_endpoint: Option<String>,
+    /// The knot id this node accepts (hex of `header_sha256`, as
+    /// `gkq-pack` and the upload print it): any other knot is refused
+    /// before anything in it is used (`--knot-id`).
+    pub knot_id: Option<String>,
 }
 
 /// The runtime flags of the columnar embedding (`#[command(flatten)]` them).
@@ -73,6 +77,9 @@ pub struct EmbedArgs {
     /// S3 endpoint for s3://bucket/key URLs (needs the `s3` feature) [default: https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com]; credentials from R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY.
     #[arg(long = "endpoint", value_name = "URL")]
     pub s3_endpoint: Option<String>,
+    /// Refuse any knot whose id (hex of its header_sha256, as gkq-pack and the upload print it) is not this one.
+    #[arg(long = "knot-id", value_name = "HEX")]
+    pub knot_id: Option<String>,
     /// In-memory row cache size, in rows.
     #[arg(long = "embed-cache-rows", value_name = "N", default_value_t = DEFAULT_CACHE_ROWS)]
     pub embed_cache_rows: usize,
@@ -85,6 +92,7 @@ impl From<EmbedArgs> for ReaderConfig {
             columnar_embed: a.columnar_embed,
             require_columnar: a.require_columnar,
             s3_endpoint: a.s3_endpoint,
+            knot_id: a.knot_id,
             ..ReaderConfig::default()
         };
         c.fetch.cache_rows = a.embed_cache_rows;

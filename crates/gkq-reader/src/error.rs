@@ -38,6 +38,18 @@ pub enum ReaderError {
         /// What the dense fallback would download.
         bytes: u64,
     },
+    /// The knot is not the one this node pinned.
+    #[error(
+        "{location}: knot id is {found}, but this node pins {expected}: refusing to use it (the URL now serves another model, or --knot-id is stale)"
+    )]
+    KnotId {
+        /// Path or URL.
+        location: String,
+        /// The pinned id.
+        expected: String,
+        /// The knot's id.
+        found: String,
+    },
     /// A token id past the vocabulary.
     #[error("token id {id} is out of range: the vocabulary has {vocab} rows (ids 0..{vocab})")]
     TokenOutOfRange {

@@ -291,6 +291,18 @@ impl Reader {
     pub fn open(location: &str, config: ReaderConfig, roles: Roles) -> Result<Reader> {
         let http = Arc::new(store_for(location, &config)?);
         let knot = Arc::new(KnotHandle::open(location, &http)?);
+        if let Some(want) = &config.knot_id {
+            // the header checksum was verified by the parser: this id
+            // authenticates everything the knot names
+            let found = gkq_format::hex(&knot.header().preamble().header_sha256);
+            if !found.eq_ignore_ascii_case(want.trim()) {
+                return Err(ReaderError::KnotId {
+                    location: location.to_owned(),
+                    expected: want.trim().to_ascii_lowercase(),
+                    found,
+                });
+            }
+        }
         let resident: Arc<OnceLock<Arc<Matrix>>> = Arc::new(OnceLock::new());
         let embed_name = role_block(knot.header(), keys::ROLE_TOKEN_EMBD, location)?;
         let embed_index = knot.index(&embed_name)?;

@@ -837,3 +837,54 @@ fn concurrent_callers_all_fall_back_when_range_is_ignored() {
     });
     assert_eq!(e.resolution().path, ReadPath::Dense);
 }
+
+/// `--knot-id` pins the model: the right id opens, any other is refused
+/// before anything in the knot is used.
+#[test]
+fn knot_id_pins_the_model() {
+    let s = serve(
+        &fixtures::preset("qwen2-tiny-f32").expect("preset"),
+        &[DType::F32],
+        &NginxOptions::default(),
+    );
+    let bytes = fs::read(s.out.join("model.knot")).expect("knot");
+    let id = gkq_format::hex(
+        &Knot::parse(&bytes)
+            .expect("valid")
+            .header()
+            .preamble()
+            .header_sha256,
+    );
+    let pinned = |id: &str| ReaderConfig {
+        knot_id: Some(id.to_owned()),
+        ..config(Some(s.url("token_embd.f32.rows")))
+    };
+    let r = Reader::open(
+        &s.url("model.knot"),
+        pinned(&id.to_uppercase()),
+        Roles::INPUT,
+    )
+    .expect("the right id (any case)");
+    assert_eq!(
+        r.embedding()
+            .expect("input")
+            .rows(&[3])
+            .expect("rows")
+            .len(),
+        1
+    );
+    let wrong = "00".repeat(32);
+    let e =
+        Reader::open(&s.url("model.knot"), pinned(&wrong), Roles::INPUT).expect_err("another knot");
+    assert!(
+        matches!(&e, ReaderError::KnotId { expected, found, .. } if *expected == wrong && *found == id),
+        "{e}"
+    );
+    // gkq-rows takes --knot-id
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+        .args([&s.url("model.knot"), "--knot-id", &wrong, "--tokens", "1"])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("pins"));
+}

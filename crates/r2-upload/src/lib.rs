@@ -26,7 +26,7 @@ pub use error::{Result, UploadError};
 pub use gkq_store::StoreError;
 pub use gkq_store::s3::{Endpoint, client, credentials, endpoint, env_credentials};
 pub use gkq_store::upload::{Kind, LocalObject};
-pub use local::{key, prepare};
+pub use local::{key, knot_id, prepare};
 
 /// Runs the `gkq-verify --url` checks against the public URL of the
 /// published prefix (`BASE_URL/model.knot`, `BASE_URL/<row file>`).

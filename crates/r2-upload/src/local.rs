@@ -139,3 +139,31 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
     });
     Ok(out)
 }
+
+/// The knot id of the package in `out_dir`: hex of its preamble's
+/// `header_sha256` (what a node pins with `--knot-id`). Reads the header only.
+pub fn knot_id(out_dir: &Path) -> Result<String> {
+    use std::io::Read as _;
+    let path = gkq_verify::knot_path(out_dir);
+    let no_knot = |reason: String| UploadError::NoKnot {
+        path: path.clone(),
+        reason,
+    };
+    let mut f = File::open(&path).map_err(|e| no_knot(e.to_string()))?;
+    let mut buf = Vec::new();
+    loop {
+        match gkq_format::parse_prefix(&buf).map_err(|e| no_knot(e.to_string()))? {
+            gkq_format::Prefix::Complete(h) => return Ok(hex(&h.preamble().header_sha256)),
+            gkq_format::Prefix::NeedBytes { total } => {
+                let have = buf.len();
+                let total = usize::try_from(total).map_err(|e| no_knot(e.to_string()))?;
+                if total <= have {
+                    return Err(no_knot("header does not parse".into()));
+                }
+                buf.resize(total, 0);
+                f.read_exact(&mut buf[have..])
+                    .map_err(|e| no_knot(format!("reading the header: {e}")))?;
+            }
+        }
+    }
+}
