@@ -48,6 +48,28 @@ fn serve(spec: &fixtures::Spec, dtypes: &[DType], opts: &NginxOptions) -> Served
     }
 }
 
+/// llama-tiny f32 served by an nginx that ignores Range.
+fn serve_ignoring_range() -> Served {
+    serve(
+        &fixtures::preset("llama-tiny-f32").expect("preset"),
+        &[DType::F32],
+        &NginxOptions {
+            ignore_ranges: true,
+            ..Default::default()
+        },
+    )
+}
+
+/// The local knot of `s`, with its f32 row file from the server.
+fn open_local_with_remote_rows(s: &Served) -> Reader {
+    Reader::open(
+        s.out.join("model.knot").to_str().expect("utf8"),
+        config(Some(s.url("token_embd.f32.rows"))),
+        Roles::INPUT,
+    )
+    .expect("open")
+}
+
 fn config(url: Option<String>) -> ReaderConfig {
     ReaderConfig {
         columnar_embed: url,
@@ -227,21 +249,8 @@ fn token_out_of_range_fetches_nothing() {
 
 #[test]
 fn server_ignoring_range_falls_back_to_dense_without_reading_the_body() {
-    let s = serve(
-        &fixtures::preset("llama-tiny-f32").expect("preset"),
-        &[DType::F32],
-        &NginxOptions {
-            ignore_ranges: true,
-            ..Default::default()
-        },
-    );
-    let local_knot = s.out.join("model.knot");
-    let r = Reader::open(
-        local_knot.to_str().expect("utf8"),
-        config(Some(s.url("token_embd.f32.rows"))),
-        Roles::INPUT,
-    )
-    .expect("open");
+    let s = serve_ignoring_range();
+    let r = open_local_with_remote_rows(&s);
     let e = r.embedding().expect("embedding");
     assert_eq!(e.resolution().path, ReadPath::Columnar, "HEAD looks right");
     let rows = e.rows(&[7, 8]).expect("falls back");
@@ -788,23 +797,10 @@ fn four_tib_payload_is_an_error_not_an_abort() {
 /// dense block and gets the right rows.
 #[test]
 fn concurrent_callers_all_fall_back_when_range_is_ignored() {
-    let s = serve(
-        &fixtures::preset("llama-tiny-f32").expect("preset"),
-        &[DType::F32],
-        &NginxOptions {
-            ignore_ranges: true,
-            ..Default::default()
-        },
-    );
-    let knot = s.out.join("model.knot");
+    let s = serve_ignoring_range();
     let ids: Vec<u64> = (0..40).map(|i| i * 7).collect();
     // the backend alone: the same typed error for every caller
-    let r = Reader::open(
-        knot.to_str().expect("utf8"),
-        config(Some(s.url("token_embd.f32.rows"))),
-        Roles::INPUT,
-    )
-    .expect("open");
+    let r = open_local_with_remote_rows(&s);
     let backend = r
         .embedding()
         .expect("input")
@@ -820,12 +816,7 @@ fn concurrent_callers_all_fall_back_when_range_is_ignored() {
     });
     assert!(errors.iter().all(|&ignored| ignored), "{errors:?}");
     // through the embedding: every caller falls back and gets the dense rows
-    let r = Reader::open(
-        knot.to_str().expect("utf8"),
-        config(Some(s.url("token_embd.f32.rows"))),
-        Roles::INPUT,
-    )
-    .expect("open");
+    let r = open_local_with_remote_rows(&s);
     let e = r.embedding().expect("input");
     let want = dense_row(&s.out, 7, DType::F32);
     std::thread::scope(|sc| {

@@ -125,6 +125,17 @@ pub struct Http {
     counters: Arc<Counters>,
 }
 
+/// A sink that gathers a body into `out`, starting over when a retry sends
+/// the range again from offset 0.
+pub(crate) fn collect_into(out: &mut Vec<u8>) -> impl FnMut(u64, &[u8]) + '_ {
+    move |off, b| {
+        if off == 0 {
+            out.clear();
+        }
+        out.extend_from_slice(b);
+    }
+}
+
 /// Refuses a reversed range, or one longer than `cap`, before anything is
 /// asked for or allocated.
 pub(crate) fn check_read(url: &str, start: u64, end: u64, cap: u64) -> Result<()> {
@@ -548,12 +559,7 @@ impl Http {
             });
         }
         let mut out = Vec::new();
-        let total = self.ranged(url, 0, max - 1, Expect::Prefix, &mut |off, b| {
-            if off == 0 {
-                out.clear();
-            }
-            out.extend_from_slice(b);
-        })?;
+        let total = self.ranged(url, 0, max - 1, Expect::Prefix, &mut collect_into(&mut out))?;
         Ok((out, total))
     }
 
@@ -672,12 +678,7 @@ impl Http {
     ) -> Result<Vec<u8>> {
         check_read(url, start, end, self.config.max_read_bytes)?;
         let mut out = Vec::new();
-        self.get_range(url, start, end, total, &mut |off, b| {
-            if off == 0 {
-                out.clear();
-            }
-            out.extend_from_slice(b);
-        })?;
+        self.get_range(url, start, end, total, &mut collect_into(&mut out))?;
         Ok(out)
     }
 }

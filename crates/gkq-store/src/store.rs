@@ -107,12 +107,7 @@ impl Store {
                     0,
                     max.saturating_sub(1),
                     true,
-                    &mut |off, b| {
-                        if off == 0 {
-                            out.clear();
-                        }
-                        out.extend_from_slice(b);
-                    },
+                    &mut crate::http::collect_into(&mut out),
                 )?;
                 self.http.count_external(1, out.len() as u64);
                 return Ok((out, total));
@@ -136,14 +131,13 @@ impl Store {
             {
                 crate::http::check_read(url, start, end, self.config().max_read_bytes)?;
                 let mut out = Vec::new();
-                let got_total =
-                    self.s3(url)?
-                        .get_range(url, start, end, false, &mut |off, b| {
-                            if off == 0 {
-                                out.clear();
-                            }
-                            out.extend_from_slice(b);
-                        })?;
+                let got_total = self.s3(url)?.get_range(
+                    url,
+                    start,
+                    end,
+                    false,
+                    &mut crate::http::collect_into(&mut out),
+                )?;
                 if let Some(t) = total.filter(|&t| t != got_total) {
                     return Err(StoreError::ContentRange {
                         url: url.into(),

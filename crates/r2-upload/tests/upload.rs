@@ -24,6 +24,17 @@ fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
 }
 
 async fn uploader(url: &str, secret: &str, part_mib: u64) -> Uploader {
+    let opts = UploadOptions {
+        part_size: Some(part_mib << 20),
+        concurrency: 4,
+        part_attempts: 2,
+        replace: false,
+    };
+    uploader_to(url, secret, BUCKET, opts).await
+}
+
+/// An uploader for `bucket` at `url` with the test credentials and `secret`.
+async fn uploader_to(url: &str, secret: &str, bucket: &str, opts: UploadOptions) -> Uploader {
     let creds = r2_upload::credentials(&env(&[
         ("R2_ACCESS_KEY_ID", S3_ACCESS_KEY),
         ("R2_SECRET_ACCESS_KEY", secret),
@@ -32,13 +43,7 @@ async fn uploader(url: &str, secret: &str, part_mib: u64) -> Uploader {
     .expect("credentials");
     let ep = r2_upload::endpoint(Some(url), None, &env(&[])).expect("endpoint");
     assert_eq!(ep.region, "auto");
-    let opts = UploadOptions {
-        part_size: Some(part_mib << 20),
-        concurrency: 4,
-        part_attempts: 2,
-        replace: false,
-    };
-    Uploader::new(r2_upload::client(&ep, creds), BUCKET, &ep.url, opts)
+    Uploader::new(r2_upload::client(&ep, creds), bucket, &ep.url, opts)
 }
 
 /// A tiny tied model (single PutObjects) or an untied one with 32 MiB row files.
@@ -291,20 +296,13 @@ async fn credentials_endpoint_and_bucket_errors() {
         "{msg}"
     );
     // a bucket that does not exist
-    let up = Uploader::new(
-        r2_upload::client(
-            &ep_for(&s3.url()),
-            r2_upload::credentials(&env(&[
-                ("R2_ACCESS_KEY_ID", S3_ACCESS_KEY),
-                ("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY),
-            ]))
-            .await
-            .expect("c"),
-        ),
-        "no-such-bucket",
+    let up = uploader_to(
         &s3.url(),
+        S3_SECRET_KEY,
+        "no-such-bucket",
         UploadOptions::default(),
-    );
+    )
+    .await;
     let e = up.check_bucket().await.expect_err("missing bucket");
     assert!(matches!(e, StoreError::NoBucket { .. }), "{e}");
     // an unreachable endpoint
@@ -319,10 +317,6 @@ async fn credentials_endpoint_and_bucket_errors() {
         .expect_err("unreachable")
         .to_string();
     assert!(e.contains(&dead), "{e}");
-}
-
-fn ep_for(url: &str) -> Endpoint {
-    r2_upload::endpoint(Some(url), None, &env(&[])).expect("endpoint")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,24 +404,17 @@ async fn refuses_to_replace_published_objects() {
         "not even the new row file was sent"
     );
     // --replace: someone who means it
-    let replacing = Uploader::new(
-        r2_upload::client(
-            &ep_for(&s3.url()),
-            r2_upload::credentials(&env(&[
-                ("R2_ACCESS_KEY_ID", S3_ACCESS_KEY),
-                ("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY),
-            ]))
-            .await
-            .expect("c"),
-        ),
-        BUCKET,
+    let replacing = uploader_to(
         &s3.url(),
+        S3_SECRET_KEY,
+        BUCKET,
         UploadOptions {
             part_size: Some(5 << 20),
             replace: true,
             ..UploadOptions::default()
         },
-    );
+    )
+    .await;
     replacing
         .publish(&other, &r2_upload::NoProgress)
         .await
