@@ -144,6 +144,40 @@ pub fn max_abs_diff(a: &[u8], a_dtype: DType, b: &[u8], b_dtype: DType) -> Optio
     Some(max)
 }
 
+/// The index of the first element of `values` (in `dtype`) that, cast to
+/// `target` as section 6 says, does not give the bits of the same element of
+/// `reference` (in `target`); `None` when every element does. This is the
+/// test behind the `SOURCE_EXACT` and `BLOCK_EXACT` flags (section 3.4).
+/// A length mismatch reports the first element past the shorter side.
+pub fn first_inexact(
+    values: &[u8],
+    dtype: DType,
+    reference: &[u8],
+    target: DType,
+) -> Option<usize> {
+    let isz = usize::try_from(target.itemsize()).unwrap_or(1).max(1);
+    let cast;
+    let got: &[u8] = if dtype == target {
+        values
+    } else {
+        let mut out = Vec::with_capacity(reference.len());
+        if cast_row(values, dtype, target, &mut out).is_none() {
+            return Some(0);
+        }
+        cast = out;
+        &cast
+    };
+    let same = got
+        .chunks(isz)
+        .zip(reference.chunks(isz))
+        .position(|(a, b)| a != b);
+    match same {
+        Some(i) => Some(i),
+        None if got.len() != reference.len() => got.len().min(reference.len()).checked_div(isz),
+        None => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -296,6 +296,34 @@ pub enum Error {
         /// The first differing row.
         first_row: u64,
     },
+    /// A proof object's chunk table is wrong (section 7a).
+    #[error("proof object {object:?}: {reason}")]
+    ProofTable {
+        /// Proof object name.
+        object: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A row does not verify against the row proof (section 7a).
+    #[error("row file {object:?}: row {row} fails its Merkle proof: {reason}")]
+    RowProof {
+        /// Row file object name.
+        object: String,
+        /// Row index.
+        row: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A claimed exactness flag does not hold (section 3.4).
+    #[error("row file {object:?}: flag {flag} is set but {reason}")]
+    ExactnessClaim {
+        /// Row file object name.
+        object: String,
+        /// `SOURCE_EXACT` or `BLOCK_EXACT`.
+        flag: &'static str,
+        /// The first counterexample.
+        reason: String,
+    },
     /// Padding that is not zero.
     #[error("non-zero padding byte at offset {offset}")]
     NonZeroPadding {

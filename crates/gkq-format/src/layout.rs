@@ -2,8 +2,11 @@
 
 /// The eight magic bytes that open every knot: `"GKQKNOT\0"`.
 pub const MAGIC: [u8; 8] = *b"GKQKNOT\0";
-/// The only version this crate reads and writes.
-pub const VERSION: u32 = 2;
+/// The version this crate writes (layout revision 3: descriptors carry
+/// exactness flags and a row proof).
+pub const VERSION: u32 = 3;
+/// The first release's version, still read (docs/FORMAT.md section 9a).
+pub const VERSION_2: u32 = 2;
 /// Length of the fixed preamble.
 pub const PREAMBLE_LEN: u64 = 72;
 /// Alignment of every payload and of the payload region.

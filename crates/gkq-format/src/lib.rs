@@ -20,6 +20,7 @@ mod cast;
 mod dtype;
 mod error;
 pub mod layout;
+pub mod merkle;
 mod model;
 mod parse;
 mod spectral;
@@ -30,12 +31,12 @@ mod tests;
 #[cfg(test)]
 mod testutil;
 
-pub use cast::{CastReport, cast_row, decode_f32, max_abs_diff};
+pub use cast::{CastReport, cast_row, decode_f32, first_inexact, max_abs_diff};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use model::{
-    Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME, Metadata, Payload,
-    Preamble, Quant, Value, keys, rows_object_name,
+    BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME,
+    Metadata, Payload, Preamble, Quant, RowProof, SOURCE_EXACT, Value, keys, rows_object_name,
 };
 pub use parse::{
     Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,

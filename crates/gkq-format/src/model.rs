@@ -160,6 +160,28 @@ pub struct ColumnarDescriptor {
     pub sha256: [u8; 32],
     /// File name relative to the knot.
     pub object: String,
+    /// Exactness flags ([`SOURCE_EXACT`], [`BLOCK_EXACT`]; version 3).
+    pub flags: u8,
+    /// The Merkle root of the rows and the proof height (version 3); `None`
+    /// in a version 2 knot, whose rows cannot be verified one by one.
+    pub proof: Option<RowProof>,
+}
+
+/// Descriptor flag: every value of the row file equals the source tensor's
+/// value (converting it back to the source dtype gives the source bits).
+pub const SOURCE_EXACT: u8 = 1;
+/// Descriptor flag: converting the row file's values to the block's dtype
+/// gives the block's payload bit for bit, so a node may use these rows in
+/// place of the block's.
+pub const BLOCK_EXACT: u8 = 2;
+
+/// The row proof of a row file (docs/FORMAT.md section 7a).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowProof {
+    /// A chunk of the proof object holds `2^height` rows.
+    pub height: u8,
+    /// RFC 9162 Merkle tree hash over the rows (leaf = one row).
+    pub root: [u8; 32],
 }
 
 impl ColumnarDescriptor {
@@ -175,7 +197,22 @@ impl ColumnarDescriptor {
             byte_len,
             sha256: [0; 32],
             object,
+            flags: 0,
+            proof: Some(RowProof {
+                height: crate::merkle::default_proof_height(rows, row_bytes),
+                root: [0; 32],
+            }),
         })
+    }
+
+    /// Whether the rows may stand in for the block's ([`BLOCK_EXACT`]).
+    pub fn is_block_exact(&self) -> bool {
+        self.flags & BLOCK_EXACT != 0
+    }
+
+    /// Whether the rows equal the source tensor's values ([`SOURCE_EXACT`]).
+    pub fn is_source_exact(&self) -> bool {
+        self.flags & SOURCE_EXACT != 0
     }
 
     /// Byte range `[start, end)` of rows `first..first + count`, or `None`
@@ -265,6 +302,8 @@ pub(crate) fn shape_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
 /// The fixed preamble (docs/FORMAT.md section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Preamble {
+    /// Layout version: 3 (written), or 2 (read; docs/FORMAT.md section 9a).
+    pub version: u32,
     /// Length of the header after the preamble.
     pub header_len: u64,
     /// Start of the payload region.

@@ -5,6 +5,7 @@ use sha2::{Digest, Sha256};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::*;
+use crate::merkle::{MAX_PROOF_HEIGHT, ProofLayout, proof_object_name};
 use crate::model::*;
 
 /// Bytes of the preamble covered by the header checksum.
@@ -127,7 +128,7 @@ pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<Preamble> {
         return Err(Error::BadMagic { found: magic });
     }
     let version = c.u32("version")?;
-    if version != VERSION {
+    if version != VERSION && version != VERSION_2 {
         return Err(Error::UnsupportedVersion { found: version });
     }
     let _reserved = c.u32("reserved")?;
@@ -155,6 +156,7 @@ pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<Preamble> {
     let file_len = c.u64("file_len")?;
     let header_sha256 = c.array("header_sha256")?;
     Ok(Preamble {
+        version,
         header_len,
         data_offset,
         file_len,
@@ -234,7 +236,7 @@ fn parse_payload(c: &mut Cursor<'_>) -> Result<Payload> {
     })
 }
 
-fn parse_block(c: &mut Cursor<'_>) -> Result<Block> {
+fn parse_block(c: &mut Cursor<'_>, version: u32) -> Result<Block> {
     let name = c.str16(MAX_NAME_LEN, "block name")?;
     if name.is_empty() {
         return Err(Error::EmptyName { what: "block name" });
@@ -296,14 +298,30 @@ fn parse_block(c: &mut Cursor<'_>) -> Result<Block> {
             block: name.clone(),
             code,
         })?;
-        columnar.push(ColumnarDescriptor {
+        let mut d = ColumnarDescriptor {
             dtype: ddtype,
             rows: c.u64("descriptor rows")?,
             row_bytes: c.u64("descriptor row_bytes")?,
             byte_len: c.u64("descriptor byte_len")?,
             sha256: c.array("descriptor sha256")?,
             object: c.str16(MAX_NAME_LEN, "descriptor object")?,
-        });
+            flags: 0,
+            proof: None,
+        };
+        if version == VERSION_2 {
+            // section 9a: only a row file of the block's own dtype is known
+            // to stand in for the block; nothing is known about the source
+            if ddtype == dtype {
+                d.flags = BLOCK_EXACT;
+            }
+        } else {
+            d.flags = c.u8("descriptor flags")?;
+            d.proof = Some(RowProof {
+                height: c.u8("descriptor proof_height")?,
+                root: c.array("descriptor merkle_root")?,
+            });
+        }
+        columnar.push(d);
     }
     Ok(Block {
         name,
@@ -316,7 +334,7 @@ fn parse_block(c: &mut Cursor<'_>) -> Result<Block> {
 }
 
 /// Parses header bytes (no checksum check, no semantic validation).
-pub(crate) fn decode_header(bytes: &[u8]) -> Result<Header> {
+pub(crate) fn decode_header(bytes: &[u8], version: u32) -> Result<Header> {
     let mut c = Cursor { buf: bytes, pos: 0 };
     let metadata = parse_metadata(&mut c)?;
     let count = c.u32("block count")?;
@@ -325,7 +343,7 @@ pub(crate) fn decode_header(bytes: &[u8]) -> Result<Header> {
     let count = c.check_count(u64::from(count), 14, "block table")?;
     let mut blocks = Vec::with_capacity(count);
     for _ in 0..count {
-        blocks.push(parse_block(&mut c)?);
+        blocks.push(parse_block(&mut c, version)?);
     }
     if c.remaining() != 0 {
         return Err(Error::HeaderTrailingBytes {
@@ -440,12 +458,10 @@ fn validate_package_files(h: &Header) -> Result<()> {
             return Err(bad(name, "package.files must be strictly ascending"));
         }
         previous = Some(name);
-        if h.blocks
-            .iter()
-            .flat_map(|b| &b.columnar)
-            .any(|d| d.object == *name)
-        {
-            return Err(bad(name, "is also a row file of the knot"));
+        if h.blocks.iter().flat_map(|b| &b.columnar).any(|d| {
+            d.object == *name || d.proof.is_some() && proof_object_name(&d.object) == *name
+        }) {
+            return Err(bad(name, "is also a row file or proof object of the knot"));
         }
     }
     let hashes = h.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
@@ -640,6 +656,31 @@ fn validate_block(h: &Header, b: &Block, objects: &mut HashSet<String>) -> Resul
                 reason: "used by another descriptor",
             });
         }
+        if let Some(proof) = &d.proof {
+            // section 7a: the proof object is named after the row file
+            let proof_name = proof_object_name(&d.object);
+            if proof_name.len() > MAX_NAME_LEN || !objects.insert(proof_name) {
+                return Err(Error::BadObjectName {
+                    block: name(),
+                    object: d.object.clone(),
+                    reason: "its proof object name is too long or used by another object",
+                });
+            }
+            if ProofLayout::new(d.rows, proof.height).is_none() {
+                return Err(field(
+                    "proof_height",
+                    format!("0..={MAX_PROOF_HEIGHT}"),
+                    proof.height.to_string(),
+                ));
+            }
+        }
+        if d.dtype == b.dtype && !d.is_block_exact() {
+            return Err(field(
+                "flags",
+                "BLOCK_EXACT set (a row file of the block's dtype is the payload)".into(),
+                format!("{:#04x}", d.flags),
+            ));
+        }
         let dtype_ok = if b.dtype.is_castable_float() {
             d.dtype.is_castable_float()
         } else {
@@ -810,7 +851,7 @@ pub fn parse_prefix(prefix: &[u8]) -> Result<Prefix> {
             computed: crate::hex(&computed),
         });
     }
-    let header = decode_header(header_bytes)?;
+    let header = decode_header(header_bytes, preamble.version)?;
     validate(&preamble, &header)?;
     Ok(Prefix::Complete(Box::new(KnotHeader { preamble, header })))
 }

@@ -28,6 +28,19 @@ pub fn golden_parts() -> (Header, Vec<Vec<u8>>) {
         ColumnarDescriptor::for_shape(2, 3, DType::F32, rows_object_name("token_embd", DType::F32))
             .expect("small shape"),
     );
+    let payload: Vec<u8> = [1.0f32, 2.0, 3.0, -1.0, 0.5, 0.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    // the rows are the payload: their values are the source's (SOURCE_EXACT),
+    // and their Merkle root is RFC 9162's over the two 12-byte rows
+    let leaves: Vec<_> = payload.chunks(12).map(crate::merkle::leaf_hash).collect();
+    let d = &mut embed.columnar[0];
+    d.flags = SOURCE_EXACT | BLOCK_EXACT;
+    d.proof = Some(RowProof {
+        height: 0,
+        root: crate::merkle::tree_hash(&leaves).expect("two rows"),
+    });
     let alias = Block {
         name: "lm_head.weight".into(),
         dtype: DType::F32,
@@ -36,10 +49,6 @@ pub fn golden_parts() -> (Header, Vec<Vec<u8>>) {
         encoding: Encoding::Alias { target: 0 },
         columnar: Vec::new(),
     };
-    let payload: Vec<u8> = [1.0f32, 2.0, 3.0, -1.0, 0.5, 0.0]
-        .iter()
-        .flat_map(|x| x.to_le_bytes())
-        .collect();
     (
         Header {
             metadata: md,
@@ -64,6 +73,7 @@ pub fn raw_knot(header: &Header) -> Vec<u8> {
         .fold(data_offset, u64::max);
     let mut bytes = vec![0u8; usize::try_from(file_len).expect("test knot fits in memory")];
     let pre = Preamble {
+        version: crate::layout::VERSION,
         header_len,
         data_offset,
         file_len,

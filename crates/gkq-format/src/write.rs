@@ -132,6 +132,13 @@ pub(crate) fn encode_header(h: &Header) -> Result<Vec<u8>> {
             out.extend_from_slice(&d.byte_len.to_le_bytes());
             out.extend_from_slice(&d.sha256);
             put_str16(&mut out, &d.object, MAX_NAME_LEN, "descriptor object")?;
+            // version 3 (section 3.4): flags, proof_height, merkle_root
+            let proof = d.proof.ok_or_else(|| {
+                Error::Writer(format!("row file {:?} has no row proof", d.object))
+            })?;
+            out.push(d.flags);
+            out.push(proof.height);
+            out.extend_from_slice(&proof.root);
         }
     }
     if out.len() as u64 > MAX_HEADER_LEN {
@@ -146,7 +153,7 @@ pub(crate) fn encode_header(h: &Header) -> Result<Vec<u8>> {
 pub(crate) fn encode_preamble(p: &Preamble) -> Vec<u8> {
     let mut out = Vec::with_capacity(PREAMBLE_LEN as usize);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&p.version.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&p.header_len.to_le_bytes());
     out.extend_from_slice(&p.data_offset.to_le_bytes());
@@ -356,6 +363,17 @@ impl<W: Write + Seek> KnotWriter<W> {
         &mut self.header.metadata
     }
 
+    /// The descriptor of the row file of block `index` in `dtype`, for the
+    /// values only known once it is written (digest, flags, Merkle root);
+    /// they are fixed-size, so the header's length does not change.
+    pub fn columnar_mut(&mut self, index: usize, dtype: DType) -> Result<&mut ColumnarDescriptor> {
+        self.header
+            .blocks
+            .get_mut(index)
+            .and_then(|b| b.columnar.iter_mut().find(|d| d.dtype == dtype))
+            .ok_or_else(|| Error::Writer(format!("block {index} has no {dtype} row file")))
+    }
+
     /// Records the digest of the row file of block `index` in `dtype`.
     pub fn set_columnar_sha256(
         &mut self,
@@ -363,13 +381,7 @@ impl<W: Write + Seek> KnotWriter<W> {
         dtype: DType,
         sha256: [u8; 32],
     ) -> Result<()> {
-        let d = self
-            .header
-            .blocks
-            .get_mut(index)
-            .and_then(|b| b.columnar.iter_mut().find(|d| d.dtype == dtype))
-            .ok_or_else(|| Error::Writer(format!("block {index} has no {dtype} row file")))?;
-        d.sha256 = sha256;
+        self.columnar_mut(index, dtype)?.sha256 = sha256;
         Ok(())
     }
 
@@ -386,6 +398,7 @@ impl<W: Write + Seek> KnotWriter<W> {
             return Err(Error::Writer("header length changed while writing".into()));
         }
         let mut preamble = Preamble {
+            version: VERSION,
             header_len: self.header_len,
             data_offset: self.data_offset,
             file_len: self.pos.max(self.data_offset),
@@ -415,6 +428,14 @@ impl<W: Write + Seek> KnotWriter<W> {
 /// Sets every payload's canonical offset (docs/FORMAT.md section 4) from
 /// the payload lengths. Returns `(header_len, data_offset, file_len)`.
 fn lay_out(header: &mut Header) -> Result<(u64, u64, u64)> {
+    // Section 3.4: a row file of the block's own dtype is the payload, so it
+    // stands in for the block; the writer records that itself.
+    for b in &mut header.blocks {
+        let dtype = b.dtype;
+        for d in b.columnar.iter_mut().filter(|d| d.dtype == dtype) {
+            d.flags |= BLOCK_EXACT;
+        }
+    }
     let header_len = encode_header(header)?.len() as u64;
     let data_offset = PREAMBLE_LEN
         .checked_add(header_len)
@@ -441,6 +462,7 @@ fn lay_out(header: &mut Header) -> Result<(u64, u64, u64)> {
 pub fn encode_prefix(mut header: Header) -> Result<(Vec<u8>, u64)> {
     let (header_len, data_offset, cursor) = lay_out(&mut header)?;
     let mut preamble = Preamble {
+        version: VERSION,
         header_len,
         data_offset,
         file_len: cursor,
