@@ -17,9 +17,10 @@ use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use gkq_format::merkle::{self, Hash};
 use gkq_format::{
-    Block, COLUMNAR_ELIGIBLE, CastReport, ColumnarDescriptor, DType, Encoding, Header, KnotWriter,
-    Metadata, Value, cast_row, keys, rows_object_name,
+    BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, CastReport, ColumnarDescriptor, DType, Encoding, Header,
+    KnotWriter, Metadata, RowProof, SOURCE_EXACT, Value, cast_row, keys, rows_object_name,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -142,6 +143,17 @@ pub struct ColumnarReport {
     /// Largest `|source - row value|` over finite values: the loss of this
     /// row file against the source tensor (not against the knot's block).
     pub max_abs_error_vs_source: f64,
+    /// `SOURCE_EXACT`: every value casts back to the source's bits.
+    pub source_exact: bool,
+    /// `BLOCK_EXACT`: every value casts to the block's dtype bit for bit, so
+    /// a node may fetch these rows instead of the block's.
+    pub block_exact: bool,
+    /// Hex of the Merkle root over the rows (FORMAT.md 7a).
+    pub merkle_root: String,
+    /// The proof object next to the row file.
+    pub proof: FileReport,
+    /// `proof_height`: 32 × this many bytes of proof per row fetched.
+    pub proof_height: u8,
 }
 
 /// A companion file copied into the package, for the report.
@@ -217,18 +229,98 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// One row file while packing.
+struct RowSink {
+    dtype: DType,
+    path: PathBuf,
+    w: BufWriter<File>,
+    /// `None` for the row file in the block's dtype: its digest is the payload's.
+    hasher: Option<Sha256>,
+    /// Leaf hashes of the rows written so far (FORMAT.md 7a).
+    leaves: Vec<Hash>,
+    source_exact: bool,
+    block_exact: bool,
+    /// Largest error against the source.
+    vs_source: f64,
+    /// The cast from the block's dtype (for the other dtypes).
+    cast: CastReport,
+}
+
 /// One role block and its row files while packing.
 struct RoleOut {
     block: usize,
     role: &'static str,
-    /// `(dtype, temp path, writer, hasher)` for dtypes other than the block's.
-    extra: Vec<(DType, PathBuf, BufWriter<File>, Sha256)>,
-    /// Largest error against the source of each row file: the block's
-    /// dtype first, then `extra` in order.
-    vs_source: Vec<f64>,
-    /// Writer of the row file in the block's dtype (its digest is the payload's).
-    same: (PathBuf, BufWriter<File>),
+    /// The row files, the one in the block's dtype first.
+    files: Vec<RowSink>,
     casts: Vec<CastSummary>,
+}
+
+/// Rows per rayon task when casting, hashing or comparing rows.
+const ROWS_PER_TASK: usize = 256;
+
+/// Leaf hashes of whole rows, in parallel.
+fn leaves_of(bytes: &[u8], row_bytes: usize) -> Vec<Hash> {
+    bytes
+        .par_chunks(row_bytes.max(1))
+        .map(merkle::leaf_hash)
+        .collect()
+}
+
+/// Whether every value of `values` (rows in `vd`) casts to `rd` giving the
+/// bits of `reference`, in parallel over groups of rows.
+fn casts_back_exactly(values: &[u8], vd: DType, reference: &[u8], rd: DType, cols: usize) -> bool {
+    let per = cols.max(1) * ROWS_PER_TASK;
+    values
+        .par_chunks(per * vd.itemsize() as usize)
+        .zip(reference.par_chunks(per * rd.itemsize() as usize))
+        .all(|(a, b)| gkq_format::first_inexact(a, vd, b, rd).is_none())
+}
+
+impl RowSink {
+    /// Writes the next rows of this file (`bytes`, in its dtype), and checks
+    /// them against the source `chunk` and the block's rows.
+    fn push(
+        &mut self,
+        bytes: &[u8],
+        chunk: (&[u8], DType),
+        block: (&[u8], DType),
+        cols: usize,
+    ) -> Result<()> {
+        let row_bytes = cols * self.dtype.itemsize() as usize;
+        let (src_exact, (blk_exact, (vs, leaves))) = rayon::join(
+            || self.source_exact && casts_back_exactly(bytes, self.dtype, chunk.0, chunk.1, cols),
+            || {
+                rayon::join(
+                    || {
+                        self.block_exact
+                            && casts_back_exactly(bytes, self.dtype, block.0, block.1, cols)
+                    },
+                    || {
+                        rayon::join(
+                            || {
+                                loss_vs_source(
+                                    chunk.0,
+                                    chunk.1,
+                                    bytes,
+                                    self.dtype,
+                                    cols * chunk.1.itemsize() as usize,
+                                )
+                            },
+                            || leaves_of(bytes, row_bytes),
+                        )
+                    },
+                )
+            },
+        );
+        self.source_exact = src_exact;
+        self.block_exact = blk_exact;
+        self.vs_source = self.vs_source.max(vs);
+        self.leaves.extend(leaves);
+        if let Some(h) = &mut self.hasher {
+            h.update(bytes);
+        }
+        write_all(&mut self.w, bytes, &self.path)
+    }
 }
 
 fn check_dtypes(dtypes: &[DType]) -> Result<Vec<DType>> {
@@ -467,16 +559,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         path: knot_tmp.clone(),
         error: Box::new(error),
     })?;
-    let fmt_err = |source: gkq_format::Error| match source {
-        gkq_format::Error::Io(error) => PackError::Io {
-            path: knot_tmp.clone(),
-            error,
-        },
-        error => PackError::Format {
-            path: knot_tmp.clone(),
-            error: Box::new(error),
-        },
-    };
+    let fmt_err = |source: gkq_format::Error| format_err(&knot_tmp, source);
 
     let mut role_outs: Vec<RoleOut> = Vec::new();
     for (i, b) in writer.header().blocks.iter().enumerate() {
@@ -488,22 +571,27 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         } else {
             "lm_head"
         };
-        let mut extra = Vec::new();
-        let mut same = None;
+        let mut files = Vec::new();
+        // the block's own dtype first (plan() puts it first)
         for d in &b.columnar {
-            let (p, w) = out.create(&d.object)?;
-            if d.dtype == b.dtype {
-                same = Some((p, w));
-            } else {
-                extra.push((d.dtype, p, w, Sha256::new()));
-            }
+            let (path, w) = out.create(&d.object)?;
+            files.push(RowSink {
+                dtype: d.dtype,
+                path,
+                w,
+                hasher: (d.dtype != b.dtype).then(Sha256::new),
+                leaves: Vec::with_capacity(usize::try_from(d.rows).unwrap_or(0)),
+                source_exact: true,
+                block_exact: true,
+                vs_source: 0.0,
+                cast: CastReport::default(),
+            });
         }
+        debug_assert_eq!(files.first().map(|f| f.dtype), Some(b.dtype));
         role_outs.push(RoleOut {
             block: i,
             role,
-            vs_source: vec![0.0; 1 + extra.len()],
-            extra,
-            same: same.expect("first dtype is the block dtype"),
+            files,
             casts: Vec::new(),
         });
     }
@@ -549,10 +637,8 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                     let row_bytes = (cols * t.dtype.itemsize()) as usize;
                     let block_dtype = writer.header().blocks[index].dtype;
                     let mut block_report = CastReport::default();
-                    let mut extra_reports = vec![CastReport::default(); role.extra.len()];
                     for (at, len) in prefetch::plan(t, true, CHUNK) {
                         let row = at / row_bytes as u64;
-                        let n = (len / row_bytes) as u64;
                         let buf = pf.next()?;
                         let chunk = &buf[..];
                         let ((block_bytes, r), ()) = rayon::join(
@@ -573,22 +659,20 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                             ));
                         }
                         block_report.merge(r, 0);
+                        let out_row_bytes = (cols * block_dtype.itemsize()) as usize;
+                        let src = (chunk, t.dtype);
+                        let blk = (&block_bytes[..], block_dtype);
+                        let (first, rest) = role.files.split_first_mut().expect("block dtype file");
                         // The same bytes go to the knot and to the row file: write both at once.
                         let (k, r) = rayon::join(
                             || writer.write_chunk(index, &block_bytes),
-                            || write_all(&mut role.same.1, &block_bytes, &role.same.0),
+                            || first.push(&block_bytes, src, blk, cols as usize),
                         );
                         k.map_err(fmt_err)?;
                         r?;
-                        let out_row_bytes = (cols * block_dtype.itemsize()) as usize;
-                        for (((d, path, w, h), rep), vs) in role
-                            .extra
-                            .iter_mut()
-                            .zip(&mut extra_reports)
-                            .zip(role.vs_source.iter_mut().skip(1))
-                        {
+                        for f in rest {
                             let (bytes, r) =
-                                cast_rows(&block_bytes, block_dtype, *d, out_row_bytes);
+                                cast_rows(&block_bytes, block_dtype, f.dtype, out_row_bytes);
                             if let Some(idx) = r.first_overflow
                                 && !opts.allow_lossy
                             {
@@ -596,24 +680,21 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                                     &t.name,
                                     &block_bytes,
                                     block_dtype,
-                                    *d,
+                                    f.dtype,
                                     row,
                                     cols,
                                     idx,
                                 ));
                             }
-                            rep.merge(r, 0);
-                            *vs = vs.max(loss_vs_source(chunk, t.dtype, &bytes, *d, row_bytes));
-                            h.update(&bytes);
-                            write_all(w, &bytes, path)?;
+                            f.cast.merge(r, 0);
+                            f.push(&bytes, src, blk, cols as usize)?;
                         }
                         progress.advance(len as u64);
                         since_sync += len as u64;
                         if since_sync >= WRITEBACK_STEP {
                             since_sync = 0;
-                            for f in role
-                                .same
-                                .1
+                            for f in first
+                                .w
                                 .get_ref()
                                 .try_clone()
                                 .into_iter()
@@ -622,13 +703,9 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                                 let _ = sync_tx.send(f);
                             }
                         }
-                        debug_assert_eq!(n * row_bytes as u64, len as u64);
                         pf.recycle(buf);
                     }
                     writer.end_payload(index).map_err(fmt_err)?;
-                    if let Some(v) = role.vs_source.first_mut() {
-                        *v = block_report.max_abs_error;
-                    }
                     if t.dtype != block_dtype {
                         role.casts.push(CastSummary {
                             tensor: t.name.clone(),
@@ -638,13 +715,13 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
                             overflowed: block_report.first_overflow.is_some(),
                         });
                     }
-                    for ((d, ..), rep) in role.extra.iter().zip(&extra_reports) {
+                    for f in role.files.iter().skip(1) {
                         role.casts.push(CastSummary {
                             tensor: t.name.clone(),
                             from: block_dtype.to_string(),
-                            to: d.to_string(),
-                            max_abs_error: rep.max_abs_error,
-                            overflowed: rep.first_overflow.is_some(),
+                            to: f.dtype.to_string(),
+                            max_abs_error: f.cast.max_abs_error,
+                            overflowed: f.cast.first_overflow.is_some(),
                         });
                     }
                 }
@@ -694,41 +771,19 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     let mut casts = Vec::new();
     let mut row_files: Vec<(File, PathBuf)> = Vec::new();
     for r in role_outs {
-        let b = &writer.header().blocks[r.block];
-        let block_name = b.name.clone();
-        let same_desc = b
-            .columnar
-            .iter()
-            .find(|d| d.dtype == b.dtype)
-            .expect("block dtype descriptor")
-            .clone();
-        row_files.push((flush_file(r.same.1, &r.same.0)?, r.same.0.clone()));
-        let mut files = vec![(same_desc.clone(), same_desc.sha256)];
-        for (d, path, w, h) in r.extra.into_iter() {
-            row_files.push((flush_file(w, &path)?, path.clone()));
-            let digest: [u8; 32] = h.finalize().into();
-            writer
-                .set_columnar_sha256(r.block, d, digest)
-                .map_err(fmt_err)?;
-            let desc = writer.header().blocks[r.block]
-                .columnar
-                .iter()
-                .find(|x| x.dtype == d)
-                .expect("descriptor")
-                .clone();
-            files.push((desc, digest));
-        }
-        for ((d, digest), vs) in files.into_iter().zip(&r.vs_source) {
+        let block_name = writer.header().blocks[r.block].name.clone();
+        for f in r.files {
+            let (report, synced) = finish_row_file(&mut out, &mut writer, r.block, f, &knot_tmp)?;
+            row_files.extend(synced);
             columnar.push(ColumnarReport {
                 tensor: block_name.clone(),
                 role: r.role.to_owned(),
-                dtype: d.dtype.to_string(),
-                path: opts.out_dir.join(&d.object),
-                rows: d.rows,
-                row_bytes: d.row_bytes,
-                bytes: d.byte_len,
-                sha256: gkq_format::hex(&digest),
-                max_abs_error_vs_source: *vs,
+                path: opts.out_dir.join(&report.path),
+                proof: FileReport {
+                    path: opts.out_dir.join(&report.proof.path),
+                    ..report.proof
+                },
+                ..report
             });
         }
         casts.extend(r.casts);
@@ -782,6 +837,72 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         revision,
         peak_rss_bytes: peak_rss_bytes(),
     })
+}
+
+/// A gkq-format error while writing the knot at `path`.
+fn format_err(path: &Path, source: gkq_format::Error) -> PackError {
+    match source {
+        gkq_format::Error::Io(error) => PackError::Io {
+            path: path.to_owned(),
+            error,
+        },
+        error => PackError::Format {
+            path: path.to_owned(),
+            error: Box::new(error),
+        },
+    }
+}
+
+/// Closes a row file: writes its proof object (FORMAT.md 7a) and records
+/// digest, exactness flags and Merkle root in its descriptor. Returns its
+/// report (paths relative to the package, tensor and role left empty) and
+/// the files to sync before commit.
+fn finish_row_file<W: Write + std::io::Seek>(
+    out: &mut Output,
+    writer: &mut KnotWriter<W>,
+    block: usize,
+    f: RowSink,
+    knot_tmp: &Path,
+) -> Result<(ColumnarReport, Vec<(File, PathBuf)>)> {
+    let file = flush_file(f.w, &f.path)?;
+    let fmt = |e| format_err(knot_tmp, e);
+    let d = writer.columnar_mut(block, f.dtype).map_err(fmt)?;
+    if let Some(h) = f.hasher {
+        d.sha256 = h.finalize().into();
+    }
+    d.flags =
+        if f.source_exact { SOURCE_EXACT } else { 0 } | if f.block_exact { BLOCK_EXACT } else { 0 };
+    let height = d.proof.map_or(0, |p| p.height);
+    let proof_name = merkle::proof_object_name(&d.object);
+    let (proof_path, mut pw) = out.create(&proof_name)?;
+    let root = merkle::write_proof(&f.leaves, height, &mut pw)
+        .at(&proof_path)?
+        .ok_or_else(|| PackError::Dtype(format!("{}: no rows to prove", d.object)))?;
+    d.proof = Some(RowProof { height, root });
+    let d = d.clone();
+    let proof_file = flush_file(pw, &proof_path)?;
+    let (proof_len, proof_sha) = hash_file(&proof_path)?;
+    let report = ColumnarReport {
+        tensor: String::new(),
+        role: String::new(),
+        dtype: d.dtype.to_string(),
+        path: PathBuf::from(&d.object),
+        rows: d.rows,
+        row_bytes: d.row_bytes,
+        bytes: d.byte_len,
+        sha256: gkq_format::hex(&d.sha256),
+        max_abs_error_vs_source: f.vs_source,
+        source_exact: f.source_exact,
+        block_exact: f.block_exact,
+        merkle_root: gkq_format::hex(&root),
+        proof: FileReport {
+            path: PathBuf::from(&proof_name),
+            bytes: proof_len,
+            sha256: proof_sha,
+        },
+        proof_height: height,
+    };
+    Ok((report, vec![(file, f.path), (proof_file, proof_path)]))
 }
 
 /// Largest error of `out` (row file bytes, `to`) against `src` (source

@@ -295,7 +295,11 @@ fn packing_twice_is_byte_identical() {
         files.sort();
         outs.push(files);
     }
-    assert_eq!(outs[0].len(), 6, "knot + 2 roles x 2 dtypes + config.json");
+    assert_eq!(
+        outs[0].len(),
+        10,
+        "knot + 2 roles x 2 dtypes x (rows + proof) + config.json"
+    );
     assert!(outs[0] == outs[1], "two packs differ");
 }
 

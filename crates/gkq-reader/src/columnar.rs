@@ -1,5 +1,6 @@
-//! `ColumnarEmbedBackend`: rows of a row file over HTTP range requests, with
-//! an in-process LRU keyed by token id.
+//! `ColumnarEmbedBackend`: rows of a row file over HTTP range requests, each
+//! verified against the knot's Merkle root (FORMAT.md 7a), with an
+//! in-process LRU keyed by token id.
 //!
 //! `rows(ids)` dedupes the ids, serves hits from the cache, and turns the
 //! misses into byte ranges ([`crate::ranges::coalesce`]), which go out as
@@ -7,13 +8,16 @@
 //! with a concurrency limit. Rows come back in request order. A row being
 //! fetched by one caller is waited for by the others, so concurrent callers
 //! asking for overlapping rows fetch each row once; rows enter the cache
-//! only whole and only from a checked 206 response.
+//! only whole, only from a checked 206 response, and only once their path
+//! record proves them against the chunk table, which is itself fetched
+//! once (in parallel with the first rows) and checked against the root.
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use gkq_format::merkle::{self, Hash, ProofLayout};
 use gkq_format::{ColumnarDescriptor, DType};
 use lru::LruCache;
 use serde::Serialize;
@@ -57,8 +61,12 @@ pub struct CacheStats {
     pub hits: u64,
     /// Distinct rows that had to be fetched (or waited for).
     pub misses: u64,
-    /// Rows fetched over HTTP, gap rows included.
+    /// Rows fetched over HTTP and verified, gap rows included.
     pub rows_fetched: u64,
+    /// Proof bytes fetched: path records and the chunk table (FORMAT.md 7a).
+    pub proof_bytes: u64,
+    /// Rows fetched that failed verification and were discarded.
+    pub rows_rejected: u64,
 }
 
 impl CacheStats {
@@ -68,6 +76,8 @@ impl CacheStats {
             hits: self.hits - e.hits,
             misses: self.misses - e.misses,
             rows_fetched: self.rows_fetched - e.rows_fetched,
+            proof_bytes: self.proof_bytes - e.proof_bytes,
+            rows_rejected: self.rows_rejected - e.rows_rejected,
         }
     }
 }
@@ -82,18 +92,36 @@ struct Slot {
 struct State {
     lru: LruCache<u64, Row>,
     inflight: HashMap<u64, Arc<Slot>>,
+    /// The chunk table (FORMAT.md 7a): fetched once, by one caller.
+    table: Table,
+}
+
+/// The chunk table's state, shared by concurrent callers.
+#[derive(Clone)]
+enum Table {
+    /// Not fetched (or the last fetch failed).
+    Absent,
+    /// One caller is fetching it, alongside its rows.
+    Fetching,
+    /// Fetched and checked against the root.
+    Ready(Arc<Vec<Hash>>),
 }
 
 /// Rows of one row file, fetched by range and cached.
 pub struct ColumnarEmbedBackend {
     url: String,
+    proof_url: String,
     desc: ColumnarDescriptor,
+    layout: ProofLayout,
     config: FetchConfig,
     http: Arc<Http>,
     state: Mutex<State>,
     hits: AtomicU64,
     misses: AtomicU64,
     rows_fetched: AtomicU64,
+    proof_bytes: AtomicU64,
+    rejected: AtomicU64,
+    table_cv: Condvar,
 }
 
 impl std::fmt::Debug for ColumnarEmbedBackend {
@@ -107,27 +135,43 @@ impl std::fmt::Debug for ColumnarEmbedBackend {
 }
 
 impl ColumnarEmbedBackend {
-    /// A backend for the row file `desc` at `url` (not contacted here).
+    /// A backend for the row file `desc` at `url` (not contacted here). Its
+    /// proof object is at `url` + `.proof` (FORMAT.md 7a); a descriptor
+    /// without a row proof (a version 2 knot) is refused, since its rows
+    /// could not be verified.
     pub fn new(
         url: String,
         desc: ColumnarDescriptor,
         config: FetchConfig,
         http: Arc<Http>,
-    ) -> Self {
+    ) -> Result<Self> {
+        let layout = merkle::layout_of(&desc).ok_or_else(|| {
+            ReaderError::Missing(format!(
+                "{url}: the knot records no row proof for {}, so its rows cannot be verified",
+                desc.object
+            ))
+        })?;
         let cap = NonZeroUsize::new(config.cache_rows.max(1)).expect("max(1) is non-zero");
-        ColumnarEmbedBackend {
+        let (path, rest) = url.split_at(url.find(['?', '#']).unwrap_or(url.len()));
+        Ok(ColumnarEmbedBackend {
+            proof_url: format!("{path}{}{rest}", merkle::PROOF_SUFFIX),
             url,
             desc,
+            layout,
             config,
             http,
             state: Mutex::new(State {
                 lru: LruCache::new(cap),
                 inflight: HashMap::new(),
+                table: Table::Absent,
             }),
+            table_cv: Condvar::new(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             rows_fetched: AtomicU64::new(0),
-        }
+            proof_bytes: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+        })
     }
 
     /// Rows in the file.
@@ -156,6 +200,8 @@ impl ColumnarEmbedBackend {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             rows_fetched: self.rows_fetched.load(Ordering::Relaxed),
+            proof_bytes: self.proof_bytes.load(Ordering::Relaxed),
+            rows_rejected: self.rejected.load(Ordering::Relaxed),
         }
     }
 
@@ -280,41 +326,219 @@ impl ColumnarEmbedBackend {
         self.rows(ids).map(drop)
     }
 
-    /// Fetches the claimed ids: coalesced runs, parallel GETs. Returns every
-    /// row received (gap rows too).
+    /// Whether this caller should fetch the chunk table with its rows: yes
+    /// if nobody has it or is fetching it (and then it is now "fetching").
+    fn claim_table(&self) -> bool {
+        let mut st = self.lock();
+        match st.table {
+            Table::Absent => {
+                st.table = Table::Fetching;
+                true
+            }
+            Table::Fetching | Table::Ready(_) => false,
+        }
+    }
+
+    /// Records the outcome of this caller's table fetch and wakes the others.
+    fn settle_table(&self, fetched: Option<&[u8]>) -> gkq_format::Result<Arc<Vec<Hash>>> {
+        let checked = match fetched {
+            Some(t) => merkle::check_table(&self.desc, t).map(Arc::new),
+            None => Err(gkq_format::Error::ProofTable {
+                object: self.proof_url.clone(),
+                reason: "not fetched".into(),
+            }),
+        };
+        self.lock().table = match &checked {
+            Ok(r) => Table::Ready(r.clone()),
+            Err(_) => Table::Absent,
+        };
+        self.table_cv.notify_all();
+        checked
+    }
+
+    /// The checked table, waiting for the caller that fetches it; fetches it
+    /// alone if that caller failed.
+    fn wait_table(&self) -> Result<Arc<Vec<Hash>>> {
+        let mut st = self.lock();
+        loop {
+            match &st.table {
+                Table::Ready(r) => return Ok(r.clone()),
+                Table::Fetching => {
+                    st = self
+                        .table_cv
+                        .wait(st)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                Table::Absent => {
+                    st.table = Table::Fetching;
+                    drop(st);
+                    let got = self.get_all(&[], true);
+                    let table = got.as_ref().ok().and_then(|(t, _)| t.as_deref());
+                    let settled = self.settle_table(table);
+                    got?;
+                    return settled.map_err(|e| ReaderError::Unverified {
+                        url: self.url.clone(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Fetches the claimed ids: coalesced runs, each as a GET of its rows and
+    /// a GET of their path records, all in parallel (with the chunk table on
+    /// the first fetch). Every row is verified against the knot's Merkle
+    /// root before it is returned; runs that fail are fetched once more,
+    /// then the call fails with [`ReaderError::Unverified`]. Returns every
+    /// row received and verified (gap rows too).
     fn fetch(&self, claimed: &[(u64, Arc<Slot>)]) -> Result<HashMap<u64, Row>> {
         let mut ids: Vec<u64> = claimed.iter().map(|(id, _)| *id).collect();
         ids.sort_unstable();
-        let runs = coalesce(&ids, self.config.max_gap_rows, self.config.max_run_rows);
+        let mut pending = coalesce(&ids, self.config.max_gap_rows, self.config.max_run_rows);
+        let mut out = HashMap::new();
+        let mut failure = String::new();
+        for attempt in 1..=2 {
+            let mine = self.claim_table();
+            let got = self.get_all(&pending, mine);
+            let roots = if mine {
+                let table = got.as_ref().ok().and_then(|(t, _)| t.as_deref());
+                let settled = self.settle_table(table);
+                if got.is_err() {
+                    // a transport error: reported as such below
+                    None
+                } else {
+                    match settled {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            failure = e.to_string();
+                            log::warn!("{}: {failure} (attempt {attempt})", self.url);
+                            continue;
+                        }
+                    }
+                }
+            } else {
+                Some(self.wait_table()?)
+            };
+            let (_, fetched) = got?;
+            let roots = roots.expect("set whenever got is Ok");
+            let mut failed = Vec::new();
+            for (run, rows, records) in fetched {
+                match self.verify_run(&roots, run, &rows, &records) {
+                    Ok(()) => {
+                        let rb = self.desc.row_bytes as usize;
+                        for (k, row) in rows.chunks_exact(rb.max(1)).enumerate() {
+                            out.insert(run.first + k as u64, Row::from(row));
+                        }
+                        self.rows_fetched.fetch_add(run.count, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        failure = e.to_string();
+                        self.rejected.fetch_add(run.count, Ordering::Relaxed);
+                        failed.push(run);
+                    }
+                }
+            }
+            if failed.is_empty() {
+                return Ok(out);
+            }
+            log::warn!(
+                "{}: {} runs of rows failed verification (attempt {attempt}): {failure}",
+                self.url,
+                failed.len(),
+            );
+            pending = failed;
+        }
+        Err(ReaderError::Unverified {
+            url: self.url.clone(),
+            reason: failure,
+        })
+    }
+
+    /// Checks every row of a run with its path record.
+    fn verify_run(
+        &self,
+        roots: &[Hash],
+        run: RowRun,
+        rows: &[u8],
+        records: &[u8],
+    ) -> gkq_format::Result<()> {
+        let rb = self.desc.row_bytes as usize;
+        let rl = self.layout.record_len() as usize;
+        if rows.len() as u64 != run.count * self.desc.row_bytes {
+            return Err(gkq_format::Error::RowProof {
+                object: self.desc.object.clone(),
+                row: run.first,
+                reason: "short run".into(),
+            });
+        }
+        for k in 0..run.count as usize {
+            let row = rows.get(k * rb..(k + 1) * rb).unwrap_or_default();
+            let rec = records.get(k * rl..(k + 1) * rl).unwrap_or_default();
+            merkle::check_row(&self.desc, roots, run.first + k as u64, row, rec)?;
+        }
+        Ok(())
+    }
+
+    /// The byte range (inclusive end) and expected object length of a job.
+    fn job_range(&self, job: Job, runs: &[RowRun]) -> (&str, u64, u64, u64) {
+        let proof_len = self.layout.object_len().unwrap_or(0);
+        match job {
+            Job::Table => (&self.proof_url, 0, self.layout.table_len() - 1, proof_len),
+            Job::Rows(r) => {
+                let (start, end) = runs[r].bytes(self.desc.row_bytes);
+                (&self.url, start, end, self.desc.byte_len)
+            }
+            Job::Records(r) => {
+                let (start, end) = self
+                    .layout
+                    .records_range(runs[r].first, runs[r].count)
+                    .unwrap_or((0, 1));
+                (&self.proof_url, start, end - 1, proof_len)
+            }
+        }
+    }
+
+    /// GETs the rows and the path records of every run, and the chunk table
+    /// if asked, in parallel under the concurrency limit.
+    fn get_all(
+        &self,
+        runs: &[RowRun],
+        want_table: bool,
+    ) -> Result<(Option<Vec<u8>>, Vec<Fetched>)> {
+        let mut jobs = Vec::with_capacity(2 * runs.len() + 1);
+        if want_table {
+            jobs.push(Job::Table);
+        }
+        for i in 0..runs.len() {
+            jobs.push(Job::Rows(i));
+            if self.layout.record_len() > 0 {
+                jobs.push(Job::Records(i));
+            }
+        }
         let next = AtomicUsize::new(0);
-        let results: Mutex<Vec<(RowRun, Vec<u8>)>> = Mutex::new(Vec::new());
+        let results: Mutex<Vec<(usize, Vec<u8>)>> = Mutex::new(Vec::new());
         let first_error: Mutex<Option<ReaderError>> = Mutex::new(None);
         let limit = if self.http.multiplexed() {
             self.config.concurrency_multiplexed
         } else {
             self.config.concurrency
         };
-        let workers = limit.max(1).min(runs.len());
+        let workers = limit.max(1).min(jobs.len());
         std::thread::scope(|s| {
             for _ in 0..workers {
                 s.spawn(|| {
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(run) = runs.get(i) else { break };
+                        let Some(&job) = jobs.get(i) else { break };
                         if first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
                             break;
                         }
-                        let (start, end) = run.bytes(self.desc.row_bytes);
-                        match self.http.get_range_vec(
-                            &self.url,
-                            start,
-                            end,
-                            Some(self.desc.byte_len),
-                        ) {
+                        let (url, start, end, total) = self.job_range(job, runs);
+                        match self.http.get_range_vec(url, start, end, Some(total)) {
                             Ok(bytes) => results
                                 .lock()
                                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                .push((*run, bytes)),
+                                .push((i, bytes)),
                             Err(e) => {
                                 let mut fe = first_error
                                     .lock()
@@ -334,17 +558,44 @@ impl ColumnarEmbedBackend {
         {
             return Err(e);
         }
-        let rb = self.desc.row_bytes as usize;
-        let mut out = HashMap::new();
-        for (run, bytes) in results
+        let mut table = None;
+        let mut fetched: Vec<Fetched> = runs.iter().map(|&r| (r, Vec::new(), Vec::new())).collect();
+        for (i, bytes) in results
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
         {
-            for (k, row) in bytes.chunks_exact(rb.max(1)).enumerate() {
-                out.insert(run.first + k as u64, Row::from(row));
-            }
-            self.rows_fetched.fetch_add(run.count, Ordering::Relaxed);
+            let proof = match jobs[i] {
+                Job::Table => {
+                    let n = bytes.len() as u64;
+                    table = Some(bytes);
+                    n
+                }
+                Job::Rows(r) => {
+                    fetched[r].1 = bytes;
+                    0
+                }
+                Job::Records(r) => {
+                    let n = bytes.len() as u64;
+                    fetched[r].2 = bytes;
+                    n
+                }
+            };
+            self.proof_bytes.fetch_add(proof, Ordering::Relaxed);
         }
-        Ok(out)
+        Ok((table, fetched))
     }
+}
+
+/// A run with its rows and its path records.
+type Fetched = (RowRun, Vec<u8>, Vec<u8>);
+
+/// One GET of a fetch.
+#[derive(Clone, Copy)]
+enum Job {
+    /// The chunk table of the proof object.
+    Table,
+    /// The rows of run `i`.
+    Rows(usize),
+    /// The path records of run `i`.
+    Records(usize),
 }

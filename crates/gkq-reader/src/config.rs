@@ -59,6 +59,10 @@ pub struct ReaderConfig {
     /// `gkq-pack` and the upload print it): any other knot is refused
     /// before anything in it is used (`--knot-id`).
     pub knot_id: Option<String>,
+    /// The row file dtype to fetch when `columnar_embed` is a base URL
+    /// (`--embed-dtype`). Default: the narrowest row file the knot marks
+    /// `BLOCK_EXACT`, widened on the node, which gives the dense values.
+    pub embed_dtype: Option<gkq_format::DType>,
 }
 
 /// The runtime flags of the columnar embedding (`#[command(flatten)]` them).
@@ -80,6 +84,9 @@ pub struct EmbedArgs {
     /// Refuse any knot whose id (hex of its header_sha256, as gkq-pack and the upload print it) is not this one.
     #[arg(long = "knot-id", value_name = "HEX")]
     pub knot_id: Option<String>,
+    /// Row file to fetch from a base URL: f32, f16 or bf16 [default: the narrowest one whose values widen to the knot's block exactly].
+    #[arg(long = "embed-dtype", value_name = "DTYPE", value_parser = parse_float_dtype)]
+    pub embed_dtype: Option<gkq_format::DType>,
     /// In-memory row cache size, in rows.
     #[arg(long = "embed-cache-rows", value_name = "N", default_value_t = DEFAULT_CACHE_ROWS)]
     pub embed_cache_rows: usize,
@@ -93,11 +100,20 @@ impl From<EmbedArgs> for ReaderConfig {
             require_columnar: a.require_columnar,
             s3_endpoint: a.s3_endpoint,
             knot_id: a.knot_id,
+            embed_dtype: a.embed_dtype,
             ..ReaderConfig::default()
         };
         c.fetch.cache_rows = a.embed_cache_rows;
         c.http.ca_certs = a.ca_certs;
         c
+    }
+}
+
+#[cfg(feature = "clap")]
+fn parse_float_dtype(s: &str) -> Result<gkq_format::DType, String> {
+    match s.parse::<gkq_format::DType>() {
+        Ok(d) if d.is_castable_float() => Ok(d),
+        _ => Err(format!("{s:?} is not one of f32, f16, bf16")),
     }
 }
 

@@ -74,6 +74,16 @@ pub enum ReaderError {
         /// Computed digest.
         found: String,
     },
+    /// Rows fetched by range failed their Merkle proof (FORMAT.md 7a), on
+    /// the first fetch and on the retry: the server or a cache in between
+    /// serves bytes the knot does not authenticate. No such row is returned.
+    #[error("{url}: rows fail verification against the knot after a retry: {reason}")]
+    Unverified {
+        /// The row file URL.
+        url: String,
+        /// The first failure.
+        reason: String,
+    },
     /// Shape or dtype problems in a computation.
     #[error("{0}")]
     Compute(String),
@@ -91,6 +101,16 @@ impl ReaderError {
             ReaderError::Store(gkq_store::StoreError::IgnoresRange { .. }) => true,
             ReaderError::Shared(inner) => inner.ignores_range(),
             _ => false,
+        }
+    }
+
+    /// Whether the columnar path failed in a way the dense block avoids:
+    /// the server ignores Range, or its rows fail verification.
+    pub fn falls_back_to_dense(&self) -> bool {
+        match self {
+            ReaderError::Unverified { .. } => true,
+            ReaderError::Shared(inner) => inner.falls_back_to_dense(),
+            e => e.ignores_range(),
         }
     }
 }

@@ -175,7 +175,7 @@ impl Embedding {
         if let Some(b) = backend {
             match b.rows(ids) {
                 Ok(rows) => return Ok(Rows::new(b.dtype(), cols, rows)),
-                Err(e) if e.ignores_range() && self.require_columnar => {
+                Err(e) if e.falls_back_to_dense() && self.require_columnar => {
                     return Err(ReaderError::ColumnarRequired {
                         reason: e.to_string(),
                         bytes: self
@@ -185,7 +185,7 @@ impl Embedding {
                             .map_or(0, |p| p.len),
                     });
                 }
-                Err(e) if e.ignores_range() => {
+                Err(e) if e.falls_back_to_dense() => {
                     let reason = format!("fell back to the dense block: {e}");
                     log::warn!("{}: {}: {reason}", self.knot.location(), self.block.name);
                     let mut st = self.lock();
@@ -307,7 +307,13 @@ impl Reader {
         let embed_name = role_block(knot.header(), keys::ROLE_TOKEN_EMBD, location)?;
         let embed_index = knot.index(&embed_name)?;
         let embedding = if roles.input {
-            let resolution = resolve(&knot, &embed_name, config.columnar_embed.as_deref(), &http)?;
+            let resolution = resolve(
+                &knot,
+                &embed_name,
+                config.columnar_embed.as_deref(),
+                config.embed_dtype,
+                &http,
+            )?;
             if config.require_columnar && resolution.path != ReadPath::Columnar {
                 return Err(ReaderError::ColumnarRequired {
                     reason: resolution.reason,
@@ -325,7 +331,7 @@ impl Reader {
                     desc.clone(),
                     config.fetch.clone(),
                     http.clone(),
-                ))),
+                )?)),
                 None => Source::Dense,
             };
             Some(Embedding {
@@ -397,6 +403,7 @@ impl Reader {
             &self.knot,
             tensor,
             self.config.columnar_embed.as_deref(),
+            self.config.embed_dtype,
             &self.http,
         )
     }

@@ -7,7 +7,7 @@
 //!
 //! The result says which path was chosen and why the others were not.
 
-use gkq_format::{ColumnarDescriptor, Encoding};
+use gkq_format::{Block, ColumnarDescriptor, DType, Encoding};
 use serde::Serialize;
 
 use crate::error::Result;
@@ -52,21 +52,78 @@ fn dense(tensor: &str, reason: String) -> Resolution {
 /// Picks the descriptor a URL names: its last path segment is the object
 /// name; otherwise, unless it looks like a row file name (`*.rows`, then a
 /// typo is reported rather than guessed), it is the package's base URL,
-/// with or without the trailing `/`, and the block's first row file is used.
+/// with or without the trailing `/`, and the row file is `dtype` if given,
+/// else the narrowest `BLOCK_EXACT` one (FORMAT.md 3.4). Returns the URL,
+/// the descriptor and why it was chosen.
 fn pick<'d>(
     url: &str,
-    descs: &'d [ColumnarDescriptor],
-) -> Option<(String, &'d ColumnarDescriptor)> {
+    block: &'d Block,
+    dtype: Option<DType>,
+) -> std::result::Result<(String, &'d ColumnarDescriptor, String), String> {
+    let descs = &block.columnar;
     let path = url.split(['?', '#']).next().unwrap_or(url);
     let last = path.rsplit('/').next().unwrap_or("");
+    let names = || {
+        descs
+            .iter()
+            .map(|d| d.object.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if let Some(d) = descs.iter().find(|d| d.object == last) {
-        return Some((url.to_owned(), d));
+        return Ok((url.to_owned(), d, format!("{} named by the URL", d.object)));
     }
     if last.ends_with(".rows") {
-        return None;
+        return Err(format!(
+            "{url} names none of the row files of {:?} ({})",
+            block.name,
+            names()
+        ));
     }
     let base = path.trim_end_matches('/');
-    descs.first().map(|d| (format!("{base}/{}", d.object), d))
+    let (d, why) = if let Some(want) = dtype {
+        let d = descs.iter().find(|d| d.dtype == want).ok_or_else(|| {
+            format!(
+                "--embed-dtype {want}: block {:?} has no {want} row file ({})",
+                block.name,
+                names()
+            )
+        })?;
+        let exact = if d.is_block_exact() {
+            format!("its values widen to the {} block exactly", block.dtype)
+        } else {
+            format!(
+                "NOT exact: its values differ from the {} block's (no BLOCK_EXACT)",
+                block.dtype
+            )
+        };
+        (d, format!("{} forced by --embed-dtype; {exact}", d.object))
+    } else {
+        let widest = descs.iter().map(|d| d.row_bytes).max().unwrap_or(0);
+        let d = descs
+            .iter()
+            .filter(|d| d.is_block_exact())
+            .min_by_key(|d| d.row_bytes)
+            .ok_or_else(|| format!("block {:?} has no BLOCK_EXACT row file", block.name))?;
+        let of_source = if d.is_source_exact() {
+            " and to the source's"
+        } else {
+            ""
+        };
+        let why = if d.row_bytes < widest {
+            format!(
+                "{} rows are exact for this {} block{of_source}: {} B/row instead of {widest}",
+                d.dtype, block.dtype, d.row_bytes
+            )
+        } else {
+            format!(
+                "{} rows are the narrowest exact row file of the {} block ({} B/row)",
+                d.dtype, block.dtype, d.row_bytes
+            )
+        };
+        (d, why)
+    };
+    Ok((format!("{base}/{}", d.object), d, why))
 }
 
 /// Resolves block `name` of `knot`.
@@ -74,6 +131,7 @@ pub fn resolve(
     knot: &KnotHandle,
     name: &str,
     columnar_url: Option<&str>,
+    embed_dtype: Option<DType>,
     http: &Http,
 ) -> Result<Resolution> {
     let index = knot.index(name)?;
@@ -103,17 +161,18 @@ pub fn resolve(
             ),
         ));
     }
-    let Some((url, desc)) = pick(url, &block.columnar) else {
-        let names: Vec<&str> = block.columnar.iter().map(|d| d.object.as_str()).collect();
+    let (url, desc, why) = match pick(url, block, embed_dtype) {
+        Ok(p) => p,
+        Err(reason) => return Ok(dense(name, reason)),
+    };
+    if desc.proof.is_none() {
         return Ok(dense(
             name,
             format!(
-                "{url} names none of the row files of {:?} ({})",
-                block.name,
-                names.join(", ")
+                "{url}: the knot (format version 2) has no row proofs, so rows fetched by range cannot be verified (FORMAT.md 9a); repack with this gkq-pack"
             ),
         ));
-    };
+    }
     match http.content_length(&url) {
         Err(e) => Ok(dense(name, format!("HEAD {url} failed: {e}"))),
         Ok(len) if len != desc.byte_len => Ok(dense(
@@ -127,7 +186,7 @@ pub fn resolve(
             tensor: name.to_owned(),
             path: ReadPath::Columnar,
             reason: format!(
-                "{url}: COLUMNAR_ELIGIBLE and Content-Length {len} = {} rows × {} bytes",
+                "{url}: {why}; Content-Length {len} = {} rows × {} bytes; every row verified against the knot's Merkle root",
                 desc.rows, desc.row_bytes
             ),
             columnar: Some((url, desc.clone())),

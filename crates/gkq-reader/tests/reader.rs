@@ -203,11 +203,13 @@ fn cache_hits_make_no_requests_and_gaps_are_coalesced() {
     e.rows(&[10, 12, 13, 100]).expect("rows");
     let st = r.net_stats().since(&before);
     assert_eq!(
-        st.requests, 2,
-        "10..=13 in one range (gap of 1 row), 100 alone"
+        st.requests, 3,
+        "10..=13 in one range (gap of 1 row), 100 alone, and the proof's chunk table"
     );
-    assert_eq!(st.payload_bytes, 5 * 256, "4 asked + 1 gap row");
+    // 256-byte rows get proof height 0: no path records, a table of 512 leaf hashes
     let cs = e.cache_stats();
+    assert_eq!(cs.proof_bytes, 512 * 32);
+    assert_eq!(st.payload_bytes, 5 * 256 + 512 * 32, "4 asked + 1 gap row");
     assert_eq!((cs.hits, cs.misses, cs.rows_fetched), (0, 4, 5));
     let before = r.net_stats();
     let rows = e.rows(&[11, 13, 10]).expect("rows");
@@ -337,11 +339,7 @@ fn fault_reader(fault: Fault) -> (tempfile::TempDir, PathBuf, FaultServer, Reade
         &[DType::F32],
         tmp.path(),
     );
-    let server = FaultServer::start(
-        fs::read(out.join("token_embd.f32.rows")).expect("rows"),
-        fault,
-    )
-    .expect("server");
+    let server = FaultServer::start_dir(&out, fault).expect("server");
     let mut c = with_timeout(
         config(Some(server.url("token_embd.f32.rows"))),
         Duration::from_secs(2),
@@ -379,7 +377,11 @@ fn short_body_is_an_error_and_nothing_is_cached() {
         "{err}"
     );
     assert_eq!(e.columnar().expect("columnar").cached_rows(), 0);
-    assert_eq!(server.connections(), 1 + 3, "HEAD + 3 attempts");
+    assert_eq!(
+        server.connections(),
+        1 + 1 + 3,
+        "HEAD, the proof's chunk table, 3 attempts of the rows"
+    );
 }
 
 #[test]
@@ -473,7 +475,12 @@ fn concurrent_callers_fetch_each_row_once() {
         distinct.len() as u64,
         "each row fetched once"
     );
-    assert_eq!(r.net_stats().payload_bytes, distinct.len() as u64 * 256);
+    assert_eq!(
+        r.net_stats().payload_bytes,
+        distinct.len() as u64 * 256 + cs.proof_bytes,
+        "each row once, and the proof's chunk table once"
+    );
+    assert_eq!(cs.proof_bytes, 512 * 32);
 }
 
 fn hidden(n: usize, h: usize) -> Tensor {
@@ -573,10 +580,11 @@ fn untied_lm_head_background_pull_and_roles() {
         first.lm_head(),
         Err(ReaderError::RoleNotServed("output"))
     ));
-    // the first 64 KiB of the knot (its header) and three 256-byte rows: no matrix
+    // the first 64 KiB of the knot (its header), three 256-byte rows and
+    // their proof (height 0: the table of 512 leaf hashes): no matrix
     assert_eq!(
         first.net_stats().payload_bytes,
-        65536 + 3 * 256,
+        65536 + 3 * 256 + 512 * 32,
         "{:?}",
         first.net_stats()
     );

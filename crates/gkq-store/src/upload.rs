@@ -28,6 +28,8 @@ use std::path::PathBuf;
 pub enum Kind {
     /// A columnar row file.
     Rows,
+    /// The proof object of a row file (FORMAT.md 7a).
+    Proof,
     /// A companion file (config, tokenizer) listed in `package.files`.
     Companion,
     /// The knot.

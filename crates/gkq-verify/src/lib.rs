@@ -25,7 +25,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gkq_format::{Block, ColumnarDescriptor, Encoding, Knot, cast_row, hex, keys};
+use gkq_format::{
+    Block, ColumnarDescriptor, Encoding, Knot, RowProof, cast_row, hex, keys, merkle,
+};
 use gkq_source::SourceModel;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -259,6 +261,9 @@ fn check_block(
         diff: u64,
         listed: Vec<u64>,
         len: u64,
+        leaves: Vec<merkle::Hash>,
+        /// First row that breaks the descriptor's BLOCK_EXACT claim.
+        not_block_exact: Option<u64>,
     }
     let mut files: Vec<RowFile<'_>> = Vec::new();
     for d in &block.columnar {
@@ -283,6 +288,8 @@ fn check_block(
                 diff: 0,
                 listed: Vec::new(),
                 len,
+                leaves: Vec::new(),
+                not_block_exact: None,
             }),
         }
     }
@@ -325,6 +332,17 @@ fn check_block(
             if rf.diff != u64::MAX {
                 rf.diff += diff_rows(expected, &buf, rb, first_row, &mut rf.listed, MAX_LISTED);
             }
+            if rf.d.proof.is_some() {
+                rf.leaves
+                    .par_extend(buf.par_chunks(rb.max(1)).map(merkle::leaf_hash));
+            }
+            if rf.d.is_block_exact()
+                && rf.not_block_exact.is_none()
+                && let Some(i) = gkq_format::first_inexact(&buf, rf.d.dtype, chunk, block.dtype)
+            {
+                let cols = block.shape.get(1).copied().unwrap_or(1).max(1);
+                rf.not_block_exact = Some(first_row + i as u64 / cols);
+            }
         }
         at += chunk.len();
     }
@@ -341,6 +359,27 @@ fn check_block(
         if let Err(e) = gkq_format::check_row_file_digest(rf.d, digest) {
             cols.fail(path.clone(), format!("{e} ({} bytes)", rf.len));
         }
+        if let Some(row) = rf.not_block_exact {
+            let e = gkq_format::Error::ExactnessClaim {
+                object: rf.d.object.clone(),
+                flag: "BLOCK_EXACT",
+                reason: format!(
+                    "row {row} does not cast back to block {:?} ({}) bit for bit",
+                    block.name, block.dtype
+                ),
+            };
+            cols.fail(path.clone(), e.to_string());
+        }
+        if let Some(proof) = rf.d.proof {
+            let ppath = dir.join(merkle::proof_object_name(&rf.d.object));
+            if let Err(e) = check_proof_file(&ppath, &rf.leaves, proof) {
+                cols.fail(ppath.display().to_string(), e);
+            } else {
+                cols.bytes += merkle::layout_of(rf.d)
+                    .and_then(|l| l.object_len())
+                    .unwrap_or(0);
+            }
+        }
         if rf.diff > 0 {
             let e = gkq_format::Error::RowMismatch {
                 object: rf.d.object.clone(),
@@ -356,6 +395,81 @@ fn check_block(
         }
     }
     acc
+}
+
+/// A `Write` that compares what is written with a file, byte for byte.
+struct Compare {
+    file: std::io::BufReader<File>,
+    at: u64,
+    first_diff: Option<u64>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for Compare {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        use std::io::Read;
+        self.buf.resize(data.len(), 0);
+        let mut got = 0;
+        while got < data.len() {
+            match self.file.read(&mut self.buf[got..])? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        if self.first_diff.is_none()
+            && let Some(i) = data.iter().zip(&self.buf[..got]).position(|(a, b)| a != b)
+        {
+            self.first_diff = Some(self.at + i as u64);
+        }
+        if got < data.len() && self.first_diff.is_none() {
+            self.first_diff = Some(self.at + got as u64);
+        }
+        self.at += data.len() as u64;
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Checks a proof object (FORMAT.md 7a) against the one computed from the
+/// row file's leaves, and the root against the descriptor's.
+fn check_proof_file(
+    path: &Path,
+    leaves: &[merkle::Hash],
+    proof: RowProof,
+) -> std::result::Result<(), String> {
+    let expected_len = merkle::ProofLayout::new(leaves.len() as u64, proof.height)
+        .and_then(|l| l.object_len())
+        .unwrap_or(0);
+    let (file, len) = open_regular(path).map_err(|e| format!("proof object: {e}"))?;
+    if len != expected_len {
+        return Err(format!(
+            "proof object: {len} bytes, expected {expected_len} (32 × (chunks + rows × {}))",
+            proof.height
+        ));
+    }
+    let mut cmp = Compare {
+        file: std::io::BufReader::with_capacity(1 << 20, file),
+        at: 0,
+        first_diff: None,
+        buf: Vec::new(),
+    };
+    let root = merkle::write_proof(leaves, proof.height, &mut cmp)
+        .map_err(|e| format!("proof object: read: {e}"))?;
+    if root != Some(proof.root) {
+        return Err(format!(
+            "the rows' Merkle root is {}, the knot records {}",
+            root.map(|r| hex(&r)).unwrap_or_default(),
+            hex(&proof.root)
+        ));
+    }
+    match cmp.first_diff {
+        Some(at) => Err(format!(
+            "proof object differs from the one computed from the rows at byte {at}"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The companion files (`package.files`): present, regular, and hashing to
@@ -449,6 +563,8 @@ fn check_source_file(
         let out_row = t.shape.get(1).copied().unwrap_or(1).max(1)
             * target.map_or(1, |(b, _)| b.dtype.itemsize());
         let (mut at, mut diff, mut listed) = (0u64, 0u64, Vec::new());
+        // row files whose SOURCE_EXACT claim fails, and the first element
+        let mut not_source_exact: Vec<(String, u64)> = Vec::new();
         // the largest |source - block| of a narrowing role block (lossy by choice)
         let mut loss: Option<f64> = None;
         let item_in = t.dtype.itemsize();
@@ -488,6 +604,22 @@ fn check_source_file(
                     (b.dtype.itemsize() as usize, first_elem)
                 };
                 diff += diff_rows(expected, got, rb, first_row, &mut listed, MAX_LISTED);
+                for d in b.columnar.iter().filter(|d| d.is_source_exact()) {
+                    if not_source_exact.iter().any(|(o, _)| *o == d.object) {
+                        continue;
+                    }
+                    converted.clear();
+                    let rows: &[u8] = if d.dtype == b.dtype {
+                        got
+                    } else if cast_row(got, b.dtype, d.dtype, &mut converted).is_some() {
+                        &converted
+                    } else {
+                        continue;
+                    };
+                    if let Some(i) = gkq_format::first_inexact(rows, d.dtype, chunk, t.dtype) {
+                        not_source_exact.push((d.object.clone(), first_elem + i as u64));
+                    }
+                }
                 if b.dtype != t.dtype
                     && b.dtype.itemsize() < t.dtype.itemsize()
                     && let Some(e) = gkq_format::max_abs_diff(chunk, t.dtype, got, b.dtype)
@@ -506,6 +638,21 @@ fn check_source_file(
                     t.name, t.dtype
                 ),
             );
+        }
+        for (object, elem) in not_source_exact {
+            let cols = t.shape.get(1).copied().unwrap_or(1).max(1);
+            let e = gkq_format::Error::ExactnessClaim {
+                object,
+                flag: "SOURCE_EXACT",
+                reason: format!(
+                    "row {} col {} does not cast back to tensor {:?}'s {} bits",
+                    elem / cols,
+                    elem % cols,
+                    t.name,
+                    t.dtype
+                ),
+            };
+            acc.fail(name.clone(), e.to_string());
         }
         if diff > 0 {
             let what = if t.shape.len() == 2 {

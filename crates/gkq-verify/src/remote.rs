@@ -14,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
-use gkq_format::Knot;
+use gkq_format::{Knot, merkle};
 use gkq_store::{Http, HttpConfig, StoreError};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -211,6 +211,49 @@ pub(crate) fn check_remote(
             }
             let local = File::open(dir.join(&d.object)).ok();
             let rows = sample_rows(d.rows, opts.sample_rows, opts.seed);
+            // the proof object (FORMAT.md 7a): length, chunk table against
+            // the root, and every sampled row against its path record
+            let layout = merkle::layout_of(d);
+            let purl = object_url(base, &merkle::proof_object_name(&d.object));
+            let mut roots = None;
+            if let Some(layout) = layout {
+                objects += 1;
+                let plen = layout.object_len().unwrap_or(0);
+                requests += 2;
+                match head(http, &purl, plen) {
+                    Err(m) => acc.fail(purl.clone(), m),
+                    Ok(()) => match range(http, &purl, 0, layout.table_len() - 1, plen) {
+                        Got::Ok(t) => {
+                            acc.bytes += t.len() as u64;
+                            match merkle::check_table(d, &t) {
+                                Ok(r) => roots = Some(r),
+                                Err(e) => acc.fail(purl.clone(), e.to_string()),
+                            }
+                        }
+                        Got::Fatal(m) | Got::Bad(m) => acc.fail(purl.clone(), m),
+                    },
+                }
+            }
+            let per_row = if roots.is_some() { 2 } else { 1 };
+            let prove = |r: u64, body: &[u8]| -> Result<u64, String> {
+                let (Some(roots), Some(layout)) = (&roots, layout) else {
+                    return Ok(0);
+                };
+                let record = match layout.records_range(r, 1) {
+                    Some((s, e)) if e > s => {
+                        match range(http, &purl, s, e - 1, layout.object_len().unwrap_or(0)) {
+                            Got::Ok(b) => b,
+                            Got::Fatal(m) | Got::Bad(m) => {
+                                return Err(format!("{purl}: row {r}'s path record: {m}"));
+                            }
+                        }
+                    }
+                    _ => Vec::new(),
+                };
+                merkle::check_row(d, roots, r, body, &record)
+                    .map_err(|e| format!("{e} (path record from {purl})"))?;
+                Ok(record.len() as u64)
+            };
             let fetch = |r: u64| -> Result<u64, String> {
                 let (s, e) = (r * d.row_bytes, (r + 1) * d.row_bytes - 1);
                 match range(http, &url, s, e, d.byte_len) {
@@ -225,7 +268,7 @@ pub(crate) fn check_remote(
                                 ));
                             }
                         }
-                        Ok(body.len() as u64)
+                        Ok(body.len() as u64 + prove(r, &body)?)
                     }
                 }
             };
@@ -235,7 +278,7 @@ pub(crate) fn check_remote(
                 rows.iter().partition(|&&r| r == 0 || r + 1 == d.rows);
             let mut stop = false;
             for r in ends {
-                requests += 1;
+                requests += per_row;
                 match fetch(r) {
                     Ok(n) => acc.bytes += n,
                     Err(m) => {
@@ -248,7 +291,7 @@ pub(crate) fn check_remote(
             if stop {
                 continue;
             }
-            requests += middle.len() as u64;
+            requests += per_row * middle.len() as u64;
             let results: Vec<Result<u64, String>> = middle.par_iter().map(|&r| fetch(r)).collect();
             for r in results {
                 match r {

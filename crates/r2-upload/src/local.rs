@@ -101,6 +101,18 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
                 sha256: hex(&d.sha256),
                 kind: Kind::Rows,
             });
+            if let Some(layout) = gkq_format::merkle::layout_of(d) {
+                // checked against the rows by the local verify above
+                let name = gkq_format::merkle::proof_object_name(&d.object);
+                let path = dir.join(&name);
+                out.push(LocalObject {
+                    key: key(prefix, &name),
+                    sha256: sha_file(&path)?,
+                    path,
+                    bytes: layout.object_len().unwrap_or(0),
+                    kind: Kind::Proof,
+                });
+            }
         }
     }
     let h = knot.header().header();

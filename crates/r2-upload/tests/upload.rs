@@ -182,12 +182,18 @@ async fn resume_after_the_server_dies_mid_multipart() {
     let url = s3.lock().expect("lock").url();
     let out = packed(tmp.path(), true);
     let objects = r2_upload::prepare(&out, "big/v2").expect("prepare");
-    assert!(objects.len() >= 3 && objects[0].bytes > 10 << 20);
+    // a row file, its proof object, the next row file
+    assert!(objects.len() >= 4 && objects[0].bytes > 10 << 20 && objects[2].bytes > 10 << 20);
+    assert!(
+        objects[1].key.ends_with(".rows.proof"),
+        "{}",
+        objects[1].key
+    );
     let up = uploader(&url, S3_SECRET_KEY, 5).await;
-    // die after the first row file and two parts of the second
+    // die after the first row file, its proof and two parts of the second
     let kill = KillAfter {
         s3: s3.clone(),
-        after: objects[0].bytes + (10 << 20),
+        after: objects[0].bytes + objects[1].bytes + (10 << 20),
         done: AtomicU64::new(0),
     };
     let err = up
@@ -209,17 +215,18 @@ async fn resume_after_the_server_dies_mid_multipart() {
         !at(&objects.last().expect("knot").key).exists(),
         "no knot published before its rows"
     );
-    assert!(!at(&objects[1].key).exists(), "no partial object visible");
+    assert!(at(&objects[1].key).exists(), "its proof was complete");
+    assert!(!at(&objects[2].key).exists(), "no partial object visible");
     s3.lock().expect("lock").restart().expect("restart");
     let reports = up
         .publish(&objects, &r2_upload::NoProgress)
         .await
         .expect("resume");
-    assert_eq!(
-        reports[0].status, "skipped",
+    assert!(
+        reports[..2].iter().all(|r| r.status == "skipped"),
         "complete objects are not sent again"
     );
-    assert!(reports[1..].iter().all(|r| r.status == "uploaded"));
+    assert!(reports[2..].iter().all(|r| r.status == "uploaded"));
     assert_published(&s3.lock().expect("lock"), &objects);
 }
 

@@ -78,7 +78,9 @@ fn counters(ids: &[u64], cache: CacheStats, net: NetStats, seconds: f64) -> Valu
         "hits": cache.hits,
         "misses": cache.misses,
         "rows_fetched": cache.rows_fetched,
+        "rows_rejected": cache.rows_rejected,
         "requests": net.requests,
+        "proof_bytes": cache.proof_bytes,
         "payload_bytes": net.payload_bytes,
         "http_bytes": net.http_bytes,
         "retries": net.retries,
@@ -113,13 +115,14 @@ fn lookup(
 
 fn human(label: &str, v: &Value) {
     eprintln!(
-        "{label}: {} tokens, {} distinct rows, {} hits, {} misses, {} requests, {} payload bytes, {} HTTP bytes, {:.4}s",
+        "{label}: {} tokens, {} distinct rows, {} hits, {} misses, {} requests, {} payload bytes (of which {} proof), {} HTTP bytes, {:.4}s",
         v["tokens"],
         v["distinct_rows"],
         v["hits"],
         v["misses"],
         v["requests"],
         v["payload_bytes"],
+        v["proof_bytes"],
         v["http_bytes"],
         v["seconds"].as_f64().unwrap_or(0.0)
     );
@@ -218,6 +221,7 @@ fn run(a: Args) -> anyhow::Result<()> {
             "misses",
             "requests",
             "payload_bytes",
+            "proof_bytes",
             "http_bytes",
             "seconds",
             "rows_fetched",
