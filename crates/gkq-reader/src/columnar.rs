@@ -410,6 +410,9 @@ impl ColumnarEmbedBackend {
                     match settled {
                         Ok(r) => Some(r),
                         Err(e) => {
+                            // every row of this attempt is unverifiable
+                            let n: u64 = pending.iter().map(|r| r.count).sum();
+                            self.rejected.fetch_add(n, Ordering::Relaxed);
                             failure = e.to_string();
                             log::warn!("{}: {failure} (attempt {attempt})", self.url);
                             continue;

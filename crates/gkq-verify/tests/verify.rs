@@ -595,3 +595,58 @@ fn source_from_the_hugging_face_cache() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("Hugging Face cache"));
 }
+
+#[test]
+fn damaged_proof_objects_fail_locally() {
+    let p = packed("qwen2-tiny-f32", &["f32", "bf16"]);
+    let proof = p.out.join("token_embd.bf16.rows.proof");
+    let good = fs::read(&proof).expect("proof");
+    // 128-byte rows: proof height 0, so the object is the 512 leaf hashes
+    assert_eq!(good.len(), 512 * 32);
+    flip(&proof, 32 * 7 + 1);
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &[
+            "token_embd.bf16.rows.proof",
+            "differs from the one computed from the rows at byte 225",
+        ],
+    );
+    fs::write(&proof, &good[..good.len() - 32]).expect("truncate");
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &["token_embd.bf16.rows.proof", "16352 bytes, expected 16384"],
+    );
+    fs::remove_file(&proof).expect("rm");
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &["token_embd.bf16.rows.proof", "proof object"],
+    );
+    fs::write(&proof, &good).expect("restore");
+    passes(&verify(&[s(&p.out)]));
+}
+
+#[test]
+fn remote_damaged_proof_object_fails() {
+    // hidden 1024 bf16: 2 KiB rows, proof height 7, so path records are checked
+    let mut spec = fixtures::preset("qwen2-tiny-bf16").expect("preset");
+    spec.hidden = 1024;
+    spec.heads = 8;
+    spec.kv_heads = 8;
+    spec.layers = 1;
+    let p = packed_spec(&spec, &["bf16"]);
+    let (nginx, _www) = serve(&p, &NginxOptions::default(), |d| {
+        // every path record: a flipped bit in each
+        let f = d.join("token_embd.bf16.rows.proof");
+        let mut b = fs::read(&f).expect("proof");
+        let table = 4 * 32;
+        for r in 0..512 {
+            b[table + r * 7 * 32 + 3] ^= 1;
+        }
+        fs::write(&f, b).expect("write");
+    });
+    let url = format!("{}/v1", nginx.url());
+    fails_with(
+        &verify(&[s(&p.out), "--url", &url, "--sample-rows", "4"]),
+        &["fails its Merkle proof", "token_embd.bf16.rows.proof"],
+    );
+}

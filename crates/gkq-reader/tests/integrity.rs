@@ -1,0 +1,317 @@
+//! Issue 10: no unverified row is ever returned, and the narrowest exact
+//! row file is fetched. Servers that lie (swapped rows, another model's
+//! rows, a damaged proof object) are real HTTP servers on 127.0.0.1
+//! (`FaultServer`), and the honest one is nginx.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions};
+use fixtures::{FDtype, Spec};
+use gkq_format::{DType, Knot, cast_row, keys};
+use gkq_reader::{ReadPath, Reader, ReaderConfig, ReaderError, Roles, with_timeout};
+
+/// A model whose embedding rows are wide enough for a proof height above 0
+/// (hidden 1024: 4 KiB f32 rows, h = 9; 2 KiB bf16 rows, h = 7, 4 chunks),
+/// so that path records are fetched and checked, not only the table.
+fn wide(dtype: FDtype, seed: u64) -> Spec {
+    let mut s = fixtures::preset("qwen2-tiny-f32").expect("preset");
+    s.dtype = dtype;
+    s.hidden = 1024;
+    s.intermediate = 64;
+    s.heads = 8;
+    s.kv_heads = 8;
+    s.layers = 1;
+    s.seed = seed;
+    s
+}
+
+fn pack(spec: &Spec, dtypes: &[DType], dir: &Path) -> PathBuf {
+    let src = dir.join("model");
+    fixtures::write_model(&src, spec).expect("fixture");
+    let out = dir.join("www/m");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.dtypes = dtypes.to_vec();
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    out
+}
+
+/// Row `id` of the knot's embedding block, widened to f32.
+fn dense_f32(out: &Path, id: u64) -> Vec<f32> {
+    let bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = Knot::parse(&bytes).expect("valid");
+    let h = knot.header().header();
+    let i = h
+        .block_index(h.meta_str(keys::ROLE_TOKEN_EMBD).expect("role"))
+        .expect("block");
+    let b = &h.blocks[i];
+    let rb = (b.shape[1] * b.dtype.itemsize()) as usize;
+    let row = &knot.payload(i).expect("payload")[id as usize * rb..(id as usize + 1) * rb];
+    let mut wide = Vec::new();
+    cast_row(row, b.dtype, DType::F32, &mut wide).expect("castable");
+    wide.chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+        .collect()
+}
+
+fn open(out: &Path, url: &str, require: bool) -> Reader {
+    let mut c = with_timeout(
+        ReaderConfig {
+            columnar_embed: Some(url.to_owned()),
+            require_columnar: require,
+            ..ReaderConfig::default()
+        },
+        Duration::from_secs(5),
+    );
+    c.http.backoff = Duration::from_millis(5);
+    Reader::open(
+        out.join("model.knot").to_str().expect("utf8"),
+        c,
+        Roles::INPUT,
+    )
+    .expect("open")
+}
+
+/// Row `k` of `rows`, widened to f32.
+fn row_f32(rows: &gkq_reader::Rows, k: usize) -> Vec<f32> {
+    let mut wide = Vec::new();
+    cast_row(
+        rows.bytes(k).expect("row"),
+        rows.dtype(),
+        DType::F32,
+        &mut wide,
+    )
+    .expect("castable");
+    wide.chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+        .collect()
+}
+
+const IDS: [u64; 6] = [3, 4, 5, 130, 511, 3];
+
+/// With a lying server, every row returned equals the dense block's (after
+/// the fallback), the resolution says why, and with `--require-columnar`
+/// the call fails instead.
+fn assert_never_wrong(out: &Path, server: &FaultServer, object: &str, why: &str) {
+    let url = server.url(object);
+    let r = open(out, &url, false);
+    let e = r.embedding().expect("input");
+    assert_eq!(
+        e.resolution().path,
+        ReadPath::Columnar,
+        "{}",
+        e.resolution().reason
+    );
+    let backend = e.columnar().expect("columnar backend");
+    let rows = e.rows(&IDS).expect("rows through the dense fallback");
+    for (k, &id) in IDS.iter().enumerate() {
+        assert_eq!(row_f32(&rows, k), dense_f32(out, id), "row {id}");
+    }
+    let res = e.resolution();
+    assert_eq!(res.path, ReadPath::Dense, "{why}");
+    assert!(res.reason.contains("verification"), "{why}: {}", res.reason);
+    let cs = backend.cache_stats();
+    assert!(
+        cs.rows_rejected > 0 || why.contains("package"),
+        "{why}: {cs:?}"
+    );
+    // only verified rows were cached (rows_fetched counts those), and not
+    // all of the 5 distinct ones: the failing rows were not
+    assert!(
+        backend.cached_rows() as u64 <= cs.rows_fetched,
+        "{why}: {cs:?}"
+    );
+    assert!(cs.rows_fetched < 5, "{why}: {cs:?}");
+
+    let r = open(out, &url, true);
+    let err = r
+        .embedding()
+        .expect("input")
+        .rows(&IDS)
+        .expect_err("--require-columnar: no dense fallback");
+    assert!(
+        matches!(err, ReaderError::ColumnarRequired { .. })
+            && err.to_string().contains("verification"),
+        "{why}: {err}"
+    );
+}
+
+#[test]
+fn swapped_rows_are_never_returned() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(&wide(FDtype::F32, 7), &[DType::F32], tmp.path());
+    // every range of the row file answered with the bytes one row further on
+    let server = FaultServer::start_dir(&out, Fault::OffsetRows(4096)).expect("server");
+    assert_never_wrong(&out, &server, "token_embd.f32.rows", "swapped rows");
+}
+
+#[test]
+fn rows_of_another_model_are_never_returned() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(&wide(FDtype::F32, 7), &[DType::F32], &tmp.path().join("a"));
+    let other = pack(&wide(FDtype::F32, 8), &[DType::F32], &tmp.path().join("b"));
+    // the other model's rows with this model's proof object...
+    let rows = fs::read(other.join("token_embd.f32.rows")).expect("rows");
+    let proof = fs::read(out.join("token_embd.f32.rows.proof")).expect("proof");
+    let server = FaultServer::start_files(
+        vec![
+            ("token_embd.f32.rows".into(), rows),
+            ("token_embd.f32.rows.proof".into(), proof),
+        ],
+        Fault::None,
+    )
+    .expect("server");
+    assert_never_wrong(&out, &server, "token_embd.f32.rows", "other model's rows");
+    // ...and with its own proof object, whose table fails this knot's root
+    let server = FaultServer::start_dir(&other, Fault::None).expect("server");
+    assert_never_wrong(
+        &out,
+        &server,
+        "token_embd.f32.rows",
+        "other model's package",
+    );
+}
+
+#[test]
+fn a_damaged_proof_object_is_caught() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(&wide(FDtype::BF16, 7), &[DType::BF16], tmp.path());
+    let rows = fs::read(out.join("token_embd.bf16.rows")).expect("rows");
+    let proof = fs::read(out.join("token_embd.bf16.rows.proof")).expect("proof");
+    let layout = gkq_format::merkle::ProofLayout::new(512, 7).expect("layout");
+    assert_eq!(proof.len() as u64, layout.object_len().expect("len"));
+    // a flipped bit in the path record of row 130, then in the chunk table
+    let (rec, _) = layout.records_range(130, 1).expect("range");
+    for at in [rec + 40, 5] {
+        let mut bad = proof.clone();
+        bad[at as usize] ^= 0x10;
+        let server = FaultServer::start_files(
+            vec![
+                ("token_embd.bf16.rows".into(), rows.clone()),
+                ("token_embd.bf16.rows.proof".into(), bad),
+            ],
+            Fault::None,
+        )
+        .expect("server");
+        assert_never_wrong(&out, &server, "token_embd.bf16.rows", "flipped proof bit");
+    }
+    // a truncated proof object: its ranges fail, and no row is returned
+    let server = FaultServer::start_files(
+        vec![
+            ("token_embd.bf16.rows".into(), rows),
+            (
+                "token_embd.bf16.rows.proof".into(),
+                proof[..proof.len() / 2].to_vec(),
+            ),
+        ],
+        Fault::None,
+    )
+    .expect("server");
+    let r = open(&out, &server.url("token_embd.bf16.rows"), false);
+    let e = r.embedding().expect("input");
+    match e.rows(&IDS) {
+        Ok(rows) => {
+            for (k, &id) in IDS.iter().enumerate() {
+                assert_eq!(row_f32(&rows, k), dense_f32(&out, id));
+            }
+        }
+        Err(err) => assert!(err.to_string().contains(".proof"), "{err}"),
+    }
+    assert_eq!(e.cache_stats().rows_fetched, 0);
+}
+
+/// Serves a package packed from a `src` model with `dtypes` over nginx and
+/// returns the reader's pick for the base URL.
+fn narrowest(src: FDtype, dtypes: &[DType]) -> (PathBuf, Reader, Nginx, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(&wide(src, 11), dtypes, tmp.path());
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let r = open(&out, &format!("{}/m/", nginx.url()), true);
+    (out, r, nginx, tmp)
+}
+
+#[test]
+fn the_narrowest_exact_row_file_is_fetched_and_widens_to_the_dense_values() {
+    // (source dtype, packed dtypes, the row file a base URL must pick)
+    let cases = [
+        (FDtype::BF16, vec![DType::F32, DType::BF16], DType::BF16),
+        (
+            FDtype::F16,
+            vec![DType::F32, DType::F16, DType::BF16],
+            DType::F16,
+        ),
+        (FDtype::F32, vec![DType::F32, DType::BF16], DType::F32),
+    ];
+    for (src, dtypes, want) in cases {
+        let (out, r, _nginx, _tmp) = narrowest(src, &dtypes);
+        let e = r.embedding().expect("input");
+        let res = e.resolution();
+        let backend = e.columnar().expect("columnar");
+        assert_eq!(backend.dtype(), want, "{src:?}: {}", res.reason);
+        if want != DType::F32 {
+            assert!(
+                res.reason.contains(&format!("{want} rows are exact"))
+                    && res.reason.contains("instead of 4096"),
+                "{}",
+                res.reason
+            );
+        }
+        // widened on the node, the rows are the f32 row file's values
+        let rows = e.rows(&IDS).expect("rows");
+        let f32_file = fs::read(out.join("token_embd.f32.rows")).expect("f32 rows");
+        for (k, &id) in IDS.iter().enumerate() {
+            let want_row: Vec<f32> = f32_file[id as usize * 4096..(id as usize + 1) * 4096]
+                .chunks(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+                .collect();
+            let got = row_f32(&rows, k);
+            assert!(
+                got.iter()
+                    .zip(&want_row)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{src:?} row {id}"
+            );
+            assert_eq!(got, dense_f32(&out, id));
+        }
+    }
+}
+
+#[test]
+fn embed_dtype_forces_a_row_file() {
+    let (out, _r, nginx, _tmp) = narrowest(FDtype::F32, &[DType::F32, DType::BF16]);
+    let base = format!("{}/m", nginx.url());
+    let mut c = ReaderConfig {
+        columnar_embed: Some(base),
+        require_columnar: true,
+        embed_dtype: Some(DType::BF16),
+        ..ReaderConfig::default()
+    };
+    let r = Reader::open(
+        out.join("model.knot").to_str().expect("utf8"),
+        c.clone(),
+        Roles::INPUT,
+    )
+    .expect("open");
+    let e = r.embedding().expect("input");
+    assert_eq!(e.columnar().expect("columnar").dtype(), DType::BF16);
+    assert!(
+        e.resolution().reason.contains("NOT exact"),
+        "{}",
+        e.resolution().reason
+    );
+    // a dtype the package does not have: the reason names the files
+    c.embed_dtype = Some(DType::F16);
+    let err = Reader::open(
+        out.join("model.knot").to_str().expect("utf8"),
+        c,
+        Roles::INPUT,
+    )
+    .expect_err("no f16 row file");
+    assert!(err.to_string().contains("has no f16 row file"), "{err}");
+}
