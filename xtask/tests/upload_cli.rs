@@ -73,13 +73,17 @@ fn upload_then_verify_over_http() {
         id_line["knot_id"],
         gkq_format::hex(&knot.header().preamble().header_sha256)
     );
-    assert_eq!(lines.len(), 3);
+    assert_eq!(lines.len(), 4);
     assert_eq!(lines[0]["key"], "qwen2-tiny/v1/token_embd.f32.rows");
     assert_eq!(
-        lines[1]["key"], "qwen2-tiny/v1/config.json",
+        lines[1]["key"], "qwen2-tiny/v1/token_embd.f32.rows.proof",
+        "each row file's proof object right after it"
+    );
+    assert_eq!(
+        lines[2]["key"], "qwen2-tiny/v1/config.json",
         "companion files before the knot"
     );
-    assert_eq!(lines[2]["key"], "qwen2-tiny/v1/model.knot", "knot last");
+    assert_eq!(lines[3]["key"], "qwen2-tiny/v1/model.knot", "knot last");
     assert!(lines.iter().all(|l| l["status"] == "uploaded"));
     assert!(
         !stdout.contains(S3_SECRET_KEY)
