@@ -105,13 +105,21 @@ pub(crate) fn pack_once(
     out: &Path,
     dtype: &str,
 ) -> anyhow::Result<(f64, serde_json::Value)> {
-    let (secs, stdout) = timed(
-        Command::new(release_bin("gkq-pack"))
-            .arg(model)
-            .arg("--out")
-            .arg(out)
-            .args(["--json", "--dtype", dtype]),
-    )?;
+    pack_with(model, out, &[dtype])
+}
+
+/// Packs `model` into `out` (replacing it) with one `--dtype` per entry.
+pub(crate) fn pack_with(
+    model: &Path,
+    out: &Path,
+    dtypes: &[&str],
+) -> anyhow::Result<(f64, serde_json::Value)> {
+    let mut cmd = Command::new(release_bin("gkq-pack"));
+    cmd.arg(model).arg("--out").arg(out).args(["--json", "--force"]);
+    for d in dtypes {
+        cmd.args(["--dtype", d]);
+    }
+    let (secs, stdout) = timed(&mut cmd)?;
     Ok((secs, serde_json::from_slice(&stdout)?))
 }
 

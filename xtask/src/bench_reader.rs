@@ -1,5 +1,8 @@
-//! `cargo xtask bench reader`: the packed qwen2.5-0.5b preset (f32) served
-//! by nginx on 127.0.0.1; token sessions replayed through `gkq-rows`
+//! `cargo xtask bench reader`: the qwen2.5-0.5b preset (a bf16 source)
+//! packed with `--dtype f32 --dtype bf16`, served by nginx on 127.0.0.1; the
+//! reader is given the package's base URL and picks the narrowest exact row
+//! file (bf16, 1,792 B/row), verifying every row with its Merkle proof;
+//! token sessions replayed through `gkq-rows`
 //! (release) with a cold backend per workload, then 100 sessions through
 //! one warm backend with a top-100 warm seed, then the cold sessions again
 //! behind a proxy that adds 20 ms to every request.
@@ -11,16 +14,25 @@ use anyhow::{Context, bail};
 use fixtures::servers::{DelayProxy, Nginx, NginxOptions};
 use serde_json::Value;
 
-use crate::bench::{bench_dir, model, pack_once, release_bin};
+use crate::bench::{bench_dir, model, pack_with, release_bin};
 
 const DENSE: f64 = 151_936.0 * 896.0 * 4.0;
-const ROW: f64 = 896.0 * 4.0;
+const ROW: f64 = 896.0 * 2.0;
+/// The pack the reader benches read: f32 blocks, f32 and bf16 row files.
+pub(crate) const PACK: &str = "pack-f32-bf16";
+
+/// Packs the preset as [`PACK`] (always: the format may have changed).
+pub(crate) fn packed() -> anyhow::Result<()> {
+    let model = model()?;
+    pack_with(&model, &bench_dir().join(PACK), &["f32", "bf16"])?;
+    Ok(())
+}
 
 fn rows_json(base: &str, extra: &[&str]) -> anyhow::Result<Value> {
     let out = Command::new(release_bin("gkq-rows"))
         .arg(format!("{base}/model.knot"))
         .arg("--columnar-embed")
-        .arg(format!("{base}/token_embd.f32.rows"))
+        .arg(format!("{base}/"))
         .arg("--json")
         .args(extra)
         .output()
@@ -29,8 +41,13 @@ fn rows_json(base: &str, extra: &[&str]) -> anyhow::Result<Value> {
         bail!("gkq-rows failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     let v: Value = serde_json::from_slice(&out.stdout)?;
-    if v["resolution"]["path"] != "columnar" {
-        bail!("not on the columnar path: {}", v["resolution"]);
+    if v["resolution"]["path"] != "columnar"
+        || !v["resolution"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("token_embd.bf16.rows")
+    {
+        bail!("not on the bf16 columnar path: {}", v["resolution"]);
     }
     Ok(v)
 }
@@ -40,41 +57,41 @@ fn kib(b: f64) -> String {
 }
 
 pub(crate) fn run() -> anyhow::Result<()> {
-    let model = model()?;
-    let out = bench_dir().join("pack-f32");
-    if !out.join("model.knot").exists() {
-        pack_once(&model, &out, "f32")?;
-    }
+    packed()?;
     let nginx = Nginx::start(
         &bench_dir(),
         &bench_dir().join("nginx-reader"),
         &NginxOptions::default(),
     )?;
-    let base = format!("{}/pack-f32", nginx.url());
+    let base = format!("{}/{PACK}", nginx.url());
     let sessions = fixtures::sessions::dir();
     let s = |n: &str| sessions.join(n).display().to_string();
     println!(
-        "bench reader: qwen2.5-0.5b preset packed with --dtype f32 (row_bytes 3584), served by nginx on 127.0.0.1; dense embedding = 544,538,624 B = 519.31 MB (MiB, as in the proposal); KB = 1024 B"
+        "bench reader: qwen2.5-0.5b preset (bf16 source) packed with --dtype f32 --dtype bf16, served by nginx on 127.0.0.1; the reader gets the base URL and picks the bf16 rows (exact: 1792 B/row instead of 3584), each verified with its Merkle proof (height 6: 192 B per row, and a 75,968 B chunk table once); dense f32 embedding = 544,538,624 B = 519.31 MB (MiB, as in the proposal); KB = 1024 B"
     );
     println!();
     println!(
         "Cold backend per workload (a fresh gkq-rows process; the knot header fetch is shown separately):"
     );
     println!(
-        "| workload | tokens | distinct rows | payload | payload / (distinct x 3584 B) | requests | response header bytes | wall ms | vs dense | saved |"
+        "| workload | tokens | distinct rows | row payload | proof | proof / row payload | row payload / (distinct x 1792 B) | requests | response header bytes | wall ms | vs dense | saved |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut header = 0.0;
     for (name, _) in fixtures::sessions::WORKLOADS {
         let v = rows_json(&base, &["--sessions-file", &s(&format!("{name}.jsonl"))])?;
         header = v["open"]["payload_bytes"].as_f64().unwrap_or(0.0);
         let payload = v["payload_bytes"].as_f64().unwrap_or(0.0);
+        let proof = v["proof_bytes"].as_f64().unwrap_or(0.0);
+        let rows = payload - proof;
         let distinct = v["distinct_rows"].as_f64().unwrap_or(0.0);
         println!(
-            "| {name} | {} | {distinct} | {} | {:.3} | {} | {} | {:.1} | {:.4}% | {:.3}% |",
+            "| {name} | {} | {distinct} | {} | {} | {:.1}% | {:.3} | {} | {} | {:.1} | {:.4}% | {:.3}% |",
             v["tokens"],
-            kib(payload),
-            payload / (distinct * ROW),
+            kib(rows),
+            kib(proof),
+            proof / rows * 100.0,
+            rows / (distinct * ROW),
             v["requests"],
             v["http_bytes"].as_f64().unwrap_or(0.0) - payload,
             v["seconds"].as_f64().unwrap_or(0.0) * 1e3,
@@ -140,7 +157,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         .arg(format!("{base}/model.knot"))
         .args([
             "--columnar-embed",
-            &format!("{base}/token_embd.f32.rows"),
+            &format!("{base}/"),
             "--tokens-file",
             &s("long_context.jsonl"),
             "--bench-hits",
@@ -155,7 +172,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     );
     println!();
     let proxy = DelayProxy::start(nginx.port(), Duration::from_millis(20))?;
-    let pbase = format!("{}/pack-f32", proxy.url());
+    let pbase = format!("{}/{PACK}", proxy.url());
     println!(
         "Cold sessions behind a proxy adding 20 ms to every request (target: 100 distinct rows < 100 ms):"
     );

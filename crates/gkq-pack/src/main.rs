@@ -112,8 +112,14 @@ fn human(r: &PackReport) {
     );
     eprintln!("  knot id {} (pin it with --knot-id)", r.knot_id);
     for c in &r.columnar {
+        let exact = match (c.source_exact, c.block_exact) {
+            (true, true) => "exact (source and block)",
+            (true, false) => "exact (source)",
+            (false, true) => "exact (block)",
+            (false, false) => "not exact",
+        };
         eprintln!(
-            "  {}  {} rows x {} bytes ({} {})  sha256 {}  max abs error vs source {:e}",
+            "  {}  {} rows x {} bytes ({} {})  sha256 {}  max abs error vs source {:e}, {exact}",
             c.path.display(),
             c.rows,
             c.row_bytes,
@@ -121,6 +127,14 @@ fn human(r: &PackReport) {
             c.dtype,
             c.sha256,
             c.max_abs_error_vs_source
+        );
+        eprintln!(
+            "  {}  {} bytes  merkle root {}  proof height {} ({} B per row fetched)",
+            c.proof.path.display(),
+            c.proof.bytes,
+            c.merkle_root,
+            c.proof_height,
+            32 * u32::from(c.proof_height)
         );
     }
     for c in &r.companions {
