@@ -115,7 +115,10 @@ pub(crate) fn pack_with(
     dtypes: &[&str],
 ) -> anyhow::Result<(f64, serde_json::Value)> {
     let mut cmd = Command::new(release_bin("gkq-pack"));
-    cmd.arg(model).arg("--out").arg(out).args(["--json", "--force"]);
+    cmd.arg(model)
+        .arg("--out")
+        .arg(out)
+        .args(["--json", "--force"]);
     for d in dtypes {
         cmd.args(["--dtype", d]);
     }

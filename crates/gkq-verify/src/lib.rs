@@ -841,7 +841,9 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
             "columnar",
             c,
             started,
-            format!("{n_desc} row files: size, sha256, every row against its block, exactness flags, proof objects (Merkle roots)"),
+            format!(
+                "{n_desc} row files: size, sha256, every row against its block, exactness flags, proof objects (Merkle roots)"
+            ),
         ),
     ];
     if let Some((acc, n)) = check_package(&knot, &dir) {
