@@ -183,6 +183,64 @@ impl KnotHandle {
         Ok(bytes.into())
     }
 
+    /// A companion file of the package (`package.files`, docs/FORMAT.md
+    /// 3.1: `config.json`, `tokenizer.json`, …), next to the knot, read whole
+    /// and checked against the digest the knot records before it is returned.
+    pub fn package_file(&self, name: &str, http: &Http) -> Result<Vec<u8>> {
+        let h = self.header.header();
+        let files = h
+            .meta_list(gkq_format::keys::PACKAGE_FILES)
+            .unwrap_or_default();
+        let hashes = h
+            .meta_list(gkq_format::keys::PACKAGE_SHA256)
+            .unwrap_or_default();
+        let Some(want) = files
+            .iter()
+            .position(|f| f == name)
+            .and_then(|i| hashes.get(i))
+        else {
+            return Err(ReaderError::Missing(format!(
+                "{}: the knot lists no package file {name:?} (package.files: {})",
+                self.location,
+                files.join(", ")
+            )));
+        };
+        let (what, bytes) = match &self.place {
+            Where::Local { .. } => {
+                let path = PathBuf::from(&self.location)
+                    .parent()
+                    .map(|d| d.join(name))
+                    .unwrap_or_else(|| PathBuf::from(name));
+                let bytes = std::fs::read(&path).map_err(|error| ReaderError::Io {
+                    path: path.clone(),
+                    error,
+                })?;
+                (path.display().to_string(), bytes)
+            }
+            Where::Remote { url } => {
+                let (path, rest) = url.split_at(url.find(['?', '#']).unwrap_or(url.len()));
+                let base = path.rsplit_once('/').map_or(path, |(b, _)| b);
+                let url = format!("{base}/{name}{rest}");
+                let len = http.content_length(&url)?;
+                let bytes = if len == 0 {
+                    Vec::new()
+                } else {
+                    http.get_range_vec(&url, 0, len - 1, Some(len))?
+                };
+                (url, bytes)
+            }
+        };
+        let found = gkq_format::hex(&Sha256::digest(&bytes));
+        if found != *want {
+            return Err(ReaderError::Digest {
+                what,
+                expected: want.clone(),
+                found,
+            });
+        }
+        Ok(bytes)
+    }
+
     /// The values of block `index` (following an alias) as dense bytes in
     /// the block's dtype: the payload of a dense block, or the
     /// reconstruction of a spectral block (docs/FORMAT.md section 5), never

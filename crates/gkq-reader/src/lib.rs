@@ -414,6 +414,21 @@ impl Reader {
         self.knot.payload(self.knot.index(tensor)?, &self.http)
     }
 
+    /// A companion file of the package (`config.json`, `tokenizer.json`, …),
+    /// checked against the digest the knot records.
+    pub fn package_file(&self, name: &str) -> Result<Vec<u8>> {
+        self.knot.package_file(name, &self.http)
+    }
+
+    /// The values of a block as dense bytes in its dtype (a spectral block
+    /// reconstructed as docs/FORMAT.md section 5 says), sha256-checked, with
+    /// the block (alias followed) for its dtype and shape.
+    pub fn block_values(&self, tensor: &str) -> Result<(Block, Arc<[u8]>)> {
+        let index = self.knot.index(tensor)?;
+        let block = self.knot.data_block(index)?.clone();
+        Ok((block, self.knot.dense_values(index, &self.http)?))
+    }
+
     /// Network counters of everything this reader fetched.
     pub fn net_stats(&self) -> NetStats {
         self.http.stats()

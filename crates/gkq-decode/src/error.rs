@@ -1,0 +1,27 @@
+/// `Result` with [`DecodeError`].
+pub type Result<T, E = DecodeError> = std::result::Result<T, E>;
+
+/// Everything a decode can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The reader failed (knot, network, rows, lm_head).
+    #[error(transparent)]
+    Reader(#[from] gkq_reader::ReaderError),
+    /// `config.json` is missing something or names an architecture this
+    /// crate does not run.
+    #[error("{0}")]
+    Config(String),
+    /// A block the architecture needs is missing or has the wrong shape.
+    #[error("{0}")]
+    Weights(String),
+    /// A tensor operation failed.
+    #[error("compute: {0}")]
+    Compute(#[from] candle_core::Error),
+    /// Tokenizer problems.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// Stages chained in a way that cannot run.
+    #[error("{0}")]
+    Stages(String),
+}

@@ -1,0 +1,185 @@
+//! Issue 11: a decode through the reader is bit-identical to a fully dense
+//! local load: the same tokens and the same logits at every step, with the
+//! embedding read as verified columnar rows over nginx, cold and warm, for
+//! every row-file dtype choice; and two chained stages equal one.
+
+use std::path::{Path, PathBuf};
+
+use fixtures::servers::{Nginx, NginxOptions};
+use gkq_decode::{Generation, Stage, StageRoles, generate};
+use gkq_format::DType;
+use gkq_reader::ReaderConfig;
+
+const PROMPT: [u32; 6] = [5, 17, 300, 17, 42, 500];
+const NEW: usize = 6;
+
+struct Served {
+    _tmp: tempfile::TempDir,
+    out: PathBuf,
+    nginx: Nginx,
+}
+
+impl Served {
+    fn url(&self, name: &str) -> String {
+        format!("{}/m/{name}", self.nginx.url())
+    }
+}
+
+fn serve(src: &Path, dtypes: &[DType]) -> Served {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("www/m");
+    let mut opts = gkq_pack::PackOptions::new(src, &out);
+    opts.dtypes = dtypes.to_vec();
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("start nginx (scripts/install-test-deps.sh)");
+    Served {
+        _tmp: tmp,
+        out,
+        nginx,
+    }
+}
+
+fn fixture(tmp: &Path, preset: &str) -> PathBuf {
+    let dir = tmp.join(preset);
+    fixtures::write_model(&dir, &fixtures::preset(preset).expect("preset")).expect("fixture");
+    dir
+}
+
+/// A fully dense decode of the local knot: no columnar URL.
+fn dense(s: &Served) -> Generation {
+    let mut st = Stage::open(
+        s.out.join("model.knot").to_str().expect("utf8"),
+        ReaderConfig::default(),
+        StageRoles::All,
+        None,
+    )
+    .expect("open");
+    let g = generate(std::slice::from_mut(&mut st), &PROMPT, NEW).expect("dense decode");
+    assert_eq!(g.resolutions[0].path, "dense");
+    g
+}
+
+/// A remote decode with the embedding from the row file `embed_dtype`
+/// (or the narrowest exact one), cold, then warm through the same reader.
+fn columnar(s: &Served, embed_dtype: Option<DType>) -> (Generation, Generation) {
+    let config = ReaderConfig {
+        columnar_embed: Some(s.url("")),
+        require_columnar: true,
+        embed_dtype,
+        ..ReaderConfig::default()
+    };
+    let mut st = Stage::open(&s.url("model.knot"), config, StageRoles::All, None).expect("open");
+    let cold = generate(std::slice::from_mut(&mut st), &PROMPT, NEW).expect("cold decode");
+    assert_eq!(
+        cold.resolutions[0].path, "columnar",
+        "{:?}",
+        cold.resolutions
+    );
+    assert!(cold.bytes.knot_header > 0 && cold.bytes.other_blocks > 0 && cold.bytes.lm_head > 0);
+    st.reset();
+    let warm = generate(std::slice::from_mut(&mut st), &PROMPT, NEW).expect("warm decode");
+    assert_eq!(
+        warm.bytes.embedding_rows, 0,
+        "warm: every row from the cache or the resident matrix"
+    );
+    (cold, warm)
+}
+
+fn assert_same(a: &Generation, b: &Generation, what: &str) {
+    assert_eq!(a.tokens, b.tokens, "{what}: tokens");
+    assert_eq!(a.logits_sha256, b.logits_sha256, "{what}: logits bits");
+}
+
+#[test]
+fn committed_tiny_qwen2_is_bit_identical_dense_and_columnar() {
+    let src = fixtures::committed_tiny();
+    // f32 block with f32 rows (the payload) and bf16 rows (not exact: forced)
+    let s = serve(&src, &[DType::F32, DType::BF16]);
+    let d = dense(&s);
+    assert_eq!(d.tokens.len(), NEW);
+    let (cold, warm) = columnar(&s, None);
+    assert!(cold.resolutions[0].reason.contains("token_embd.f32.rows"));
+    assert!(cold.bytes.embedding_rows > 0);
+    assert_same(&d, &cold, "f32 rows, cold");
+    assert_same(&d, &warm, "f32 rows, warm");
+    // the check can fail: the bf16 rows of this f32 block are not exact,
+    // and forcing them changes the logits
+    let (lossy, _) = columnar(&s, Some(DType::BF16));
+    assert_ne!(
+        d.logits_sha256, lossy.logits_sha256,
+        "inexact rows must show"
+    );
+    // bf16 block: the bf16 row file is its payload
+    let s = serve(&src, &[DType::BF16]);
+    let d = dense(&s);
+    let (cold, warm) = columnar(&s, None);
+    assert_same(&d, &cold, "bf16 rows of a bf16 block, cold");
+    assert_same(&d, &warm, "bf16 rows of a bf16 block, warm");
+}
+
+#[test]
+fn untied_llama_is_bit_identical_for_every_row_file() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = fixture(tmp.path(), "llama-tiny-bf16");
+    // a bf16 source packed with f32 blocks: the bf16 rows are exact and
+    // picked by default, the f32 rows are the blocks' own bytes
+    let s = serve(&src, &[DType::F32, DType::BF16]);
+    let d = dense(&s);
+    for want in [None, Some(DType::F32), Some(DType::BF16)] {
+        let (cold, warm) = columnar(&s, want);
+        let file = match want {
+            Some(DType::F32) => "token_embd.f32.rows",
+            _ => "token_embd.bf16.rows",
+        };
+        assert!(
+            cold.resolutions[0].reason.contains(file),
+            "{:?}",
+            cold.resolutions
+        );
+        assert!(cold.resolutions[1].reason.contains("lm_head.weight"));
+        assert_same(&d, &cold, &format!("{want:?}, cold"));
+        assert_same(&d, &warm, &format!("{want:?}, warm"));
+    }
+}
+
+#[test]
+fn an_input_stage_and_an_output_stage_equal_one_stage() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = fixture(tmp.path(), "llama-tiny-f16");
+    let s = serve(&src, &[DType::F16]);
+    let whole = dense(&s);
+    let config = ReaderConfig {
+        columnar_embed: Some(s.url("")),
+        require_columnar: true,
+        ..ReaderConfig::default()
+    };
+    let input = Stage::open(
+        &s.url("model.knot"),
+        config.clone(),
+        StageRoles::Input,
+        Some(0..1),
+    )
+    .expect("input stage");
+    let output = Stage::open(&s.url("model.knot"), config, StageRoles::Output, Some(1..2))
+        .expect("output stage");
+    let mut chain = [input, output];
+    let g = generate(&mut chain, &PROMPT, NEW).expect("chained decode");
+    assert_same(&whole, &g, "two stages");
+    let (a, b) = (chain[0].bytes(), chain[1].bytes());
+    assert_eq!(a.lm_head, 0, "an input stage never pulls lm_head");
+    assert!(chain[0].reader().lm_head().is_err());
+    assert_eq!(
+        b.embedding_rows, 0,
+        "an output stage never fetches embedding rows"
+    );
+    assert!(chain[1].reader().embedding().is_err());
+    assert!(a.embedding_rows > 0 && b.lm_head > 0);
+    // the layers must cover the model, input first
+    let mut wrong = [chain.into_iter().nth(1).expect("output")];
+    assert!(generate(&mut wrong, &PROMPT, 1).is_err());
+}
