@@ -2,7 +2,9 @@
 # Installs what the test suite needs on a fresh Debian machine:
 #   nginx (Debian's nginx-light): the real HTTP range server the HTTP tests start on 127.0.0.1;
 #   s3s-fs 0.14.1 (crates.io): the real S3-compatible server the upload tests start on 127.0.0.1
-#   (0.15 and later need a newer rustc than this project's 1.95).
+#   (0.15 and later need a newer rustc than this project's 1.95);
+#   python3 (standard library only): scripts/reference_decode.py, the independent reference
+#   the decode tests compare gkq-decode's logits with.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 
@@ -14,6 +16,15 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
 fi
 echo "install-test-deps: nginx $(/usr/sbin/nginx -v 2>&1 | sed 's/.*nginx\///')" >&2
+
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "install-test-deps: apt-get install python3" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-minimal >/dev/null
+fi
+echo "install-test-deps: $(python3 --version)" >&2
 
 if ! command -v s3s-fs >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
   echo "install-test-deps: cargo install s3s-fs 0.14.1 (about 1.5 min)" >&2

@@ -21,6 +21,8 @@ pub(crate) enum Which {
     Reader,
     /// Cold sessions over TLS (HTTP/2 and HTTP/1.1) behind a 20 ms RTT proxy that counts wire bytes.
     Wire,
+    /// A cold node decoding 32 + 32 tokens over TLS behind the 20 ms RTT proxy, columnar against dense embedding.
+    Decode,
 }
 
 pub(crate) fn bench_dir() -> PathBuf {
@@ -64,6 +66,8 @@ fn build() -> anyhow::Result<()> {
         "fixtures",
         "-p",
         "gkq-reader",
+        "-p",
+        "gkq-decode",
     ]))
 }
 
@@ -248,5 +252,6 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
             crate::bench_wire::run()
         }
         Which::Wire => crate::bench_wire::run(),
+        Which::Decode => crate::bench_decode::run(),
     }
 }

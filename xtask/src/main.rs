@@ -7,6 +7,7 @@
 //! - `bench pack|verify|reader`: the performance benchmarks, with same-run references.
 
 mod bench;
+mod bench_decode;
 mod bench_reader;
 mod bench_wire;
 mod fuzz;

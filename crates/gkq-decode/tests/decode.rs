@@ -183,3 +183,78 @@ fn an_input_stage_and_an_output_stage_equal_one_stage() {
     let mut wrong = [chain.into_iter().nth(1).expect("output")];
     assert!(generate(&mut wrong, &PROMPT, 1).is_err());
 }
+
+/// The forward pass agrees with `scripts/reference_decode.py`, an
+/// independent implementation of the published equations in float64 that
+/// reads only config.json and model.safetensors: the same greedy tokens,
+/// and logits within 1e-4 of the largest logit (f32 against f64).
+#[test]
+fn matches_an_independent_reference() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (src, what) in [
+        (
+            fixtures::committed_tiny(),
+            "committed tiny qwen2 (f32, tied, q/k/v biases)",
+        ),
+        (
+            fixture(tmp.path(), "llama-tiny-bf16"),
+            "llama-tiny-bf16 (untied)",
+        ),
+    ] {
+        let out = tmp.path().join(format!("pkg-{}", what.len()));
+        gkq_pack::pack(
+            &gkq_pack::PackOptions::new(&src, &out),
+            &gkq_pack::NoProgress,
+        )
+        .expect("pack");
+        let o = std::process::Command::new("python3")
+            .arg(root.join("scripts/reference_decode.py"))
+            .arg(&src)
+            .arg("5,17,300")
+            .arg("4")
+            .output()
+            .expect("python3 (scripts/install-test-deps.sh installs it)");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        let mut st = Stage::open(
+            out.join("model.knot").to_str().expect("utf8"),
+            ReaderConfig::default(),
+            StageRoles::All,
+            None,
+        )
+        .expect("open");
+        let mut ids = vec![5u32, 17, 300];
+        for step in 0..4 {
+            let x = st.embed(&ids).expect("embed");
+            let x = st.forward(&x).expect("forward");
+            let logits: Vec<f32> = st.logits(&x).expect("logits").to_vec1().expect("vec");
+            let want: Vec<f64> = r["logits"][step]
+                .as_array()
+                .expect("logits")
+                .iter()
+                .map(|v| v.as_f64().expect("f64"))
+                .collect();
+            let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+            let worst = logits
+                .iter()
+                .zip(&want)
+                .fold(0f64, |m, (a, b)| m.max((f64::from(*a) - b).abs()));
+            assert!(
+                worst <= 1e-4 * scale,
+                "{what} step {step}: |diff| {worst} vs scale {scale}"
+            );
+            let next = logits
+                .iter()
+                .enumerate()
+                .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
+                .0 as u32;
+            assert_eq!(
+                u64::from(next),
+                r["tokens"][step].as_u64().expect("token"),
+                "{what} step {step}"
+            );
+            ids = vec![next];
+        }
+    }
+}
