@@ -1015,3 +1015,112 @@ fn companion_files_are_copied_and_recorded() {
     assert!(!out.join("tokenizer.json").exists());
     assert!(out.join("config.json").exists());
 }
+
+/// The bytes gkq-pack writes, pinned: a change to any of these digests is a
+/// change of the format (docs/FORMAT.md, with the golden vector), of the
+/// tool's version string in `gkq.tool`, or of the fixture generator, and
+/// never the side effect of a faster or more parallel pack.
+#[test]
+fn packed_digests_are_pinned() {
+    let cases: [(&str, &[&str], &[(&str, &str)]); 2] = [
+        (
+            "committed",
+            &["--dtype", "f32", "--dtype", "bf16"],
+            &[
+                (
+                    "config.json",
+                    "648da4c4c3f5fcd8868d07a72f50ef30d7c2037cae63d819379d71649a552874",
+                ),
+                (
+                    "model.knot",
+                    "113e8ef7aa8415893ac1934f64ff711a1486a871417b1176ee733c407f63727d",
+                ),
+                (
+                    "token_embd.bf16.rows",
+                    "789bc6b835baadbacdfb9f7f4e4879deef7f2e602f896fc30723d8b2428a169d",
+                ),
+                (
+                    "token_embd.bf16.rows.proof",
+                    "c7a5b0a7adde21015c539ca8a3d4724cf47e92218a2b682007b9a10aafc3f66f",
+                ),
+                (
+                    "token_embd.f32.rows",
+                    "ae4ff72a3c7447cf5a2259b6c926ea52c6ae7419235865bf97d61a71309ccd4a",
+                ),
+                (
+                    "token_embd.f32.rows.proof",
+                    "e78fdd68fef7fbd25ffd8a31b4624c84e6fde1f27c6ecd7888ceb0e8c63da829",
+                ),
+            ],
+        ),
+        (
+            "llama-tiny-bf16-sharded",
+            &["--dtype", "bf16", "--dtype", "f32"],
+            &[
+                (
+                    "config.json",
+                    "41d2767be9af2eabb3c441168e0346c8613651faa740f76bc29b0cfd5d0ed41f",
+                ),
+                (
+                    "lm_head.bf16.rows",
+                    "c74b769653110387de8a01be2e2c3588e15ff605fac2958538828eae1ce360ed",
+                ),
+                (
+                    "lm_head.bf16.rows.proof",
+                    "f569d7026f59c0cd98ec3dacbbfc19facc3d9c4b5c751840fe622f6a6101ab20",
+                ),
+                (
+                    "lm_head.f32.rows",
+                    "f582f5fc07d5fd7e5286319b4d0aebac1d6611c53675d3f96e20fc25877afce7",
+                ),
+                (
+                    "lm_head.f32.rows.proof",
+                    "2dee61758320fa372ed898b7bac033e92518095bd085bddbce949a8784f13506",
+                ),
+                (
+                    "model.knot",
+                    "dc3d6f35a819812bff905c0e9cf29dad49f642e0156ed97b8a2f2aee76d039da",
+                ),
+                (
+                    "token_embd.bf16.rows",
+                    "6a04e9580eb731d3113e83a3f40bf546b98e68b5f3b7abc69cddb3bc82435c6e",
+                ),
+                (
+                    "token_embd.bf16.rows.proof",
+                    "f08514013caa4229629e95f3e649550a5f6bdc1ae93cb972ce30dae38728e188",
+                ),
+                (
+                    "token_embd.f32.rows",
+                    "0d28a48b86935137e4e1c1e33cf9c54138adf4cfce77b40696e21e3020a4eb2a",
+                ),
+                (
+                    "token_embd.f32.rows.proof",
+                    "48d26682c71c3f7bdc10ccf3eaa1fc3976ec9dd6389ec468c916cd2d1b973e03",
+                ),
+            ],
+        ),
+    ];
+    let tmp = tempfile::tempdir().expect("tmp");
+    for (source, flags, pinned) in cases {
+        let src = if source == "committed" {
+            fixtures::committed_tiny()
+        } else {
+            model(tmp.path(), source)
+        };
+        let out = tmp.path().join(format!("out-{source}"));
+        let mut args = flags.to_vec();
+        args.push("--quiet");
+        packs(&src, &out, &args, "pack");
+        let mut names: Vec<String> = fs::read_dir(&out)
+            .expect("out")
+            .map(|e| e.expect("e").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let want: Vec<&str> = pinned.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, want, "{source}: the files of the package");
+        for (name, digest) in pinned {
+            let got = gkq_format::hex(&Sha256::digest(fs::read(out.join(name)).expect("read")));
+            assert_eq!(got, *digest, "{source}: {name}");
+        }
+    }
+}
