@@ -11,6 +11,7 @@ mod error;
 pub mod output;
 mod prefetch;
 pub mod roles;
+mod run;
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -33,6 +34,7 @@ pub use roles::Roles;
 
 use error::IoContext;
 use output::{Output, flush_file, write_all};
+use run::Run;
 
 /// The companion files copied into the package when the model has them
 /// (docs/FORMAT.md 3.1, `package.files`): what a node needs besides the
@@ -397,6 +399,15 @@ fn plan(
     identity: (Option<&str>, Option<&str>),
     companions: &[Companion],
 ) -> Result<Header> {
+    Ok(Header {
+        blocks: plan_blocks(src, roles, dtypes)?,
+        metadata: plan_metadata(cfg, src, roles, source_sha, identity, companions),
+    })
+}
+
+/// The block table: every tensor dense in its dtype, the role tensors in
+/// the first `--dtype` with their row files, a tied lm_head as an alias.
+fn plan_blocks(src: &SourceModel, roles: &Roles, dtypes: &[DType]) -> Result<Vec<Block>> {
     let d0 = dtypes[0];
     let mut blocks = Vec::new();
     let mut embed_index = 0u32;
@@ -453,6 +464,18 @@ fn plan(
             columnar: Vec::new(),
         });
     }
+    Ok(blocks)
+}
+
+/// The metadata section (docs/FORMAT.md 3.1).
+fn plan_metadata(
+    cfg: &ModelConfig,
+    src: &SourceModel,
+    roles: &Roles,
+    source_sha: &[String],
+    identity: (Option<&str>, Option<&str>),
+    companions: &[Companion],
+) -> Metadata {
     let embed = src.tensor(&roles.embed).expect("role tensor exists");
     let mut md = Metadata::new();
     md.insert(keys::TOOL.into(), Value::Str(TOOL.into()));
@@ -496,10 +519,7 @@ fn plan(
             Value::StrList(companions.iter().map(|c| c.sha256.clone()).collect()),
         );
     }
-    Ok(Header {
-        metadata: md,
-        blocks,
-    })
+    md
 }
 
 /// Packs `opts.model_dir` into `opts.out_dir`.
@@ -542,294 +562,36 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     for c in &companions {
         companion_files.push(copy_companion(&mut out, c)?);
     }
-    let (knot_tmp, knot_file) = out.create(KNOT_NAME)?;
-    // Early writeback: a background thread syncs the files every
-    // WRITEBACK_STEP bytes, so the final fsync before commit has little left
-    // to do and disk writes overlap the CPU work. Errors here are not lost:
-    // the final sync reports them.
-    let knot_clone = knot_file.get_ref().try_clone().at(&knot_tmp)?;
-    let (sync_tx, sync_rx) = std::sync::mpsc::channel::<File>();
-    let syncer = std::thread::spawn(move || {
-        for f in sync_rx {
-            let _ = f.sync_data();
-        }
-    });
-    let mut since_sync = 0u64;
-    let mut writer = KnotWriter::new(knot_file, header).map_err(|error| PackError::Format {
-        path: knot_tmp.clone(),
-        error: Box::new(error),
-    })?;
-    let fmt_err = |source: gkq_format::Error| format_err(&knot_tmp, source);
-
-    let mut role_outs: Vec<RoleOut> = Vec::new();
-    for (i, b) in writer.header().blocks.iter().enumerate() {
-        if b.columnar.is_empty() {
-            continue;
-        }
-        let role = if b.name == roles.embed {
-            "token_embd"
-        } else {
-            "lm_head"
-        };
-        let mut files = Vec::new();
-        // the block's own dtype first (plan() puts it first)
-        for d in &b.columnar {
-            let (path, w) = out.create(&d.object)?;
-            files.push(RowSink {
-                dtype: d.dtype,
-                path,
-                w,
-                hasher: (d.dtype != b.dtype).then(Sha256::new),
-                leaves: Vec::with_capacity(usize::try_from(d.rows).unwrap_or(0)),
-                source_exact: true,
-                block_exact: true,
-                vs_source: 0.0,
-                cast: CastReport::default(),
-            });
-        }
-        debug_assert_eq!(files.first().map(|f| f.dtype), Some(b.dtype));
-        role_outs.push(RoleOut {
-            block: i,
-            role,
-            files,
-            casts: Vec::new(),
-        });
-    }
-
-    progress.start(src.total_bytes());
-    let mut file_hashers: Vec<Sha256> = Vec::new();
-    for i in 0..src.files.len() {
-        let mut h = Sha256::new();
-        h.update(src.read_header(i)?);
-        file_hashers.push(h);
-    }
-    let indices: Vec<Option<usize>> = src
-        .tensors
-        .iter()
-        .map(|t| {
-            writer
-                .header()
-                .block_index(&t.name)
-                .filter(|&i| writer.header().blocks[i].encoding.payload().is_some())
-        })
-        .collect();
-    let is_role: Vec<bool> = indices
-        .iter()
-        .map(|i| role_outs.iter().any(|r| Some(r.block) == *i))
-        .collect();
-    let read_plan: Vec<(usize, u64, usize)> = src
-        .tensors
-        .iter()
-        .enumerate()
-        .flat_map(|(ti, t)| {
-            prefetch::plan(t, is_role[ti], CHUNK)
-                .into_iter()
-                .map(move |(at, n)| (ti, at, n))
-        })
-        .collect();
-    prefetch::with_prefetch(&src, &read_plan, |pf| {
-        for (ti, (t, &index)) in src.tensors.iter().zip(&indices).enumerate() {
-            let role = role_outs.iter_mut().find(|r| Some(r.block) == index);
-            let hasher = &mut file_hashers[t.file];
-            match (index, role) {
-                (Some(index), Some(role)) => {
-                    let cols = t.shape[1];
-                    let row_bytes = (cols * t.dtype.itemsize()) as usize;
-                    let block_dtype = writer.header().blocks[index].dtype;
-                    let mut block_report = CastReport::default();
-                    for (at, len) in prefetch::plan(t, true, CHUNK) {
-                        let row = at / row_bytes as u64;
-                        let buf = pf.next()?;
-                        let chunk = &buf[..];
-                        let ((block_bytes, r), ()) = rayon::join(
-                            || cast_rows(chunk, t.dtype, block_dtype, row_bytes),
-                            || hasher.update(chunk),
-                        );
-                        if let Some(idx) = r.first_overflow
-                            && !opts.allow_lossy
-                        {
-                            return Err(overflow_error(
-                                &t.name,
-                                chunk,
-                                t.dtype,
-                                block_dtype,
-                                row,
-                                cols,
-                                idx,
-                            ));
-                        }
-                        block_report.merge(r, 0);
-                        let out_row_bytes = (cols * block_dtype.itemsize()) as usize;
-                        let src = (chunk, t.dtype);
-                        let blk = (&block_bytes[..], block_dtype);
-                        let (first, rest) = role.files.split_first_mut().expect("block dtype file");
-                        // The same bytes go to the knot and to the row file: write both at once.
-                        let (k, r) = rayon::join(
-                            || writer.write_chunk(index, &block_bytes),
-                            || first.push(&block_bytes, src, blk, cols as usize),
-                        );
-                        k.map_err(fmt_err)?;
-                        r?;
-                        for f in rest {
-                            let (bytes, r) =
-                                cast_rows(&block_bytes, block_dtype, f.dtype, out_row_bytes);
-                            if let Some(idx) = r.first_overflow
-                                && !opts.allow_lossy
-                            {
-                                return Err(overflow_error(
-                                    &t.name,
-                                    &block_bytes,
-                                    block_dtype,
-                                    f.dtype,
-                                    row,
-                                    cols,
-                                    idx,
-                                ));
-                            }
-                            f.cast.merge(r, 0);
-                            f.push(&bytes, src, blk, cols as usize)?;
-                        }
-                        progress.advance(len as u64);
-                        since_sync += len as u64;
-                        if since_sync >= WRITEBACK_STEP {
-                            since_sync = 0;
-                            for f in first
-                                .w
-                                .get_ref()
-                                .try_clone()
-                                .into_iter()
-                                .chain(knot_clone.try_clone())
-                            {
-                                let _ = sync_tx.send(f);
-                            }
-                        }
-                        pf.recycle(buf);
-                    }
-                    writer.end_payload(index).map_err(fmt_err)?;
-                    if t.dtype != block_dtype {
-                        role.casts.push(CastSummary {
-                            tensor: t.name.clone(),
-                            from: t.dtype.to_string(),
-                            to: block_dtype.to_string(),
-                            max_abs_error: block_report.max_abs_error,
-                            overflowed: block_report.first_overflow.is_some(),
-                        });
-                    }
-                    for f in role.files.iter().skip(1) {
-                        role.casts.push(CastSummary {
-                            tensor: t.name.clone(),
-                            from: block_dtype.to_string(),
-                            to: f.dtype.to_string(),
-                            max_abs_error: f.cast.max_abs_error,
-                            overflowed: f.cast.first_overflow.is_some(),
-                        });
-                    }
-                }
-                (index, _) => {
-                    // a plain block, or a tied lm_head identical to the embedding
-                    // (alias: read only for the source digest)
-                    for (_, n) in prefetch::plan(t, is_role[ti], CHUNK) {
-                        let buf = pf.next()?;
-                        let chunk = &buf[..];
-                        match index {
-                            Some(i) => {
-                                let (w, ()) = rayon::join(
-                                    || writer.write_chunk(i, chunk),
-                                    || hasher.update(chunk),
-                                );
-                                w.map_err(fmt_err)?;
-                            }
-                            None => hasher.update(chunk),
-                        }
-                        progress.advance(n as u64);
-                        since_sync += n as u64;
-                        if since_sync >= WRITEBACK_STEP {
-                            since_sync = 0;
-                            if let Ok(f) = knot_clone.try_clone() {
-                                let _ = sync_tx.send(f);
-                            }
-                        }
-                        pf.recycle(buf);
-                    }
-                    if let Some(i) = index {
-                        writer.end_payload(i).map_err(fmt_err)?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    })?;
-
-    let source_sha: Vec<String> = file_hashers
-        .into_iter()
-        .map(|h| gkq_format::hex(&h.finalize()))
-        .collect();
-    if let Some(Value::StrList(list)) = writer_metadata_mut(&mut writer) {
-        *list = source_sha;
-    }
-    let mut columnar = Vec::new();
-    let mut casts = Vec::new();
-    let mut row_files: Vec<(File, PathBuf)> = Vec::new();
-    for r in role_outs {
-        let block_name = writer.header().blocks[r.block].name.clone();
-        for f in r.files {
-            let (report, synced) = finish_row_file(&mut out, &mut writer, r.block, f, &knot_tmp)?;
-            row_files.extend(synced);
-            columnar.push(ColumnarReport {
-                tensor: block_name.clone(),
-                role: r.role.to_owned(),
-                path: opts.out_dir.join(&report.path),
-                proof: FileReport {
-                    path: opts.out_dir.join(&report.proof.path),
-                    ..report.proof
-                },
-                ..report
-            });
-        }
-        casts.extend(r.casts);
-    }
-    let tensors = writer.header().blocks.len();
-    let (knot_writer, written) = writer.finish().map_err(fmt_err)?;
-    let knot_id = gkq_format::hex(&written.preamble().header_sha256);
-    drop(sync_tx);
-    let _ = syncer.join();
-    let knot_file = flush_file(knot_writer, &knot_tmp)?;
-    row_files.push((knot_file, knot_tmp.clone()));
+    let mut run = Run::start(opts, progress, &mut out, header, &roles.embed, &src)?;
+    run.tensors(&src)?;
+    let done = run.finish(&mut out)?;
     // Syncing to disk waits on I/O, hashing the knot on the CPU: overlap them.
     let (synced, hashed) = rayon::join(
         || -> Result<()> {
-            for (f, p) in row_files.iter().chain(&companion_files) {
+            for (f, p) in done.files.iter().chain(&companion_files) {
                 f.sync_all().at(p)?;
             }
             Ok(())
         },
-        || hash_file(&knot_tmp),
+        || hash_file(&done.knot_path),
     );
     synced?;
     let (knot_bytes, knot_sha) = hashed?;
     out.commit()?;
     Ok(PackReport {
-        knot_id,
+        knot_id: done.knot_id,
         knot: FileReport {
             path: opts.out_dir.join(KNOT_NAME),
             bytes: knot_bytes,
             sha256: knot_sha,
         },
-        columnar,
-        companions: companions
-            .iter()
-            .map(|c| CompanionReport {
-                name: c.name.clone(),
-                path: opts.out_dir.join(&c.name),
-                bytes: c.bytes,
-                sha256: c.sha256.clone(),
-            })
-            .collect(),
+        columnar: done.columnar,
+        companions: companion_reports(&companions, &opts.out_dir),
         tied: roles.tied,
-        tensors,
+        tensors: done.tensors,
         source_bytes: src.total_bytes(),
         seconds: started.elapsed().as_secs_f64(),
-        casts,
+        casts: done.casts,
         architecture: cfg.architecture,
         token_embd: roles.embed,
         lm_head: roles.lm_head_block,
@@ -837,6 +599,19 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         revision,
         peak_rss_bytes: peak_rss_bytes(),
     })
+}
+
+/// The companion files' lines of the report.
+fn companion_reports(companions: &[Companion], out_dir: &Path) -> Vec<CompanionReport> {
+    companions
+        .iter()
+        .map(|c| CompanionReport {
+            name: c.name.clone(),
+            path: out_dir.join(&c.name),
+            bytes: c.bytes,
+            sha256: c.sha256.clone(),
+        })
+        .collect()
 }
 
 /// A gkq-format error while writing the knot at `path`.
@@ -994,10 +769,6 @@ fn copy_companion(out: &mut Output, c: &Companion) -> Result<(File, PathBuf)> {
         });
     }
     Ok((flush_file(w, &path)?, path))
-}
-
-fn writer_metadata_mut<W: Write + std::io::Seek>(w: &mut KnotWriter<W>) -> Option<&mut Value> {
-    w.metadata_mut().get_mut(keys::SOURCE_SHA256)
 }
 
 fn hash_file(path: &Path) -> Result<(u64, String)> {

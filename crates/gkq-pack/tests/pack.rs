@@ -1022,7 +1022,8 @@ fn companion_files_are_copied_and_recorded() {
 /// never the side effect of a faster or more parallel pack.
 #[test]
 fn packed_digests_are_pinned() {
-    let cases: [(&str, &[&str], &[(&str, &str)]); 2] = [
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let cases: [Case<'_>; 2] = [
         (
             "committed",
             &["--dtype", "f32", "--dtype", "bf16"],
