@@ -333,6 +333,8 @@ pub struct Generation {
     pub tokens_per_second: f64,
     /// Bytes fetched, per role, summed over the stages.
     pub bytes: RoleBytes,
+    /// Bytes fetched by each stage, in chain order (one entry for one stage).
+    pub stage_bytes: Vec<RoleBytes>,
     /// The resolution of each role.
     pub resolutions: Vec<RoleResolution>,
 }
@@ -417,6 +419,7 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
         bytes.add(s.bytes());
         resolutions.extend(s.resolutions()?);
     }
+    let stage_bytes = stages.iter().map(Stage::bytes).collect();
     Ok(Generation {
         tokens,
         logits_sha256: digests,
@@ -427,6 +430,7 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
             0.0
         },
         bytes,
+        stage_bytes,
         resolutions,
     })
 }

@@ -49,6 +49,11 @@ struct Args {
     /// The layers this stage runs, A..B (default: all).
     #[arg(long, value_name = "A..B", value_parser = parse_range)]
     layers: Option<Range<usize>>,
+    /// Run as a two-node pipeline in this process: an input node (embedding
+    /// and layers 0..L) and an output node (layers L.. and lm_head), each
+    /// with its own reader and connections; the report gives each node's bytes.
+    #[arg(long, value_name = "L", conflicts_with_all = ["layers", "hidden_in", "hidden_out"])]
+    split: Option<usize>,
     /// Input stage: where to write the hidden states (f32 little-endian, [tokens, hidden]).
     #[arg(long = "hidden-out", value_name = "FILE")]
     hidden_out: Option<PathBuf>,
@@ -113,29 +118,23 @@ fn run(a: &Args) -> anyhow::Result<()> {
         RolesArg::Input => StageRoles::Input,
         RolesArg::Output => StageRoles::Output,
     };
+    if let Some(l) = a.split {
+        if !matches!(roles, StageRoles::All) {
+            bail!("--split makes both stages: use it with --roles all");
+        }
+        let input = Stage::open(&a.knot, config.clone(), StageRoles::Input, Some(0..l))?;
+        let layers = input.config().layers;
+        let output = Stage::open(&a.knot, config, StageRoles::Output, Some(l..layers))?;
+        let ids = prompt(a, &input)?;
+        let mut chain = [input, output];
+        return report(a, generate(&mut chain, &ids, a.max_new_tokens)?);
+    }
     let mut stage = Stage::open(&a.knot, config, roles, a.layers.clone())?;
     match roles {
         StageRoles::All => {
             let ids = prompt(a, &stage)?;
             let g = generate(std::slice::from_mut(&mut stage), &ids, a.max_new_tokens)?;
-            let mut text = format!(
-                "tokens {:?}\ntime to first token {:.1} ms, {:.2} tokens/s\nbytes: knot header {}, embedding rows {}, lm_head {}, other blocks {} (total {})",
-                g.tokens,
-                g.time_to_first_token_ms,
-                g.tokens_per_second,
-                g.bytes.knot_header,
-                g.bytes.embedding_rows,
-                g.bytes.lm_head,
-                g.bytes.other_blocks,
-                g.bytes.total()
-            );
-            for r in &g.resolutions {
-                text.push_str(&format!("\n{}: {}: {}", r.role, r.path, r.reason));
-            }
-            for (i, d) in g.logits_sha256.iter().enumerate() {
-                text.push_str(&format!("\nstep {i} logits sha256 {d}"));
-            }
-            emit(a, serde_json::to_value(&g)?, text)
+            report(a, g)
         }
         StageRoles::Input => {
             let ids = prompt(a, &stage)?;
@@ -206,6 +205,36 @@ fn run(a: &Args) -> anyhow::Result<()> {
             )
         }
     }
+}
+
+fn report(a: &Args, g: gkq_decode::Generation) -> anyhow::Result<()> {
+    let mut text = format!(
+        "tokens {:?}\ntime to first token {:.1} ms, {:.2} tokens/s\nbytes: knot header {}, embedding rows {}, lm_head {}, other blocks {} (total {})",
+        g.tokens,
+        g.time_to_first_token_ms,
+        g.tokens_per_second,
+        g.bytes.knot_header,
+        g.bytes.embedding_rows,
+        g.bytes.lm_head,
+        g.bytes.other_blocks,
+        g.bytes.total()
+    );
+    if g.stage_bytes.len() > 1 {
+        for (i, b) in g.stage_bytes.iter().enumerate() {
+            let node = if i == 0 { "input" } else { "output" };
+            text.push_str(&format!(
+                "\n{node} node: knot header {}, embedding rows {}, lm_head {}, other blocks {} (total {})",
+                b.knot_header, b.embedding_rows, b.lm_head, b.other_blocks, b.total()
+            ));
+        }
+    }
+    for r in &g.resolutions {
+        text.push_str(&format!("\n{}: {}: {}", r.role, r.path, r.reason));
+    }
+    for (i, d) in g.logits_sha256.iter().enumerate() {
+        text.push_str(&format!("\nstep {i} logits sha256 {d}"));
+    }
+    emit(a, serde_json::to_value(&g)?, text)
 }
 
 fn main() -> ExitCode {

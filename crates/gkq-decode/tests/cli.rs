@@ -108,6 +108,28 @@ fn json_report_text_prompt_and_two_process_pipeline() {
     assert_eq!(b["tokens"][0], v["tokens"][0], "the pipeline's next token");
     assert_eq!(b["bytes"]["embedding_rows"], 0);
 
+    // the same pipeline in one process, each node with its own reader
+    let sp = json(&decode(&[
+        &knot,
+        "--split",
+        "1",
+        "--prompt-ids",
+        "5,17,300",
+        "--max-new-tokens",
+        "4",
+        "--json",
+    ]));
+    assert_eq!(sp["tokens"], v["tokens"]);
+    assert_eq!(sp["logits_sha256"], v["logits_sha256"]);
+    assert_eq!(
+        sp["stage_bytes"][0]["lm_head"], 0,
+        "the input node never pulls lm_head"
+    );
+    assert_eq!(
+        sp["stage_bytes"][1]["embedding_rows"], 0,
+        "the output node never reads rows"
+    );
+
     // errors name what is wrong and exit 1
     let e = decode(&[&knot, "--prompt-ids", "5000", "--max-new-tokens", "1"]);
     assert_eq!(e.status.code(), Some(1));
