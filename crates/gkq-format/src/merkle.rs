@@ -209,14 +209,15 @@ pub fn write_proof(
     for r in &roots {
         out.write_all(r)?;
     }
-    let mut path = Vec::with_capacity(usize::from(height));
+    let mut paths: Vec<Vec<Hash>> = Vec::new();
     let mut record = Vec::with_capacity(chunk.saturating_mul(32 * usize::from(height)));
     for c in leaves.chunks(chunk) {
+        paths.clear();
+        paths.resize_with(c.len(), || Vec::with_capacity(usize::from(height)));
+        all_paths(c, &mut paths);
         record.clear();
-        for m in 0..c.len() {
-            path.clear();
-            inclusion_path(c, m, &mut path);
-            for p in &path {
+        for path in &paths {
+            for p in path {
                 record.extend_from_slice(p);
             }
             // rows of a short last chunk have shorter paths: zero-filled
@@ -228,6 +229,31 @@ pub fn write_proof(
         out.write_all(&record)?;
     }
     Ok(tree_hash(&roots))
+}
+
+/// The RFC 9162 tree hash of `leaves`, appending to `paths[m]` the path of
+/// every leaf `m` (bottom level first), in one pass: each node is hashed
+/// once, so a chunk of `n` leaves costs `n - 1` node hashes (computing each
+/// path on its own would cost `n` per leaf).
+fn all_paths(leaves: &[Hash], paths: &mut [Vec<Hash>]) -> Hash {
+    match leaves {
+        [] => [0; 32],
+        [one] => *one,
+        _ => {
+            let k = split(leaves.len());
+            let (ll, rl) = leaves.split_at(k);
+            let (lp, rp) = paths.split_at_mut(k.min(paths.len()));
+            let l = all_paths(ll, lp);
+            let r = all_paths(rl, rp);
+            for p in lp.iter_mut() {
+                p.push(r);
+            }
+            for p in rp.iter_mut() {
+                p.push(l);
+            }
+            node_hash(&l, &r)
+        }
+    }
 }
 
 /// Checks a fetched chunk table against the descriptor's root and returns the
