@@ -123,6 +123,15 @@ pub struct FileReport {
     pub sha256: String,
 }
 
+/// The knot, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct KnotFile {
+    /// Path.
+    pub path: PathBuf,
+    /// Length.
+    pub bytes: u64,
+}
+
 /// A columnar row file, for the report.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ColumnarReport {
@@ -193,8 +202,11 @@ pub struct PackReport {
     /// authenticates the header and through its digests every payload, row
     /// file and companion file. A node pins a model with it (`--knot-id`).
     pub knot_id: String,
-    /// The knot.
-    pub knot: FileReport,
+    /// The knot. No whole-file digest is computed for it: the knot id
+    /// (the header's digest, which records every payload's) authenticates
+    /// it, and computing one would mean reading the knot again, since its
+    /// header is written last.
+    pub knot: KnotFile,
     /// The row files.
     pub columnar: Vec<ColumnarReport>,
     /// The companion files (config, tokenizer).
@@ -565,25 +577,18 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     let mut run = Run::start(opts, progress, &mut out, header, &roles.embed, &src)?;
     run.tensors(&src)?;
     let done = run.finish(&mut out)?;
-    // Syncing to disk waits on I/O, hashing the knot on the CPU: overlap them.
-    let (synced, hashed) = rayon::join(
-        || -> Result<()> {
-            for (f, p) in done.files.iter().chain(&companion_files) {
-                f.sync_all().at(p)?;
-            }
-            Ok(())
-        },
-        || hash_file(&done.knot_path),
-    );
-    synced?;
-    let (knot_bytes, knot_sha) = hashed?;
+    // fsync every file before the commit, several at once
+    done.files
+        .par_iter()
+        .chain(companion_files.par_iter())
+        .try_for_each(|(f, p)| f.sync_all().at(p))?;
+    let knot_bytes = std::fs::metadata(&done.knot_path).at(&done.knot_path)?.len();
     out.commit()?;
     Ok(PackReport {
         knot_id: done.knot_id,
-        knot: FileReport {
+        knot: KnotFile {
             path: opts.out_dir.join(KNOT_NAME),
             bytes: knot_bytes,
-            sha256: knot_sha,
         },
         columnar: done.columnar,
         companions: companion_reports(&companions, &opts.out_dir),

@@ -104,12 +104,7 @@ fn human(r: &PackReport) {
                 .map_or_else(String::new, |rev| format!(" @ {rev}"))
         );
     }
-    eprintln!(
-        "  {}  {} bytes  sha256 {}",
-        r.knot.path.display(),
-        r.knot.bytes,
-        r.knot.sha256
-    );
+    eprintln!("  {}  {} bytes", r.knot.path.display(), r.knot.bytes);
     eprintln!("  knot id {} (pin it with --knot-id)", r.knot_id);
     for c in &r.columnar {
         let exact = match (c.source_exact, c.block_exact) {

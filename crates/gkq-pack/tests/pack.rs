@@ -231,10 +231,14 @@ fn narrow_first_dtype_and_json_report() {
         2,
         "token_embd and lm_head rows"
     );
+    // the knot is named by its id, the digest of its header
+    let knot = fs::read(out.join("model.knot")).expect("knot");
+    let parsed = Knot::parse(&knot).expect("valid");
     assert_eq!(
-        v["knot"]["sha256"].as_str().expect("hex"),
-        gkq_format::hex(&sha(&fs::read(out.join("model.knot")).expect("knot")))
+        v["knot_id"].as_str().expect("hex"),
+        gkq_format::hex(&parsed.header().preamble().header_sha256)
     );
+    assert_eq!(v["knot"]["bytes"].as_u64(), Some(knot.len() as u64));
     for c in v["columnar"].as_array().expect("array") {
         let bytes = fs::read(c["path"].as_str().expect("path")).expect("file");
         assert_eq!(c["bytes"].as_u64(), Some(bytes.len() as u64));
