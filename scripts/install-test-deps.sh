@@ -8,21 +8,22 @@
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-  echo "install-test-deps: apt-get install nginx-light" >&2
+apt_install() {
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  echo "install-test-deps: apt-get install nginx-light" >&2
+  apt_install nginx-light
 fi
 echo "install-test-deps: nginx $(/usr/sbin/nginx -v 2>&1 | sed 's/.*nginx\///')" >&2
 
 if ! command -v python3 >/dev/null 2>&1; then
   echo "install-test-deps: apt-get install python3" >&2
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-minimal >/dev/null
+  apt_install python3-minimal
 fi
 echo "install-test-deps: $(python3 --version)" >&2
 

@@ -582,7 +582,9 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         .par_iter()
         .chain(companion_files.par_iter())
         .try_for_each(|(f, p)| f.sync_all().at(p))?;
-    let knot_bytes = std::fs::metadata(&done.knot_path).at(&done.knot_path)?.len();
+    let knot_bytes = std::fs::metadata(&done.knot_path)
+        .at(&done.knot_path)?
+        .len();
     out.commit()?;
     Ok(PackReport {
         knot_id: done.knot_id,

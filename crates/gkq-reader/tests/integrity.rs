@@ -3,13 +3,15 @@
 //! rows, a damaged proof object) are real HTTP servers on 127.0.0.1
 //! (`FaultServer`), and the honest one is nginx.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions};
 use fixtures::{FDtype, Spec};
-use gkq_format::{DType, Knot, cast_row, keys};
+use gkq_format::{DType, cast_row};
 use gkq_reader::{ReadPath, Reader, ReaderConfig, ReaderError, Roles, with_timeout};
 
 /// A model whose embedding rows are wide enough for a proof height above 0
@@ -39,18 +41,8 @@ fn pack(spec: &Spec, dtypes: &[DType], dir: &Path) -> PathBuf {
 
 /// Row `id` of the knot's embedding block, widened to f32.
 fn dense_f32(out: &Path, id: u64) -> Vec<f32> {
-    let bytes = fs::read(out.join("model.knot")).expect("knot");
-    let knot = Knot::parse(&bytes).expect("valid");
-    let h = knot.header().header();
-    let i = h
-        .block_index(h.meta_str(keys::ROLE_TOKEN_EMBD).expect("role"))
-        .expect("block");
-    let b = &h.blocks[i];
-    let rb = (b.shape[1] * b.dtype.itemsize()) as usize;
-    let row = &knot.payload(i).expect("payload")[id as usize * rb..(id as usize + 1) * rb];
-    let mut wide = Vec::new();
-    cast_row(row, b.dtype, DType::F32, &mut wide).expect("castable");
-    wide.chunks(4)
+    common::dense_row(out, id, DType::F32)
+        .chunks(4)
         .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
         .collect()
 }

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use candle_core::{Device, Tensor};
 use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions, Staller};
-use gkq_format::{DType, Knot, cast_row, keys};
+use gkq_format::{DType, Knot, keys};
 use gkq_reader::{FetchConfig, ReadPath, Reader, ReaderConfig, ReaderError, Roles, with_timeout};
 
 mod common;
+use common::dense_row;
 
 struct Served {
     _tmp: tempfile::TempDir,
@@ -75,22 +76,6 @@ fn config(url: Option<String>) -> ReaderConfig {
         columnar_embed: url,
         ..ReaderConfig::default()
     }
-}
-
-/// Row `id` of the knot's embedding block, cast to `dtype`: the reference.
-fn dense_row(out: &Path, id: u64, dtype: DType) -> Vec<u8> {
-    let bytes = fs::read(out.join("model.knot")).expect("knot");
-    let knot = Knot::parse(&bytes).expect("valid");
-    let h = knot.header().header();
-    let i = h
-        .block_index(h.meta_str(keys::ROLE_TOKEN_EMBD).expect("role"))
-        .expect("block");
-    let b = &h.blocks[i];
-    let rb = (b.shape[1] * b.dtype.itemsize()) as usize;
-    let row = &knot.payload(i).expect("payload")[id as usize * rb..(id as usize + 1) * rb];
-    let mut out = Vec::new();
-    cast_row(row, b.dtype, dtype, &mut out).expect("castable");
-    out
 }
 
 fn ids() -> Vec<u64> {

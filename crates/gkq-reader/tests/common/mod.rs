@@ -3,11 +3,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use gkq_format::{DType, keys};
+use gkq_format::{DType, Knot, cast_row, keys};
 
 /// Writes a knot whose token embedding is a SPECTRAL block (rank 2 of a
 /// 6 x 3 matrix) and whose tied lm_head aliases it. Returns its path and
 /// the matrix reconstructed independently from the formula.
+#[allow(dead_code)]
 pub(crate) fn spectral_embedding_knot(dir: &Path) -> (PathBuf, Vec<f32>) {
     use gkq_format::{Block, Encoding, Header, KnotWriter, Metadata, Payload, Quant, Value};
     let (m, n, k) = (6usize, 3usize, 2usize);
@@ -67,4 +68,21 @@ pub(crate) fn spectral_embedding_knot(dir: &Path) -> (PathBuf, Vec<f32>) {
     w.write_payload(0, payload.as_slice()).expect("payload");
     w.finish().expect("finish");
     (path, want)
+}
+
+/// Row `id` of the knot's embedding block in `out`, cast to `dtype`.
+#[allow(dead_code)]
+pub(crate) fn dense_row(out: &Path, id: u64, dtype: DType) -> Vec<u8> {
+    let bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = Knot::parse(&bytes).expect("valid");
+    let h = knot.header().header();
+    let i = h
+        .block_index(h.meta_str(keys::ROLE_TOKEN_EMBD).expect("role"))
+        .expect("block");
+    let b = &h.blocks[i];
+    let rb = (b.shape[1] * b.dtype.itemsize()) as usize;
+    let row = &knot.payload(i).expect("payload")[id as usize * rb..(id as usize + 1) * rb];
+    let mut out = Vec::new();
+    cast_row(row, b.dtype, dtype, &mut out).expect("castable");
+    out
 }
