@@ -104,6 +104,8 @@ fn report(location: &str, k: &KnotHeader) -> Value {
                 "columnar": b.columnar.iter().map(|d| json!({
                     "object": d.object, "dtype": d.dtype.name(), "rows": d.rows,
                     "row_bytes": d.row_bytes, "byte_len": d.byte_len, "sha256": hex(&d.sha256),
+                    "source_exact": d.is_source_exact(), "block_exact": d.is_block_exact(),
+                    "proof_height": d.proof.map(|p| p.height), "merkle_root": d.proof.map(|p| hex(&p.root)),
                 })).collect::<Vec<_>>(),
             });
             if let (Some(o), Some(body)) = (o.as_object_mut(), body.as_object()) {
@@ -174,6 +176,22 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
                 d.byte_len,
                 hex(&d.sha256)
             )?;
+            let exact = match (d.is_source_exact(), d.is_block_exact()) {
+                (true, true) => "SOURCE_EXACT | BLOCK_EXACT",
+                (true, false) => "SOURCE_EXACT",
+                (false, true) => "BLOCK_EXACT",
+                (false, false) => "not exact",
+            };
+            match d.proof {
+                Some(p) => writeln!(
+                    out,
+                    "          {exact}; proof {}.proof, height {}, merkle root {}",
+                    d.object,
+                    p.height,
+                    hex(&p.root)
+                )?,
+                None => writeln!(out, "          {exact}; no row proof (version 2 knot)")?,
+            }
         }
     }
     out.flush()
