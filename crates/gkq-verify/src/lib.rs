@@ -264,6 +264,63 @@ fn check_block(
         leaves: Vec<merkle::Hash>,
         /// First row that breaks the descriptor's BLOCK_EXACT claim.
         not_block_exact: Option<u64>,
+        buf: Vec<u8>,
+        converted: Vec<u8>,
+    }
+    impl RowFile<'_> {
+        /// Reads the rows of `chunk` (the block's rows from `first_row`)
+        /// from the row file and checks them: digest, against the block,
+        /// Merkle leaves, BLOCK_EXACT. The digest runs alongside the rest.
+        fn take(
+            &mut self,
+            block: &Block,
+            chunk: &[u8],
+            first_row: u64,
+            rows: usize,
+        ) -> Result<u64, String> {
+            let rb = self.d.row_bytes as usize;
+            let RowFile {
+                d,
+                file,
+                hasher,
+                diff,
+                listed,
+                leaves,
+                not_block_exact,
+                buf,
+                converted,
+                ..
+            } = self;
+            buf.resize(rows * rb, 0);
+            file.read_exact_at(buf, first_row * rb as u64)
+                .map_err(|e| format!("read at row {first_row}: {e}"))?;
+            let buf = &buf[..];
+            rayon::join(
+                || hasher.update(buf),
+                || {
+                    let expected: &[u8] = if d.dtype == block.dtype {
+                        chunk
+                    } else {
+                        converted.clear();
+                        cast_row(chunk, block.dtype, d.dtype, converted)
+                            .expect("descriptor dtypes are validated castable");
+                        converted
+                    };
+                    *diff += diff_rows(expected, buf, rb, first_row, listed, MAX_LISTED);
+                    if d.proof.is_some() {
+                        leaves.par_extend(buf.par_chunks(rb.max(1)).map(merkle::leaf_hash));
+                    }
+                    if d.is_block_exact()
+                        && not_block_exact.is_none()
+                        && let Some(i) = gkq_format::first_inexact(buf, d.dtype, chunk, block.dtype)
+                    {
+                        let cols = block.shape.get(1).copied().unwrap_or(1).max(1);
+                        *not_block_exact = Some(first_row + i as u64 / cols);
+                    }
+                },
+            );
+            Ok(buf.len() as u64)
+        }
     }
     let mut files: Vec<RowFile<'_>> = Vec::new();
     for d in &block.columnar {
@@ -290,6 +347,8 @@ fn check_block(
                 len,
                 leaves: Vec::new(),
                 not_block_exact: None,
+                buf: Vec::new(),
+                converted: Vec::new(),
             }),
         }
     }
@@ -299,49 +358,32 @@ fn check_block(
     let step = CHUNK
         .checked_div(src_row)
         .map_or(CHUNK, |n| n.max(1) * src_row);
-    let mut converted = Vec::new();
-    let mut buf = Vec::new();
     let mut at = 0usize;
     for chunk in payload.chunks(step.max(1)) {
-        hasher.update(chunk);
         acc.bytes += chunk.len() as u64;
         progress.advance(chunk.len() as u64);
         let first_row = at.checked_div(src_row).unwrap_or(0) as u64;
-        for rf in &mut files {
-            let rb = rf.d.row_bytes as usize;
-            let rows = chunk.len().checked_div(src_row).unwrap_or(0);
-            buf.resize(rows * rb, 0);
-            if let Err(e) = rf.file.read_exact_at(&mut buf, first_row * rb as u64) {
-                cols.fail(
-                    dir.join(&rf.d.object).display().to_string(),
-                    format!("read at row {first_row}: {e}"),
-                );
-                rf.diff = u64::MAX;
-                continue;
-            }
-            rf.hasher.update(&buf);
-            cols.bytes += buf.len() as u64;
-            let expected: &[u8] = if rf.d.dtype == block.dtype {
-                chunk
-            } else {
-                converted.clear();
-                cast_row(chunk, block.dtype, rf.d.dtype, &mut converted)
-                    .expect("descriptor dtypes are validated castable");
-                &converted
-            };
-            if rf.diff != u64::MAX {
-                rf.diff += diff_rows(expected, &buf, rb, first_row, &mut rf.listed, MAX_LISTED);
-            }
-            if rf.d.proof.is_some() {
-                rf.leaves
-                    .par_extend(buf.par_chunks(rb.max(1)).map(merkle::leaf_hash));
-            }
-            if rf.d.is_block_exact()
-                && rf.not_block_exact.is_none()
-                && let Some(i) = gkq_format::first_inexact(&buf, rf.d.dtype, chunk, block.dtype)
-            {
-                let cols = block.shape.get(1).copied().unwrap_or(1).max(1);
-                rf.not_block_exact = Some(first_row + i as u64 / cols);
+        let rows = chunk.len().checked_div(src_row).unwrap_or(0);
+        // the payload's digest and every row file's checks, all at once
+        let ((), taken) = rayon::join(
+            || hasher.update(chunk),
+            || {
+                files
+                    .par_iter_mut()
+                    .filter(|rf| rf.diff != u64::MAX)
+                    .map(|rf| (rf.d.object.clone(), rf.take(block, chunk, first_row, rows)))
+                    .collect::<Vec<_>>()
+            },
+        );
+        for (object, r) in taken {
+            match r {
+                Ok(n) => cols.bytes += n,
+                Err(m) => {
+                    cols.fail(dir.join(&object).display().to_string(), m);
+                    if let Some(rf) = files.iter_mut().find(|rf| rf.d.object == object) {
+                        rf.diff = u64::MAX;
+                    }
+                }
             }
         }
         at += chunk.len();
