@@ -7,6 +7,7 @@
 //! on the way, so source digests cost no second read. Output is atomic (see
 //! [`output`]) and deterministic.
 
+pub mod analyze;
 mod error;
 pub mod output;
 mod prefetch;

@@ -23,8 +23,15 @@ struct Args {
     /// Hugging Face cache (HF_HUB_CACHE, HF_HOME; nothing is downloaded).
     model_dir: PathBuf,
     /// Output directory (must not exist unless --force).
-    #[arg(long)]
-    out: PathBuf,
+    #[arg(long, required_unless_present = "analyze")]
+    out: Option<PathBuf>,
+    /// Write nothing: print, for every 2-D float tensor, the singular value
+    /// spectrum (rank for 99 %, 99.9 %, 99.99 % of the energy), the relative
+    /// Frobenius error at ranks 32, 64, 128, 256, and the bytes a spectral
+    /// block would take there (quant 0 with 16-bit factors, quant 1 u8)
+    /// against the dense bytes. Computed in f64 with faer, on one thread.
+    #[arg(long, conflicts_with = "out")]
+    analyze: bool,
     /// Row file dtype, repeatable; the first is also the dtype of the
     /// embedding's and lm_head's dense blocks. Accepted: f32, f16, bf16 (and
     /// fp32, float32, fp16, float16, half, bfloat16). Default: f32.
@@ -148,10 +155,69 @@ fn human(r: &PackReport) {
     }
 }
 
+/// The --analyze table: one line per tensor.
+fn human_analysis(r: &gkq_pack::analyze::AnalyzeReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(s, "# {}", r.method);
+    let _ = writeln!(
+        s,
+        "tensor\tshape\tdtype\trank@99%\trank@99.9%\trank@99.99%\terr@32\terr@64\terr@128\terr@256\tdense B\tq0-16bit B @32/64/128/256\tq1 B @32/64/128/256"
+    );
+    for t in &r.tensors {
+        let e: Vec<String> = t
+            .at_rank
+            .iter()
+            .map(|a| format!("{:.2e}", a.rel_frobenius_error))
+            .collect();
+        let q0: Vec<String> = t
+            .at_rank
+            .iter()
+            .map(|a| a.bytes_quant0_16bit.to_string())
+            .collect();
+        let q1: Vec<String> = t
+            .at_rank
+            .iter()
+            .map(|a| a.bytes_quant1.to_string())
+            .collect();
+        let _ = writeln!(
+            s,
+            "{}{}\t{}x{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            t.tensor,
+            t.role.as_ref().map_or(String::new(), |r| format!(" ({r})")),
+            t.shape[0],
+            t.shape[1],
+            t.dtype,
+            t.rank_for_energy[0],
+            t.rank_for_energy[1],
+            t.rank_for_energy[2],
+            e.join("\t"),
+            t.dense_bytes,
+            q0.join("/"),
+            q1.join("/"),
+        );
+    }
+    s
+}
+
 fn run(args: Args) -> anyhow::Result<()> {
+    if args.analyze {
+        let report = gkq_pack::analyze::analyze(&args.model_dir, &gkq_pack::NoProgress)?;
+        let text = if args.json {
+            serde_json::to_string_pretty(&report)? + "\n"
+        } else {
+            human_analysis(&report)
+        };
+        let mut out = std::io::stdout().lock();
+        return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            // a closed pipe (`| head`) is not an error
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => Ok(other.context("writing the analysis to stdout")?),
+        };
+    }
     let opts = PackOptions {
         model_dir: args.model_dir,
-        out_dir: args.out,
+        out_dir: args.out.context("--out is required")?,
         dtypes: if args.dtypes.is_empty() {
             vec![DType::F32]
         } else {

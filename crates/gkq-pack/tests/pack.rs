@@ -1129,3 +1129,36 @@ fn packed_digests_are_pinned() {
         }
     }
 }
+
+/// `--analyze` writes nothing and reports every 2-D float tensor.
+#[test]
+fn analyze_reports_every_matrix_and_writes_nothing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "llama-tiny-bf16");
+    let before: Vec<_> = fs::read_dir(tmp.path()).expect("dir").collect();
+    let o = run(&[src.to_str().expect("utf8"), "--analyze", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let t = v["tensors"].as_array().expect("tensors");
+    let matrices = SafeTensors::deserialize(&fs::read(src.join("model.safetensors")).expect("st"))
+        .expect("safetensors")
+        .tensors()
+        .into_iter()
+        .filter(|(_, t)| t.shape().len() == 2)
+        .count();
+    assert_eq!(t.len(), matrices);
+    assert!(v["method"].as_str().expect("method").contains("f64"));
+    let embed = t
+        .iter()
+        .find(|x| x["role"] == "token_embd")
+        .expect("embedding");
+    assert_eq!(embed["at_rank"].as_array().expect("ranks").len(), 4);
+    assert_eq!(
+        fs::read_dir(tmp.path()).expect("dir").count(),
+        before.len(),
+        "nothing written"
+    );
+    // --analyze and --out exclude each other
+    let o = run(&[src.to_str().expect("utf8"), "--analyze", "--out", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+}
