@@ -60,22 +60,6 @@ pub fn tree_hash(hashes: &[Hash]) -> Option<Hash> {
     }
 }
 
-/// RFC 9162 `PATH(m, D[n])` over leaf hashes, bottom level first.
-pub fn inclusion_path(leaves: &[Hash], m: usize, out: &mut Vec<Hash>) {
-    if leaves.len() < 2 {
-        return;
-    }
-    let k = split(leaves.len());
-    let (l, r) = leaves.split_at(k);
-    if m < k {
-        inclusion_path(l, m, out);
-        out.extend(tree_hash(r));
-    } else {
-        inclusion_path(r, m.saturating_sub(k), out);
-        out.extend(tree_hash(l));
-    }
-}
-
 /// RFC 9162 section 2.1.3.2: the root that `path` proves for leaf `index` of a
 /// tree of `size` leaves, or `None` if the path has the wrong length.
 pub fn root_from_path(index: u64, size: u64, leaf: Hash, path: &[Hash]) -> Option<Hash> {
