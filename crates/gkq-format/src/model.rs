@@ -367,6 +367,18 @@ impl Header {
         }
     }
 
+    /// The companion files (`package.files`) with their digests
+    /// (`package.sha256`), in order.
+    pub fn package_files(&self) -> Vec<(&str, &str)> {
+        let files = self.meta_list(keys::PACKAGE_FILES).unwrap_or_default();
+        let hashes = self.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
+        files
+            .iter()
+            .zip(hashes)
+            .map(|(f, h)| (f.as_str(), h.as_str()))
+            .collect()
+    }
+
     /// A `STR_LIST` metadata value.
     pub fn meta_list(&self, key: &str) -> Option<&[String]> {
         match self.metadata.get(key) {

@@ -187,22 +187,13 @@ impl KnotHandle {
     /// 3.1: `config.json`, `tokenizer.json`, …), next to the knot, read whole
     /// and checked against the digest the knot records before it is returned.
     pub fn package_file(&self, name: &str, http: &Http) -> Result<Vec<u8>> {
-        let h = self.header.header();
-        let files = h
-            .meta_list(gkq_format::keys::PACKAGE_FILES)
-            .unwrap_or_default();
-        let hashes = h
-            .meta_list(gkq_format::keys::PACKAGE_SHA256)
-            .unwrap_or_default();
-        let Some(want) = files
-            .iter()
-            .position(|f| f == name)
-            .and_then(|i| hashes.get(i))
-        else {
+        let files = self.header.header().package_files();
+        let Some(&(_, want)) = files.iter().find(|(f, _)| *f == name) else {
+            let names: Vec<&str> = files.iter().map(|(f, _)| *f).collect();
             return Err(ReaderError::Missing(format!(
                 "{}: the knot lists no package file {name:?} (package.files: {})",
                 self.location,
-                files.join(", ")
+                names.join(", ")
             )));
         };
         let (what, bytes) = match &self.place {
@@ -231,10 +222,10 @@ impl KnotHandle {
             }
         };
         let found = gkq_format::hex(&Sha256::digest(&bytes));
-        if found != *want {
+        if found != want {
             return Err(ReaderError::Digest {
                 what,
-                expected: want.clone(),
+                expected: want.to_owned(),
                 found,
             });
         }

@@ -519,9 +519,8 @@ fn check_proof_file(
 fn check_package(knot: &Knot<'_>, dir: &Path) -> Option<(Acc, usize)> {
     let h = knot.header().header();
     let files = h.meta_list(keys::PACKAGE_FILES)?;
-    let hashes = h.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
     let mut acc = Acc::default();
-    for (name, want) in files.iter().zip(hashes) {
+    for (name, want) in h.package_files() {
         let path = dir.join(name);
         let shown = path.display().to_string();
         let mut f = match open_regular(&path) {

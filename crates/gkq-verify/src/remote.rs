@@ -302,14 +302,7 @@ pub(crate) fn check_remote(
         }
     }
     // Companion files: whole, against the digest the knot records.
-    let h = knot.header().header();
-    let files = h
-        .meta_list(gkq_format::keys::PACKAGE_FILES)
-        .unwrap_or_default();
-    let hashes = h
-        .meta_list(gkq_format::keys::PACKAGE_SHA256)
-        .unwrap_or_default();
-    for (name, want) in files.iter().zip(hashes) {
+    for (name, want) in knot.header().header().package_files() {
         objects += 1;
         let url = object_url(base, name);
         let Ok(len) = std::fs::metadata(dir.join(name)).map(|m| m.len()) else {

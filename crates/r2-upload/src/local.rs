@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use gkq_format::{Knot, hex, keys};
+use gkq_format::{Knot, hex};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Result, UploadError};
@@ -115,14 +115,7 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
             }
         }
     }
-    let h = knot.header().header();
-    let hashes = h.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
-    for (name, sha) in h
-        .meta_list(keys::PACKAGE_FILES)
-        .unwrap_or_default()
-        .iter()
-        .zip(hashes)
-    {
+    for (name, sha) in knot.header().header().package_files() {
         let path = dir.join(name);
         let bytes = std::fs::metadata(&path)
             .map_err(|error| UploadError::Io {
@@ -134,7 +127,7 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
             key: key(prefix, name),
             path,
             bytes,
-            sha256: sha.clone(),
+            sha256: sha.to_owned(),
             kind: Kind::Companion,
         });
     }
