@@ -20,8 +20,8 @@ pub enum Error {
         /// What was found.
         found: [u8; 8],
     },
-    /// Version other than 2.
-    #[error("unsupported knot version {found} (this reader reads version 2)")]
+    /// Version other than 2 or 3.
+    #[error("unsupported knot version {found} (this reader reads versions 2 and 3)")]
     UnsupportedVersion {
         /// The version read.
         found: u32,
@@ -343,6 +343,14 @@ pub enum Error {
     BadSpectral {
         /// Block name.
         block: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The `spectral.*` metadata lists break a rule (docs/FORMAT.md 3.1).
+    #[error("metadata {key}: {reason}")]
+    SpectralMetadata {
+        /// The key at fault.
+        key: &'static str,
         /// What is wrong.
         reason: String,
     },

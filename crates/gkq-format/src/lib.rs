@@ -36,13 +36,14 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use model::{
     BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME,
-    Metadata, Payload, Preamble, Quant, RowProof, SOURCE_EXACT, Value, keys, rows_object_name,
+    Metadata, Payload, Preamble, Quant, RowProof, SOURCE_EXACT, SpectralFigure, Value, keys,
+    rows_object_name,
 };
 pub use parse::{
     Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,
     parse_prefix,
 };
-pub use spectral::{SpectralParts, reconstruct_spectral};
+pub use spectral::{FrobeniusError, SpectralParts, decimal, reconstruct_spectral};
 pub use write::{KnotWriter, encode_prefix};
 
 /// Lowercase hex of a digest, as stored in `source.sha256`.

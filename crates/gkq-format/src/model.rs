@@ -36,6 +36,14 @@ pub mod keys {
     pub const PACKAGE_FILES: &str = "package.files";
     /// `STR_LIST`: hex sha256 of each file in `package.files`.
     pub const PACKAGE_SHA256: &str = "package.sha256";
+    /// `STR_LIST`: the spectral blocks whose figures follow, in table order.
+    pub const SPECTRAL_BLOCKS: &str = "spectral.blocks";
+    /// `STR_LIST`: per block of `spectral.blocks`, the relative Frobenius
+    /// error of its reconstruction against the source tensor, as a decimal.
+    pub const SPECTRAL_REL_ERROR: &str = "spectral.rel_frobenius_error";
+    /// `STR_LIST`: per block of `spectral.blocks`, the share of the source
+    /// tensor's energy (Σσ²) its rank keeps, as a decimal in [0, 1].
+    pub const SPECTRAL_ENERGY: &str = "spectral.energy_kept";
     /// Prefix of the role keys: every `role.*` key is a `STR` naming a block.
     pub const ROLE_PREFIX: &str = "role.";
 }
@@ -86,6 +94,17 @@ pub struct Payload {
     pub len: u64,
     /// SHA-256 of the payload bytes.
     pub sha256: [u8; 32],
+}
+
+/// What the writer recorded about one spectral block (docs/FORMAT.md 3.1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SpectralFigure<'a> {
+    /// Block name.
+    pub block: &'a str,
+    /// `||W - W_hat||_F / ||W||_F` against the source tensor.
+    pub rel_frobenius_error: f64,
+    /// `Σ_{i<K} σ_i² / Σ σ_i²` of the source tensor.
+    pub energy_kept: f64,
 }
 
 /// Quantisation of spectral factors (docs/FORMAT.md section 5).
@@ -376,6 +395,27 @@ impl Header {
             .iter()
             .zip(hashes)
             .map(|(f, h)| (f.as_str(), h.as_str()))
+            .collect()
+    }
+
+    /// The recorded figures of the spectral blocks (`spectral.blocks`,
+    /// `spectral.rel_frobenius_error`, `spectral.energy_kept`), in order.
+    /// Entries that do not parse are skipped (a validated header has none).
+    pub fn spectral_figures(&self) -> Vec<SpectralFigure<'_>> {
+        let blocks = self.meta_list(keys::SPECTRAL_BLOCKS).unwrap_or_default();
+        let errors = self.meta_list(keys::SPECTRAL_REL_ERROR).unwrap_or_default();
+        let energy = self.meta_list(keys::SPECTRAL_ENERGY).unwrap_or_default();
+        blocks
+            .iter()
+            .zip(errors)
+            .zip(energy)
+            .filter_map(|((b, e), k)| {
+                Some(SpectralFigure {
+                    block: b,
+                    rel_frobenius_error: e.parse().ok()?,
+                    energy_kept: k.parse().ok()?,
+                })
+            })
             .collect()
     }
 

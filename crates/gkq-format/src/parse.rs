@@ -386,6 +386,9 @@ fn validate_metadata(h: &Header) -> Result<()> {
         keys::SOURCE_SHA256,
         keys::PACKAGE_FILES,
         keys::PACKAGE_SHA256,
+        keys::SPECTRAL_BLOCKS,
+        keys::SPECTRAL_REL_ERROR,
+        keys::SPECTRAL_ENERGY,
     ] {
         expect_type(md, key, 4)?;
     }
@@ -418,6 +421,7 @@ fn validate_metadata(h: &Header) -> Result<()> {
         }
     }
     validate_package_files(h)?;
+    validate_spectral_figures(h)?;
     // Every `role.*` key, known or not, is a STR naming a block.
     for (key, value) in md.range::<str, _>((
         std::ops::Bound::Included(keys::ROLE_PREFIX),
@@ -475,6 +479,71 @@ fn validate_package_files(h: &Header) -> Result<()> {
                 name,
                 "its package.sha256 entry is not 64 lowercase hex digits",
             ));
+        }
+    }
+    Ok(())
+}
+
+/// `spectral.blocks`, `spectral.rel_frobenius_error`, `spectral.energy_kept`:
+/// all three or none, the same length; each block named once, a `SPECTRAL`
+/// block of the table; each figure a decimal, the energy at most 1.
+fn validate_spectral_figures(h: &Header) -> Result<()> {
+    let lists = [
+        keys::SPECTRAL_BLOCKS,
+        keys::SPECTRAL_REL_ERROR,
+        keys::SPECTRAL_ENERGY,
+    ]
+    .map(|k| (k, h.meta_list(k)));
+    let present: Vec<_> = lists.iter().filter(|(_, l)| l.is_some()).collect();
+    if present.is_empty() {
+        return Ok(());
+    }
+    if let Some((missing, _)) = lists.iter().find(|(_, l)| l.is_none()) {
+        return Err(Error::ListIncomplete {
+            present: present.first().map_or("", |(k, _)| k),
+            missing,
+        });
+    }
+    let [(_, Some(blocks)), (_, Some(errors)), (_, Some(energy))] = lists else {
+        return Ok(());
+    };
+    let bad = |key, reason: String| Error::SpectralMetadata { key, reason };
+    if errors.len() != blocks.len() || energy.len() != blocks.len() {
+        return Err(bad(
+            keys::SPECTRAL_BLOCKS,
+            format!(
+                "{} blocks but {} errors and {} energies",
+                blocks.len(),
+                errors.len(),
+                energy.len()
+            ),
+        ));
+    }
+    let mut seen = HashSet::new();
+    for ((name, e), k) in blocks.iter().zip(errors).zip(energy) {
+        if !seen.insert(name.as_str()) {
+            return Err(bad(keys::SPECTRAL_BLOCKS, format!("{name:?} listed twice")));
+        }
+        if !h
+            .block(name)
+            .is_some_and(|b| matches!(b.encoding, Encoding::Spectral { .. }))
+        {
+            return Err(bad(
+                keys::SPECTRAL_BLOCKS,
+                format!("{name:?} is not a spectral block of the knot"),
+            ));
+        }
+        for (key, v, max) in [
+            (keys::SPECTRAL_REL_ERROR, e, f64::INFINITY),
+            (keys::SPECTRAL_ENERGY, k, 1.0),
+        ] {
+            let ok = crate::spectral::is_decimal(v) && v.parse::<f64>().is_ok_and(|x| x <= max);
+            if !ok {
+                return Err(bad(
+                    key,
+                    format!("{name:?}: {v:?} is not a decimal in [0, {max}]"),
+                ));
+            }
         }
     }
     Ok(())

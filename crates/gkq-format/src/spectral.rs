@@ -116,13 +116,24 @@ impl SpectralParts {
         Ok(SpectralParts { m, n, k, u, s, vt })
     }
 
-    /// `U · diag(S) · Vt` as f32, row-major `m × n`, accumulated in increasing k.
+    /// `U · diag(S) · Vt` as f32, row-major `m × n` (section 5).
     pub fn reconstruct(&self) -> Vec<f32> {
-        let mut w = vec![0f32; self.m.saturating_mul(self.n)];
+        self.rows(0, self.m)
+    }
+
+    /// Rows `first..first + count` of the reconstruction (clamped to `m`),
+    /// exactly as section 5 pins it: for each element an f32 accumulator
+    /// starting at +0.0, and for k = 0, 1, ... in turn
+    /// `acc = acc + (U[i][k] · S[k]) · Vt[k][j]`, every operation rounded
+    /// to f32, no fused multiply-add (Rust never contracts `a * b + c`).
+    pub fn rows(&self, first: usize, count: usize) -> Vec<f32> {
+        let rows = count.min(self.m.saturating_sub(first));
+        let mut w = vec![0f32; rows.saturating_mul(self.n)];
         if self.k == 0 || self.n == 0 {
             return w;
         }
-        for (w_row, u_row) in w.chunks_exact_mut(self.n).zip(self.u.chunks_exact(self.k)) {
+        let u_rows = self.u.chunks_exact(self.k).skip(first);
+        for (w_row, u_row) in w.chunks_exact_mut(self.n).zip(u_rows) {
             for ((u, s), vt_row) in u_row.iter().zip(&self.s).zip(self.vt.chunks_exact(self.n)) {
                 let us = u * s;
                 for (out, v) in w_row.iter_mut().zip(vt_row) {
@@ -132,6 +143,123 @@ impl SpectralParts {
         }
         w
     }
+
+    /// The payload of a spectral block holding these factors (section 5):
+    /// with `Quant::None`, `U` and `Vt` cast from f32 to `factor_dtype`
+    /// (section 6); with `Quant::U8Affine` (`factor_dtype` must be `U8`),
+    /// each row of `U` and of `Vt` quantised to u8 against its own range:
+    /// `scale = (max - min) / 255`, `zero = -min / scale`,
+    /// `q = round(x / scale + zero)` clamped to 0..=255 (a constant row
+    /// gets `scale = 1`, `zero = -min`). `S` is always f32.
+    pub fn encode(&self, factor_dtype: DType, quant: Quant) -> Result<Vec<u8>> {
+        let bad = |reason: String| Error::BadSpectral {
+            block: String::new(),
+            reason,
+        };
+        let sizes_ok = self.u.len() == self.m.saturating_mul(self.k)
+            && self.s.len() == self.k
+            && self.vt.len() == self.k.saturating_mul(self.n);
+        if !sizes_ok {
+            return Err(bad("factor sizes do not match m, n and k".into()));
+        }
+        let f32_bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let mut out = Vec::new();
+        match quant {
+            Quant::None => {
+                if !factor_dtype.is_castable_float() {
+                    return Err(bad(format!("factor dtype {factor_dtype} is not a float")));
+                }
+                for (i, part) in [&self.u, &self.s, &self.vt].into_iter().enumerate() {
+                    let to = if i == 1 { DType::F32 } else { factor_dtype };
+                    crate::cast::cast_row(&f32_bytes(part), DType::F32, to, &mut out)
+                        .ok_or_else(|| bad(format!("cannot cast factors to {to}")))?;
+                }
+            }
+            Quant::U8Affine => {
+                if factor_dtype != DType::U8 {
+                    return Err(bad("quant 1 needs factor dtype u8".into()));
+                }
+                quantise_rows(&self.u, self.k, &mut out);
+                out.extend(f32_bytes(&self.s));
+                quantise_rows(&self.vt, self.n, &mut out);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Appends `U_q` (or `Vt_q`), then the per-row scales, then the zeros.
+fn quantise_rows(values: &[f32], cols: usize, out: &mut Vec<u8>) {
+    let mut scales = Vec::new();
+    let mut zeros = Vec::new();
+    if cols > 0 {
+        for row in values.chunks_exact(cols) {
+            let lo = row.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut scale = (hi - lo) / 255.0;
+            let mut zero = -lo / scale;
+            if !(scale > 0.0 && scale.is_finite() && zero.is_finite()) {
+                scale = 1.0;
+                zero = -lo;
+            }
+            // `as u8` saturates; the clamp documents the range
+            out.extend(
+                row.iter()
+                    .map(|x| (x / scale + zero).round().clamp(0.0, 255.0) as u8),
+            );
+            scales.extend_from_slice(&scale.to_le_bytes());
+            zeros.extend_from_slice(&zero.to_le_bytes());
+        }
+    }
+    out.extend(scales);
+    out.extend(zeros);
+}
+
+/// The relative Frobenius error `||A - W||_F / ||W||_F` of an
+/// approximation `A` of `W`, accumulated in f64 over chunks of elements.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FrobeniusError {
+    diff2: f64,
+    ref2: f64,
+}
+
+impl FrobeniusError {
+    /// Adds the elements `approx` and `exact` (same length and order).
+    pub fn add(&mut self, approx: &[f32], exact: &[f32]) {
+        for (a, w) in approx.iter().zip(exact) {
+            let (a, w) = (f64::from(*a), f64::from(*w));
+            self.diff2 += (a - w) * (a - w);
+            self.ref2 += w * w;
+        }
+    }
+
+    /// The relative error so far (0 for an all-zero `W` matched exactly,
+    /// infinity for an all-zero `W` that was not).
+    pub fn relative(&self) -> f64 {
+        if self.ref2 > 0.0 {
+            (self.diff2 / self.ref2).sqrt()
+        } else if self.diff2 > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The decimal form of a recorded figure (section 3.1): the shortest
+/// digits that read back as the same f64, never an exponent.
+pub fn decimal(x: f64) -> String {
+    format!("{x}")
+}
+
+/// Whether `s` is a decimal of section 3.1: `digits [. digits]`.
+pub(crate) fn is_decimal(s: &str) -> bool {
+    let mut parts = s.splitn(2, '.');
+    let digits =
+        |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let int = parts.next();
+    let frac = parts.next();
+    digits(int) && (frac.is_none() || digits(frac))
 }
 
 /// Reconstructs a spectral block as bytes of its own dtype (rounded to
