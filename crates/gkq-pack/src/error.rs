@@ -118,6 +118,43 @@ pub enum PackError {
         /// The directory.
         path: PathBuf,
     },
+    /// A `--spectral` argument that does not parse.
+    #[error("--spectral {arg}: {reason}")]
+    SpectralSpec {
+        /// The argument.
+        arg: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A `--spectral` pattern that matches the embedding or the lm_head.
+    #[error(
+        "--spectral {arg} matches {tensor:?}, the {role}: refused; {}",
+        crate::spectral::REFUSAL
+    )]
+    SpectralRefused {
+        /// The argument.
+        arg: String,
+        /// The tensor.
+        tensor: String,
+        /// `token embedding` or `lm_head`.
+        role: &'static str,
+    },
+    /// A `--spectral` pattern that matches no tensor.
+    #[error(
+        "--spectral {arg} matches no tensor of the model (gkq-pack --analyze lists the 2-D tensors)"
+    )]
+    SpectralNoMatch {
+        /// The argument.
+        arg: String,
+    },
+    /// A tensor that cannot become the spectral block asked for.
+    #[error("--spectral: tensor {tensor:?}: {reason}")]
+    Spectral {
+        /// The tensor.
+        tensor: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// `--dtype` list problem.
     #[error("--dtype: {0}")]
     Dtype(String),

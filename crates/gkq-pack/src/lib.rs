@@ -13,6 +13,7 @@ pub mod output;
 mod prefetch;
 pub mod roles;
 mod run;
+pub mod spectral;
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -82,6 +83,8 @@ pub struct PackOptions {
     pub model_id: Option<String>,
     /// `source.revision` (default: from a Hugging Face cache path, else none).
     pub revision: Option<String>,
+    /// `--spectral PATTERN=SPEC`: tensors stored as rank-K spectral blocks.
+    pub spectral: Vec<spectral::SpectralSpec>,
 }
 
 impl PackOptions {
@@ -97,6 +100,7 @@ impl PackOptions {
             allow_lossy: false,
             model_id: None,
             revision: None,
+            spectral: Vec::new(),
         }
     }
 }
@@ -222,6 +226,8 @@ pub struct PackReport {
     pub seconds: f64,
     /// Casts performed.
     pub casts: Vec<CastSummary>,
+    /// The spectral blocks (`--spectral`), with their recorded figures.
+    pub spectral: Vec<spectral::SpectralReport>,
     /// `config.json` architecture.
     pub architecture: String,
     /// Embedding tensor name.
@@ -408,19 +414,43 @@ fn plan(
     src: &SourceModel,
     roles: &Roles,
     dtypes: &[DType],
-    source_sha: &[String],
     identity: (Option<&str>, Option<&str>),
     companions: &[Companion],
+    factored: &[spectral::Factored],
 ) -> Result<Header> {
+    // Digests of the source files are only known at the end; the header's
+    // size does not depend on their values, so plan with placeholders.
+    let placeholder = vec!["0".repeat(64); src.files.len()];
+    let mut metadata = plan_metadata(cfg, src, roles, &placeholder, identity, companions);
+    if !factored.is_empty() {
+        let list = |f: &dyn Fn(&spectral::SpectralReport) -> String| {
+            Value::StrList(factored.iter().map(|x| f(&x.report)).collect())
+        };
+        metadata.insert(keys::SPECTRAL_BLOCKS.into(), list(&|r| r.tensor.clone()));
+        metadata.insert(
+            keys::SPECTRAL_REL_ERROR.into(),
+            list(&|r| gkq_format::decimal(r.rel_frobenius_error)),
+        );
+        metadata.insert(
+            keys::SPECTRAL_ENERGY.into(),
+            list(&|r| gkq_format::decimal(r.energy_kept)),
+        );
+    }
     Ok(Header {
-        blocks: plan_blocks(src, roles, dtypes)?,
-        metadata: plan_metadata(cfg, src, roles, source_sha, identity, companions),
+        blocks: plan_blocks(src, roles, dtypes, factored)?,
+        metadata,
     })
 }
 
 /// The block table: every tensor dense in its dtype, the role tensors in
-/// the first `--dtype` with their row files, a tied lm_head as an alias.
-fn plan_blocks(src: &SourceModel, roles: &Roles, dtypes: &[DType]) -> Result<Vec<Block>> {
+/// the first `--dtype` with their row files, a tied lm_head as an alias,
+/// the `--spectral` tensors as their factored blocks.
+fn plan_blocks(
+    src: &SourceModel,
+    roles: &Roles,
+    dtypes: &[DType],
+    factored: &[spectral::Factored],
+) -> Result<Vec<Block>> {
     let d0 = dtypes[0];
     let mut blocks = Vec::new();
     let mut embed_index = 0u32;
@@ -429,6 +459,10 @@ fn plan_blocks(src: &SourceModel, roles: &Roles, dtypes: &[DType]) -> Result<Vec
         let is_lm = roles.lm_head.as_deref() == Some(t.name.as_str());
         if roles.tied && roles.lm_head_block.as_deref() == Some(t.name.as_str()) {
             continue; // identical lm_head: recorded as the alias below
+        }
+        if let Some(f) = factored.iter().find(|f| f.block.name == t.name) {
+            blocks.push(f.block.clone());
+            continue;
         }
         if !(is_embed || is_lm) {
             blocks.push(
@@ -556,19 +590,21 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         opts.embed_tensor.as_deref(),
         opts.lm_head_tensor.as_deref(),
     )?;
-    // Digests of the source files are only known at the end; the header's
-    // size does not depend on their values, so plan with placeholders.
-    let placeholder = vec!["0".repeat(64); src.files.len()];
     let companions = find_companions(&located.dir)?;
+    let factored = spectral::factor_all(&src, &roles, &opts.spectral)?;
     let header = plan(
         &cfg,
         &src,
         &roles,
         &dtypes,
-        &placeholder,
         (model_id.as_deref(), revision.as_deref()),
         &companions,
+        &factored,
     )?;
+    let (spectral_reports, spectral_payloads): (Vec<_>, Vec<_>) = factored
+        .into_iter()
+        .map(|f| (f.report, (f.block.name, f.payload)))
+        .unzip();
 
     let mut out = Output::prepare(&opts.out_dir, opts.force)?;
     let mut companion_files = Vec::new();
@@ -576,6 +612,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         companion_files.push(copy_companion(&mut out, c)?);
     }
     let mut run = Run::start(opts, progress, &mut out, header, &roles.embed, &src)?;
+    run.spectral = spectral_payloads.into_iter().collect();
     run.tensors(&src)?;
     let done = run.finish(&mut out)?;
     // fsync every file before the commit, several at once
@@ -600,6 +637,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         source_bytes: src.total_bytes(),
         seconds: started.elapsed().as_secs_f64(),
         casts: done.casts,
+        spectral: spectral_reports,
         architecture: cfg.architecture,
         token_embd: roles.embed,
         lm_head: roles.lm_head_block,

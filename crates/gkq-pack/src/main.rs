@@ -57,6 +57,19 @@ struct Args {
     /// cache path; else none).
     #[arg(long)]
     revision: Option<String>,
+    /// Store the tensors whose names match PATTERN (a glob: `*`, `?`,
+    /// `[...]`) as rank-K spectral blocks (FORMAT.md section 5), repeatable.
+    /// SPEC is `rank:K` or `energy:X` (the smallest K keeping at least X of
+    /// the energy Σσ²), then optionally `,quant:u8` (u8 per-row affine
+    /// factors) or `,factors:f32|f16|bf16` (default: the tensor's dtype).
+    /// The embedding and lm_head are refused; a pattern matching nothing is
+    /// an error. Example: 'model.layers.*.self_attn.k_proj.weight=rank:64'.
+    #[arg(
+        long = "spectral",
+        value_name = "PATTERN=SPEC",
+        conflicts_with = "analyze"
+    )]
+    spectral: Vec<String>,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -147,6 +160,21 @@ fn human(r: &PackReport) {
             c.sha256
         );
     }
+    for s in &r.spectral {
+        eprintln!(
+            "  spectral {}  {}x{} rank {}  {} factors{}  {} bytes ({:.1} % of dense)  rel. Frobenius error {:.3e}  energy kept {:.6}",
+            s.tensor,
+            s.shape[0],
+            s.shape[1],
+            s.rank,
+            s.factor_dtype,
+            if s.quant == 1 { " (quant 1)" } else { "" },
+            s.bytes,
+            100.0 * s.bytes as f64 / s.dense_bytes as f64,
+            s.rel_frobenius_error,
+            s.energy_kept
+        );
+    }
     for c in &r.casts {
         eprintln!(
             "  cast {} {} -> {}: max abs error {:e}",
@@ -229,6 +257,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         allow_lossy: args.allow_lossy,
         model_id: args.model_id,
         revision: args.revision,
+        spectral: args
+            .spectral
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<_, _>>()?,
     };
     let show_bar = !args.quiet && !args.json && std::io::stderr().is_terminal();
     let bar = if show_bar {

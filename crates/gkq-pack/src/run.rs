@@ -87,6 +87,9 @@ pub(crate) struct Run<'a> {
     roles: Vec<RoleOut>,
     hashers: Vec<Sha256>,
     writeback: Writeback,
+    /// The payloads of the spectral blocks, by name (computed before the
+    /// knot was laid out; written when the pass reaches their tensor).
+    pub(crate) spectral: std::collections::HashMap<String, Vec<u8>>,
 }
 
 /// A cast's summary for the report.
@@ -184,6 +187,7 @@ impl<'a> Run<'a> {
             roles,
             hashers,
             writeback,
+            spectral: std::collections::HashMap::new(),
         })
     }
 
@@ -230,18 +234,21 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// A plain block, or a tied lm_head identical to the embedding (an
-    /// alias: read only for its source file's digest).
+    /// A plain block, a spectral block (its payload computed before: the
+    /// tensor is read only for its source file's digest), or a tied lm_head
+    /// identical to the embedding (an alias: read only for the digest).
     fn plain_tensor(
         &mut self,
         pf: &mut prefetch::Prefetch,
         t: &SourceTensor,
         index: Option<usize>,
     ) -> Result<()> {
+        let factors = index.and(self.spectral.remove(&t.name));
+        let copy = if factors.is_some() { None } else { index };
         for (_, n) in prefetch::plan(t, false, CHUNK) {
             let buf = pf.next()?;
             let hasher = &mut self.hashers[t.file];
-            match index {
+            match copy {
                 Some(i) => {
                     let (w, ()) =
                         rayon::join(|| self.writer.write_chunk(i, &buf), || hasher.update(&buf));
@@ -252,6 +259,9 @@ impl<'a> Run<'a> {
             self.progress.advance(n as u64);
             self.writeback.advance(n as u64, None);
             pf.recycle(buf);
+        }
+        if let (Some(i), Some(f)) = (index, &factors) {
+            self.writer.write_chunk(i, f).map_err(|e| self.fmt_err(e))?;
         }
         if let Some(i) = index {
             self.writer.end_payload(i).map_err(|e| self.fmt_err(e))?;

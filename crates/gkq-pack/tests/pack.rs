@@ -1162,3 +1162,238 @@ fn analyze_reports_every_matrix_and_writes_nothing() {
     let o = run(&[src.to_str().expect("utf8"), "--analyze", "--out", "x"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A tiny Qwen2 whose attention projections are rank 16 plus noise of
+/// relative RMS 1e-4 (the synthetic low-rank matrix).
+fn low_rank_model(tmp: &Path, dtype: fixtures::FDtype) -> PathBuf {
+    let dir = tmp.join(format!("low-rank-{}", dtype.name()));
+    let spec = fixtures::Spec {
+        low_rank: Some((16, 1e-4)),
+        ..fixtures::Spec::tiny(fixtures::Arch::Qwen2, dtype)
+    };
+    fixtures::write_model(&dir, &spec).expect("write fixture");
+    dir
+}
+
+fn json_report(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).expect("json report")
+}
+
+/// The relative Frobenius error of the knot's block `name` against the
+/// source tensor, computed here from the reconstruction.
+fn block_error(knot_path: &Path, src: &Path, name: &str) -> f64 {
+    let bytes = fs::read(knot_path).expect("knot");
+    let knot = Knot::parse(&bytes).expect("parse");
+    let i = knot.header().header().block_index(name).expect("block");
+    let b = &knot.blocks()[i];
+    let w = gkq_format::reconstruct_spectral(b, knot.payload(i).expect("payload")).expect("rec");
+    let approx = to_f32(&w, &b.dtype.to_string().to_uppercase());
+    let (_, dt, _, data) = source_tensors(src)
+        .into_iter()
+        .find(|t| t.0 == name)
+        .expect("source tensor");
+    let exact = to_f32(&data, &dt);
+    let (mut d2, mut r2) = (0f64, 0f64);
+    for (a, e) in approx.iter().zip(&exact) {
+        d2 += (f64::from(*a) - f64::from(*e)).powi(2);
+        r2 += f64::from(*e).powi(2);
+    }
+    (d2 / r2).sqrt()
+}
+
+#[test]
+fn spectral_energy_picks_the_rank_of_a_low_rank_tensor() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = low_rank_model(tmp.path(), fixtures::FDtype::F32);
+    let out = tmp.path().join("out");
+    let r = packs(
+        &src,
+        &out,
+        &[
+            "--spectral",
+            "model.layers.*.self_attn.q_proj.weight=energy:0.9999",
+            "--json",
+        ],
+        "spectral pack",
+    );
+    let report = json_report(&r);
+    let spectral = report["spectral"].as_array().expect("spectral list");
+    assert_eq!(spectral.len(), 2, "one per layer: {spectral:?}");
+    let bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = Knot::parse(&bytes).expect("parse");
+    let figures = knot.header().header().spectral_figures();
+    assert_eq!(figures.len(), 2);
+    for (s, f) in spectral.iter().zip(&figures) {
+        let name = s["tensor"].as_str().expect("name");
+        assert_eq!(s["rank"], 16, "{s}");
+        let err = s["rel_frobenius_error"].as_f64().expect("err");
+        assert!(
+            (3e-5..3e-4).contains(&err),
+            "error {err} should be about 1e-4"
+        );
+        assert!(s["energy_kept"].as_f64().expect("energy") >= 0.9999);
+        assert!(s["bytes"].as_u64() < s["dense_bytes"].as_u64());
+        // recorded in the knot as reported, and true against the source
+        assert_eq!(f.block, name);
+        assert_eq!(f.rel_frobenius_error, err);
+        let measured = block_error(&out.join("model.knot"), &src, name);
+        assert!((measured - err).abs() <= 1e-6 * err, "{measured} vs {err}");
+        let b = knot.header().header().block(name).expect("block");
+        assert!(matches!(
+            b.encoding,
+            Encoding::Spectral {
+                rank: 16,
+                factor_dtype: DType::F32,
+                ..
+            }
+        ));
+    }
+    // the other projections stay dense and bit-identical
+    let o = knot
+        .header()
+        .header()
+        .block("model.layers.0.self_attn.o_proj.weight")
+        .expect("o_proj");
+    assert!(matches!(o.encoding, Encoding::Dense(_)));
+}
+
+#[test]
+fn spectral_quant_and_factor_dtype_trade_bytes_for_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = low_rank_model(tmp.path(), fixtures::FDtype::F32);
+    let mut rows = Vec::new();
+    for (i, spec) in ["rank:16", "rank:16,factors:bf16", "rank:16,quant:u8"]
+        .iter()
+        .enumerate()
+    {
+        let out = tmp.path().join(format!("out{i}"));
+        let arg = format!("model.layers.0.self_attn.q_proj.weight={spec}");
+        let r = packs(&src, &out, &["--spectral", &arg, "--json"], spec);
+        let s = &json_report(&r)["spectral"][0];
+        rows.push((
+            s["bytes"].as_u64().expect("bytes"),
+            s["rel_frobenius_error"].as_f64().expect("err"),
+            s["factor_dtype"].as_str().expect("dtype").to_owned(),
+            s["quant"].as_u64().expect("quant"),
+        ));
+    }
+    let [(b32, e32, d32, q32), (b16, e16, d16, q16), (b8, e8, d8, q8)] = &rows[..] else {
+        panic!("{rows:?}");
+    };
+    assert_eq!(
+        (d32.as_str(), d16.as_str(), d8.as_str()),
+        ("f32", "bf16", "u8")
+    );
+    assert_eq!((*q32, *q16, *q8), (0, 0, 1));
+    // 64x64, K = 16: 4(MK+KN)+4K, 2(MK+KN)+4K, MK+KN+8M+12K
+    assert_eq!((*b32, *b16, *b8), (8256, 4160, 2752));
+    assert!(e32 < e16 && e16 < e8, "{rows:?}");
+    assert!(*e32 < 3e-4 && *e8 < 0.05, "{rows:?}");
+}
+
+#[test]
+fn spectral_packing_is_deterministic() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = low_rank_model(tmp.path(), fixtures::FDtype::BF16);
+    let mut outs = Vec::new();
+    for n in 0..2 {
+        let out = tmp.path().join(format!("out{n}"));
+        packs(
+            &src,
+            &out,
+            &[
+                "--spectral",
+                "*.q_proj.weight=energy:0.999,factors:bf16",
+                "--spectral",
+                "*.k_proj.weight=rank:8,quant:u8",
+                "--quiet",
+            ],
+            "pack",
+        );
+        let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&out)
+            .expect("out")
+            .map(|e| {
+                let p = e.expect("e").path();
+                (
+                    p.file_name().expect("name").to_string_lossy().into_owned(),
+                    fs::read(&p).expect("read"),
+                )
+            })
+            .collect();
+        files.sort();
+        outs.push(files);
+    }
+    assert!(outs[0] == outs[1], "two spectral packs differ");
+}
+
+#[test]
+fn spectral_refusals_and_bad_specs() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = low_rank_model(tmp.path(), fixtures::FDtype::F32);
+    let untied = model(tmp.path(), "llama-tiny-f32");
+    let out = tmp.path().join("out");
+    let measured = ["refused", "gibberish", "recall@50 of only 11.7 %"];
+    let e = fails(
+        &src,
+        &out,
+        &["--spectral", "model.embed_tokens.weight=rank:8"],
+        &measured,
+    );
+    assert!(e.contains("token embedding"), "{e}");
+    let e = fails(
+        &untied,
+        &out,
+        &["--spectral", "lm_head.weight=rank:8"],
+        &measured,
+    );
+    assert!(e.contains("lm_head"), "{e}");
+    // a broad pattern that sweeps in the embedding is refused too
+    fails(&src, &out, &["--spectral", "*.weight=rank:8"], &measured);
+    for (spec, says) in [
+        ("nothing.*=rank:8", "matches no tensor"),
+        (
+            "*.q_proj.weight=rank:64",
+            "not smaller than the dense tensor",
+        ),
+        ("*.q_proj.weight=rank:65", "over min(rows, cols) = 64"),
+        ("*.input_layernorm.weight=rank:1", "no 2-D float matrix"),
+        ("*.q_proj.weight", "expected PATTERN=SPEC"),
+        ("*.q_proj.weight=rank:0", "not in 1..=65536"),
+        ("*.q_proj.weight=energy:1.5", "not in (0, 1]"),
+        ("*.q_proj.weight=rank:8,quant:u4", "not u8 or none"),
+        ("*.q_proj.weight=rank:8,factors:u8", "not f32, f16 or bf16"),
+        ("*.q_proj.weight=rank:8,bogus:1", "unknown key"),
+        ("*.q_proj.weight=quant:u8", "needs rank:K or energy:x"),
+        (
+            "*.q_proj.weight=rank:8,quant:u8,factors:bf16",
+            "drop factors",
+        ),
+    ] {
+        let e = fails(&src, &out, &["--spectral", spec], &[says]);
+        assert!(e.contains("--spectral"), "{e}");
+    }
+    fails(
+        &src,
+        &out,
+        &[
+            "--spectral",
+            "*.q_proj.weight=rank:8",
+            "--spectral",
+            "model.layers.0.*=rank:4",
+        ],
+        &["matched by both"],
+    );
+    // --spectral writes a package; --analyze writes nothing
+    let r = run(&[
+        src.to_str().expect("utf8"),
+        "--analyze",
+        "--spectral",
+        "*=rank:1",
+    ]);
+    assert_eq!(
+        r.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
