@@ -391,6 +391,8 @@ fn check_block(
     let digest: [u8; 32] = hasher.finalize().into();
     if let Err(e) = gkq_format::check_payload_digest(knot.header().header(), index, p, digest) {
         acc.fail(format!("block {}", block.name), e.to_string());
+    } else if let Err(m) = check_spectral_decodes(block, payload) {
+        acc.fail(format!("block {}", block.name), m);
     }
     for rf in files {
         let path = dir.join(&rf.d.object).display().to_string();
@@ -549,6 +551,100 @@ fn check_package(knot: &Knot<'_>, dir: &Path) -> Option<(Acc, usize)> {
     Some((acc, files.len()))
 }
 
+/// A spectral block's factors decode (FORMAT.md section 5) and reconstruct
+/// to finite values in the block's dtype.
+fn check_spectral_decodes(block: &Block, payload: &[u8]) -> std::result::Result<(), String> {
+    if !matches!(block.encoding, Encoding::Spectral { .. }) {
+        return Ok(());
+    }
+    let w = gkq_format::reconstruct_spectral(block, payload).map_err(|e| e.to_string())?;
+    let mut v = Vec::new();
+    gkq_format::decode_f32(&w, block.dtype, &mut v);
+    match v.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => {
+            let cols = block.shape.get(1).copied().unwrap_or(1).max(1) as usize;
+            Err(format!(
+                "spectral block reconstructs to {} at row {} col {}",
+                v[i],
+                i / cols,
+                i % cols
+            ))
+        }
+    }
+}
+
+/// How far the relative Frobenius error measured against `--source` may be
+/// from the one recorded in `spectral.rel_frobenius_error` (relative, plus
+/// an absolute 1e-9 for errors near 0): room for another summation order,
+/// far below what a wrong or swapped factor gives.
+pub const SPECTRAL_ERROR_TOLERANCE: f64 = 1e-4;
+
+/// Streams a spectral block's reconstruction against its source tensor.
+struct SpectralCheck<'k> {
+    block: &'k Block,
+    parts: gkq_format::SpectralParts,
+    err: gkq_format::FrobeniusError,
+    converted: Vec<u8>,
+}
+
+impl SpectralCheck<'_> {
+    /// Adds `chunk` (whole source rows from `first_row`, in `from`).
+    fn add(&mut self, chunk: &[u8], from: gkq_format::DType, first_row: u64) {
+        let cols = self.parts.n.max(1);
+        let mut exact = Vec::new();
+        gkq_format::decode_f32(chunk, from, &mut exact);
+        let w = self.parts.rows(first_row as usize, exact.len() / cols);
+        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.converted.clear();
+        let mut approx = Vec::new();
+        if cast_row(
+            &bytes,
+            gkq_format::DType::F32,
+            self.block.dtype,
+            &mut self.converted,
+        )
+        .is_some()
+        {
+            gkq_format::decode_f32(&self.converted, self.block.dtype, &mut approx);
+        }
+        self.err.add(&approx, &exact);
+    }
+
+    /// Compares the measured error with the recorded one.
+    fn finish(self, knot: &Knot<'_>, tensor: &str, object: &str, acc: &mut Acc) {
+        let measured = self.err.relative();
+        let header = knot.header().header();
+        let figures = header.spectral_figures();
+        let Some(f) = figures.iter().find(|f| f.block == self.block.name) else {
+            acc.note(
+                object,
+                format!(
+                    "spectral block {tensor:?}: relative Frobenius error {measured:.4e} against the source (the knot records none)"
+                ),
+            );
+            return;
+        };
+        let want = f.rel_frobenius_error;
+        if (measured - want).abs() > SPECTRAL_ERROR_TOLERANCE * want + 1e-9 {
+            acc.fail(
+                object,
+                format!(
+                    "spectral block {tensor:?}: relative Frobenius error against the source is {measured:.6e}, the knot records {want:.6e} (tolerance {SPECTRAL_ERROR_TOLERANCE:e} relative)"
+                ),
+            );
+        } else {
+            acc.note(
+                object,
+                format!(
+                    "spectral block {tensor:?} (rank {}): relative Frobenius error {measured:.4e} against the source, as recorded; energy kept {}",
+                    self.parts.k, f.energy_kept
+                ),
+            );
+        }
+    }
+}
+
 /// Compares every tensor of one source file with the knot, hashing the file
 /// in the same pass.
 fn check_source_file(
@@ -575,6 +671,16 @@ fn check_source_file(
         let index = header.block_index(&t.name);
         let target: Option<(&Block, &[u8])> =
             index.and_then(|i| Some((header.resolve(i)?, knot.payload(i)?)));
+        let mut spectral = target
+            .filter(|(b, _)| matches!(b.encoding, Encoding::Spectral { .. }) && b.shape == t.shape)
+            .and_then(|(block, payload)| {
+                Some(SpectralCheck {
+                    block,
+                    parts: gkq_format::SpectralParts::decode(block, payload).ok()?,
+                    err: gkq_format::FrobeniusError::default(),
+                    converted: Vec::new(),
+                })
+            });
         let target = target.filter(|(b, _)| matches!(b.encoding, Encoding::Dense(_)));
         if index.is_none() {
             acc.fail(
@@ -622,6 +728,9 @@ fn check_source_file(
             hasher.update(&*chunk);
             acc.bytes += n as u64;
             progress.advance(n as u64);
+            if let Some(sc) = &mut spectral {
+                sc.add(chunk, t.dtype, at / row);
+            }
             if let Some((b, payload)) = target.filter(|(b, _)| b.shape == t.shape) {
                 let expected: &[u8] = if b.dtype == t.dtype {
                     chunk
@@ -669,6 +778,9 @@ fn check_source_file(
                 }
             }
             at += n as u64;
+        }
+        if let Some(sc) = spectral {
+            sc.finish(knot, &t.name, &name, &mut acc);
         }
         if let Some(e) = loss {
             let b = target.map(|(b, _)| b.dtype.to_string()).unwrap_or_default();

@@ -650,3 +650,121 @@ fn remote_damaged_proof_object_fails() {
         &["fails its Merkle proof", "token_embd.bf16.rows.proof"],
     );
 }
+
+/// A package whose attention q projections are rank-16 spectral blocks.
+fn packed_spectral(spec_arg: &str) -> Packed {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    let spec = fixtures::Spec {
+        low_rank: Some((16, 1e-4)),
+        ..fixtures::Spec::tiny(fixtures::Arch::Qwen2, fixtures::FDtype::F32)
+    };
+    fixtures::write_model(&src, &spec).expect("fixture");
+    let out = tmp.path().join("out");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.spectral = vec![spec_arg.parse().expect("spec")];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    Packed {
+        _tmp: tmp,
+        src,
+        out,
+    }
+}
+
+/// Rewrites the knot at `path` through the format's writer after `edit`
+/// changes its header and payloads (a well-formed knot with other content).
+fn rewrite_knot(path: &Path, edit: impl FnOnce(&mut gkq_format::Header, &mut Vec<Vec<u8>>)) {
+    let bytes = fs::read(path).expect("knot");
+    let knot = gkq_format::Knot::parse(&bytes).expect("parse");
+    let mut header = knot.header().header().clone();
+    let mut payloads: Vec<Vec<u8>> = (0..header.blocks.len())
+        .filter(|&i| header.blocks[i].encoding.payload().is_some())
+        .map(|i| knot.payload(i).expect("payload").to_vec())
+        .collect();
+    edit(&mut header, &mut payloads);
+    let mut w =
+        gkq_format::KnotWriter::new(std::io::Cursor::new(Vec::new()), header).expect("writer");
+    let with_payload: Vec<usize> = (0..w.header().blocks.len())
+        .filter(|&i| w.header().blocks[i].encoding.payload().is_some())
+        .collect();
+    for (i, p) in with_payload.into_iter().zip(&payloads) {
+        w.write_payload(i, p.as_slice()).expect("payload");
+    }
+    let (out, _) = w.finish().expect("finish");
+    fs::write(path, out.into_inner()).expect("write");
+}
+
+#[test]
+fn spectral_blocks_checked_against_the_source() {
+    let p = packed_spectral("*.q_proj.weight=energy:0.9999");
+    let out = verify(&[s(&p.out), "--source", s(&p.src)]);
+    passes(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.matches("(rank 16): relative Frobenius error").count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("as recorded"), "{text}");
+
+    // a recorded error that the factors do not give
+    let knot = p.out.join("model.knot");
+    rewrite_knot(&knot, |h, _| {
+        if let Some(gkq_format::Value::StrList(v)) =
+            h.metadata.get_mut(gkq_format::keys::SPECTRAL_REL_ERROR)
+        {
+            v[1] = "0.00001".into();
+        }
+    });
+    fails_with(
+        &verify(&[s(&p.out), "--source", s(&p.src)]),
+        &[
+            "model.layers.1.self_attn.q_proj.weight",
+            "the knot records 1.000000e-5",
+        ],
+    );
+    // without --source the figure cannot be checked, and the rest passes
+    passes(&verify(&[s(&p.out)]));
+}
+
+#[test]
+fn spectral_factors_that_do_not_decode_fail() {
+    let p = packed_spectral("model.layers.0.self_attn.q_proj.weight=rank:16");
+    let knot = p.out.join("model.knot");
+    // S[0] := NaN in the payload (digest recomputed by the writer)
+    rewrite_knot(&knot, |h, payloads| {
+        let i = h
+            .blocks
+            .iter()
+            .filter(|b| b.encoding.payload().is_some())
+            .position(|b| b.name == "model.layers.0.self_attn.q_proj.weight")
+            .expect("block");
+        let s_at = 64 * 16 * 4;
+        payloads[i][s_at..s_at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    });
+    fails_with(
+        &verify(&[s(&p.out)]),
+        &[
+            "model.layers.0.self_attn.q_proj.weight",
+            "reconstructs to NaN",
+        ],
+    );
+    // factors swapped for another tensor's: the recorded error catches it
+    let p = packed_spectral("*.q_proj.weight=rank:16");
+    let knot = p.out.join("model.knot");
+    rewrite_knot(&knot, |h, payloads| {
+        let idx: Vec<usize> = h
+            .blocks
+            .iter()
+            .filter(|b| b.encoding.payload().is_some())
+            .enumerate()
+            .filter(|(_, b)| b.name.ends_with("q_proj.weight"))
+            .map(|(i, _)| i)
+            .collect();
+        payloads.swap(idx[0], idx[1]);
+    });
+    fails_with(
+        &verify(&[s(&p.out), "--source", s(&p.src)]),
+        &["relative Frobenius error against the source is"],
+    );
+}
