@@ -872,3 +872,63 @@ fn knot_id_pins_the_model() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("pins"));
 }
+
+/// A package gkq-pack wrote with `--spectral`, read over nginx: the factors
+/// come back untouched, and `block_values` reconstructs them (FORMAT.md
+/// section 5) to the bits the format's own reconstruction gives.
+#[test]
+fn packed_spectral_blocks_over_http() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    let spec = fixtures::Spec {
+        low_rank: Some((16, 1e-4)),
+        ..fixtures::Spec::tiny(fixtures::Arch::Qwen2, fixtures::FDtype::BF16)
+    };
+    fixtures::write_model(&src, &spec).expect("fixture");
+    let out = tmp.path().join("www/m");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.spectral = vec![
+        "*.self_attn.q_proj.weight=rank:16,quant:u8"
+            .parse()
+            .expect("spec"),
+    ];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("start nginx (scripts/install-test-deps.sh)");
+    let knot_bytes = fs::read(out.join("model.knot")).expect("knot");
+    let local = Knot::parse(&knot_bytes).expect("parse");
+    let r = Reader::open(
+        &format!("{}/m/model.knot", nginx.url()),
+        config(None),
+        Roles::ALL,
+    )
+    .expect("open");
+    let name = "model.layers.1.self_attn.q_proj.weight";
+    let res = r.resolve(name).expect("resolve");
+    assert_eq!(res.path, ReadPath::Spectral);
+    assert!(res.reason.contains("rank 16"), "{}", res.reason);
+    let i = local.header().header().block_index(name).expect("index");
+    let payload = r.block_payload(name).expect("factors");
+    assert!(
+        &payload[..] == local.payload(i).expect("payload"),
+        "untouched"
+    );
+    let (block, values) = r.block_values(name).expect("values");
+    assert_eq!(block.dtype, DType::BF16);
+    let want = gkq_format::reconstruct_spectral(&local.blocks()[i], &payload).expect("rec");
+    assert!(values[..] == want[..], "reconstruction differs");
+    // a dense neighbour is still the source's bytes
+    let (_, o) = r
+        .block_values("model.layers.1.self_attn.o_proj.weight")
+        .expect("o_proj");
+    let j = local
+        .header()
+        .header()
+        .block_index("model.layers.1.self_attn.o_proj.weight")
+        .expect("o");
+    assert!(o[..] == local.payload(j).expect("o payload")[..]);
+}
