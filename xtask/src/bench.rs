@@ -23,6 +23,8 @@ pub(crate) enum Which {
     Wire,
     /// A cold node decoding 32 + 32 tokens over TLS behind the 20 ms RTT proxy, columnar against dense embedding.
     Decode,
+    /// `--analyze` and `--spectral` times on the qwen2.5-0.5b shapes, and the preset with spectral k_proj against dense.
+    Spectral,
 }
 
 pub(crate) fn bench_dir() -> PathBuf {
@@ -77,7 +79,7 @@ fn sync() {
 
 /// Wall time of a command (after a `sync`, so earlier writeback does not
 /// land in this measurement), and its stdout.
-fn timed(cmd: &mut Command) -> anyhow::Result<(f64, Vec<u8>)> {
+pub(crate) fn timed(cmd: &mut Command) -> anyhow::Result<(f64, Vec<u8>)> {
     sync();
     let t = Instant::now();
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
@@ -88,7 +90,7 @@ fn timed(cmd: &mut Command) -> anyhow::Result<(f64, Vec<u8>)> {
     Ok((secs, out.stdout))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
@@ -288,5 +290,6 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         }
         Which::Wire => crate::bench_wire::run(),
         Which::Decode => crate::bench_decode::run(),
+        Which::Spectral => crate::bench_spectral::run(reps),
     }
 }

@@ -59,6 +59,8 @@ pub struct TensorAnalysis {
     pub at_rank: Vec<AtRank>,
     /// The largest singular value.
     pub sigma_max: f64,
+    /// Time to read this tensor and compute its singular values.
+    pub seconds: f64,
 }
 
 /// What `--analyze` prints.
@@ -134,6 +136,7 @@ pub fn analyze_spectrum(
         ],
         at_rank,
         sigma_max: sigma.first().copied().unwrap_or(0.0),
+        seconds: 0.0,
     }
 }
 
@@ -163,6 +166,7 @@ pub fn analyze(model_dir: &Path, progress: &dyn crate::Progress) -> Result<Analy
     let mut out = Vec::with_capacity(chosen.len());
     let mut raw = Vec::new();
     for t in chosen {
+        let started = std::time::Instant::now();
         let (m, n) = (t.shape[0], t.shape[1]);
         raw.resize(usize::try_from(t.len).unwrap_or(0), 0);
         src.read(t, 0, &mut raw)?;
@@ -180,6 +184,7 @@ pub fn analyze(model_dir: &Path, progress: &dyn crate::Progress) -> Result<Analy
                 None
             }
         });
+        a.seconds = started.elapsed().as_secs_f64();
         out.push(a);
         progress.advance(t.len);
     }
