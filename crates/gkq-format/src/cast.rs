@@ -25,12 +25,43 @@ impl CastReport {
     }
 }
 
-fn read_f32(chunk: &[u8], dtype: DType) -> f32 {
-    match (dtype, chunk) {
-        (DType::F32, [a, b, c, d]) => f32::from_le_bytes([*a, *b, *c, *d]),
-        (DType::F16, [a, b]) => f16::from_le_bytes([*a, *b]).to_f32(),
-        (DType::BF16, [a, b]) => bf16::from_le_bytes([*a, *b]).to_f32(),
+fn f32_of(c: &[u8]) -> f32 {
+    match c {
+        [a, b, c, d] => f32::from_le_bytes([*a, *b, *c, *d]),
         _ => f32::NAN,
+    }
+}
+
+fn f16_of(c: &[u8]) -> f32 {
+    match c {
+        [a, b] => f16::from_le_bytes([*a, *b]).to_f32(),
+        _ => f32::NAN,
+    }
+}
+
+fn bf16_of(c: &[u8]) -> f32 {
+    match c {
+        [a, b] => bf16::from_le_bytes([*a, *b]).to_f32(),
+        _ => f32::NAN,
+    }
+}
+
+/// Elements decoded per step by the loops below.
+const BLOCK: usize = 1024;
+
+/// Decodes `out.len()` elements of `src` (in `dtype`) into `out`, with the
+/// dtype matched once per block so that each inner loop is monomorphic.
+fn decode_into(src: &[u8], dtype: DType, out: &mut [f32]) {
+    #[inline]
+    fn fill(src: &[u8], out: &mut [f32], size: usize, read: impl Fn(&[u8]) -> f32) {
+        for (o, c) in out.iter_mut().zip(src.chunks_exact(size)) {
+            *o = read(c);
+        }
+    }
+    match dtype {
+        DType::F32 => fill(src, out, 4, f32_of),
+        DType::F16 => fill(src, out, 2, f16_of),
+        _ => fill(src, out, 2, bf16_of),
     }
 }
 
@@ -42,7 +73,8 @@ pub fn decode_f32(src: &[u8], dtype: DType, out: &mut Vec<f32>) -> bool {
     if !dtype.is_castable_float() || !src.len().is_multiple_of(size) {
         return false;
     }
-    out.extend(src.chunks_exact(size).map(|c| read_f32(c, dtype)));
+    out.resize(src.len().checked_div(size).unwrap_or(0), 0.0);
+    decode_into(src, dtype, out);
     true
 }
 
@@ -74,12 +106,15 @@ pub fn cast_row(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> Option
         // Widening is exact: no error to track.
         (DType::BF16, DType::F32) => {
             for (d, s) in pairs {
-                let mut h = u16::from_le_bytes([s.first().copied()?, s.get(1).copied()?]);
-                // Section 6: a NaN gets its quiet bit set (as `half` does).
-                if h & 0x7fff > 0x7f80 {
-                    h |= 0x0040;
+                if let ([d0, d1, d2, d3], [s0, s1]) = (d, s) {
+                    let mut h = u16::from_le_bytes([*s0, *s1]);
+                    // Section 6: a NaN gets its quiet bit set (as `half` does).
+                    if h & 0x7fff > 0x7f80 {
+                        h |= 0x0040;
+                    }
+                    let [_, _, hi0, hi1] = (u32::from(h) << 16).to_le_bytes();
+                    (*d0, *d1, *d2, *d3) = (0, 0, hi0, hi1);
                 }
-                d.copy_from_slice(&(u32::from(h) << 16).to_le_bytes());
             }
         }
         (DType::F16, DType::F32) => {
@@ -89,32 +124,55 @@ pub fn cast_row(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> Option
             }
         }
         _ => {
-            for (i, (d, s)) in pairs.enumerate() {
-                let x = read_f32(s, from);
-                let (bytes, back): ([u8; 2], f32) = match to {
-                    DType::F16 => {
-                        let h = f16::from_f32(x);
-                        if x.is_finite() && h.is_infinite() && report.first_overflow.is_none() {
-                            report.first_overflow = Some(i);
-                        }
+            let mut x = [0f32; BLOCK];
+            let step = BLOCK.saturating_mul(size);
+            for (b, (dc, sc)) in dst
+                .chunks_mut(BLOCK.saturating_mul(to_size))
+                .zip(src.chunks(step))
+                .enumerate()
+            {
+                let n = sc.len().checked_div(size).unwrap_or(0).min(BLOCK);
+                let x = x.get_mut(..n)?;
+                decode_into(sc, from, x);
+                let base = b.saturating_mul(BLOCK);
+                let r = if to == DType::F16 {
+                    narrow(x, dc, |v| {
+                        let h = f16::from_f32(v);
                         (h.to_le_bytes(), h.to_f32())
-                    }
-                    _ => {
-                        let h = bf16::from_f32(x);
-                        if x.is_finite() && h.is_infinite() && report.first_overflow.is_none() {
-                            report.first_overflow = Some(i);
-                        }
+                    })
+                } else {
+                    narrow(x, dc, |v| {
+                        let h = bf16::from_f32(v);
                         (h.to_le_bytes(), h.to_f32())
-                    }
+                    })
                 };
-                if x.is_finite() && back.is_finite() {
-                    report.max_abs_error = report.max_abs_error.max(f64::from((x - back).abs()));
-                }
-                d.copy_from_slice(&bytes);
+                report.merge(r, base);
             }
         }
     }
     Some(report)
+}
+
+/// Narrows decoded values into `dst` (2 bytes each) with `to`, which
+/// returns the bytes and the value they widen back to; reports the largest
+/// rounding error and the first finite value that became infinite.
+#[inline]
+fn narrow(x: &[f32], dst: &mut [u8], to: impl Fn(f32) -> ([u8; 2], f32)) -> CastReport {
+    let mut report = CastReport::default();
+    for (i, (v, d)) in x.iter().zip(dst.chunks_exact_mut(2)).enumerate() {
+        let (bytes, back) = to(*v);
+        if v.is_finite() {
+            if back.is_infinite() {
+                if report.first_overflow.is_none() {
+                    report.first_overflow = Some(i);
+                }
+            } else {
+                report.max_abs_error = report.max_abs_error.max(f64::from((v - back).abs()));
+            }
+        }
+        d.copy_from_slice(&bytes);
+    }
+    report
 }
 
 /// Largest `|a[i] - b[i]|` between two runs of float elements of the same
@@ -134,11 +192,23 @@ pub fn max_abs_diff(a: &[u8], a_dtype: DType, b: &[u8], b_dtype: DType) -> Optio
     {
         return None;
     }
+    if a_dtype == b_dtype && a == b {
+        return Some(0.0);
+    }
+    let (mut xa, mut xb) = ([0f32; BLOCK], [0f32; BLOCK]);
     let mut max = 0f64;
-    for (x, y) in a.chunks_exact(sa).zip(b.chunks_exact(sb)) {
-        let (x, y) = (read_f32(x, a_dtype), read_f32(y, b_dtype));
-        if x.is_finite() && y.is_finite() {
-            max = max.max((f64::from(x) - f64::from(y)).abs());
+    for (ca, cb) in a
+        .chunks(BLOCK.saturating_mul(sa))
+        .zip(b.chunks(BLOCK.saturating_mul(sb)))
+    {
+        let n = ca.len().checked_div(sa).unwrap_or(0).min(BLOCK);
+        let (xa, xb) = (xa.get_mut(..n)?, xb.get_mut(..n)?);
+        decode_into(ca, a_dtype, xa);
+        decode_into(cb, b_dtype, xb);
+        for (x, y) in xa.iter().zip(xb.iter()) {
+            if x.is_finite() && y.is_finite() {
+                max = max.max((f64::from(*x) - f64::from(*y)).abs());
+            }
         }
     }
     Some(max)
@@ -167,6 +237,9 @@ pub fn first_inexact(
         cast = out;
         &cast
     };
+    if got == reference {
+        return None;
+    }
     let same = got
         .chunks(isz)
         .zip(reference.chunks(isz))
