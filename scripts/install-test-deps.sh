@@ -3,8 +3,10 @@
 #   nginx (Debian's nginx-light): the real HTTP range server the HTTP tests start on 127.0.0.1;
 #   s3s-fs 0.14.1 (crates.io): the real S3-compatible server the upload tests start on 127.0.0.1
 #   (0.15 and later need a newer rustc than this project's 1.95);
-#   python3 (standard library only): scripts/reference_decode.py, the independent reference
-#   the decode tests compare gkq-decode's logits with.
+#   python3: scripts/reference_decode.py (standard library only), the independent reference
+#   the decode tests compare gkq-decode's logits with, and scripts/reference_pack.py (numpy),
+#   the second writer of the format that a pack test compares byte for byte and
+#   `cargo xtask bench pack` times gkq-pack against.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 
@@ -26,6 +28,14 @@ if ! command -v python3 >/dev/null 2>&1; then
   apt_install python3-minimal
 fi
 echo "install-test-deps: $(python3 --version)" >&2
+
+if ! python3 -c 'import numpy' >/dev/null 2>&1; then
+  # pip where python3 allows it (pyenv, a venv); Debian's own python3 is
+  # externally managed (PEP 668), so there it is Debian's python3-numpy
+  echo "install-test-deps: numpy for python3" >&2
+  python3 -m pip install --quiet numpy >/dev/null 2>&1 || apt_install python3-numpy
+fi
+echo "install-test-deps: numpy $(python3 -c 'import numpy; print(numpy.__version__)')" >&2
 
 if ! command -v s3s-fs >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
   echo "install-test-deps: cargo install s3s-fs 0.14.1 (about 1.5 min)" >&2

@@ -1397,3 +1397,91 @@ fn spectral_refusals_and_bad_specs() {
         String::from_utf8_lossy(&r.stderr)
     );
 }
+
+/// `scripts/reference_pack.py`, a second writer of the format written from
+/// docs/FORMAT.md with numpy and hashlib (the reference of `cargo xtask
+/// bench pack`), writes the same files byte for byte: knot, row files,
+/// proof objects and companion files. Tied and untied, sharded, three row
+/// dtypes, and rows wide enough for proof height 7 with a short last chunk.
+#[test]
+fn reference_converter_writes_the_same_package() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let wide = fixtures::Spec {
+        vocab: 300,
+        hidden: 1024,
+        intermediate: 64,
+        layers: 1,
+        heads: 8,
+        kv_heads: 2,
+        ..fixtures::Spec::tiny(fixtures::Arch::Llama, fixtures::FDtype::BF16)
+    };
+    let mut models: Vec<PathBuf> = [
+        "qwen2-tiny-bf16",
+        "llama-tiny-f16-sharded",
+        "qwen2-tiny-f32",
+    ]
+    .iter()
+    .map(|p| model(tmp.path(), p))
+    .collect();
+    let wide_dir = tmp.path().join("wide-bf16");
+    fixtures::write_model(&wide_dir, &wide).expect("write fixture");
+    models.push(wide_dir);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/reference_pack.py");
+    for (i, src) in models.iter().enumerate() {
+        let dtypes = ["--dtype", "bf16", "--dtype", "f32", "--dtype", "f16"];
+        let ours = tmp.path().join(format!("ours{i}"));
+        packs(
+            src,
+            &ours,
+            &[&dtypes[..], &["--quiet"]].concat(),
+            "gkq-pack",
+        );
+        let theirs = tmp.path().join(format!("theirs{i}"));
+        let o = Command::new("python3")
+            .arg(&script)
+            .arg(src)
+            .arg(&theirs)
+            .args(dtypes)
+            .args(["--tool", gkq_pack::TOOL])
+            .output()
+            .expect("python3 with numpy (scripts/install-test-deps.sh installs both)");
+        assert!(
+            o.status.success(),
+            "reference_pack.py on {}: {}",
+            src.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let list = |d: &Path| -> Vec<String> {
+            let mut v: Vec<String> = fs::read_dir(d)
+                .expect("dir")
+                .map(|e| e.expect("e").file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(list(&ours), list(&theirs), "{}", src.display());
+        for name in list(&ours) {
+            assert!(
+                fs::read(ours.join(&name)).expect("ours")
+                    == fs::read(theirs.join(&name)).expect("theirs"),
+                "{name} differs for {}",
+                src.display()
+            );
+        }
+        if i == 3 {
+            let knot = fs::read(ours.join("model.knot")).expect("knot");
+            let k = Knot::parse(&knot).expect("parse");
+            let heights: Vec<u8> = k.blocks()[k
+                .header()
+                .header()
+                .block_index("model.embed_tokens.weight")
+                .expect("e")]
+            .columnar
+            .iter()
+            .map(|d| d.proof.expect("proof").height)
+            .collect();
+            // f32: one chunk of 512 rows holding all 300 (a short chunk)
+            assert_eq!(heights, [7, 9, 7], "bf16, f32, f16 rows of 1024 columns");
+        }
+    }
+}
