@@ -242,8 +242,39 @@ fn row_list(rows: &[u64], total: u64, row_bytes: u64) -> String {
 
 /// Hashes a block's payload; for a columnar block, also checks each row
 /// file in the same pass.
+/// The knot's map, whose pages go back to the kernel once a chunk has been
+/// checked, so that verify's resident memory stays bounded whatever the
+/// knot's size (they are clean pages of a read-only file mapping: touching
+/// them again reads the file again).
+struct Pages<'m>(&'m memmap2::Mmap);
+
+impl Pages<'_> {
+    /// Drops the whole pages of `chunk` (a slice of the map) from this
+    /// process's resident set.
+    fn release(&self, chunk: &[u8]) {
+        const PAGE: usize = 4096;
+        let start = (chunk.as_ptr() as usize).wrapping_sub(self.0.as_ptr() as usize);
+        if start >= self.0.len() {
+            return;
+        }
+        let end = start.saturating_add(chunk.len()).min(self.0.len());
+        let (a, b) = (start.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
+        if b > a {
+            // SAFETY: a private read-only mapping of a file this process
+            // never writes: MADV_DONTNEED only drops clean pages, which the
+            // next access reads from the file again.
+            #[allow(unsafe_code)]
+            let _ = unsafe {
+                self.0
+                    .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, a, b - a)
+            };
+        }
+    }
+}
+
 fn check_block(
     knot: &Knot<'_>,
+    pages: &Pages<'_>,
     dir: &Path,
     index: usize,
     cols: &mut Acc,
@@ -387,6 +418,7 @@ fn check_block(
             }
         }
         at += chunk.len();
+        pages.release(chunk);
     }
     let digest: [u8; 32] = hasher.finalize().into();
     if let Err(e) = gkq_format::check_payload_digest(knot.header().header(), index, p, digest) {
@@ -649,6 +681,7 @@ impl SpectralCheck<'_> {
 /// in the same pass.
 fn check_source_file(
     knot: &Knot<'_>,
+    pages: &Pages<'_>,
     src: &SourceModel,
     file: usize,
     progress: &dyn Progress,
@@ -725,57 +758,76 @@ fn check_source_file(
                 acc.fail(name.clone(), e.to_string());
                 return acc;
             }
-            hasher.update(&*chunk);
+            let chunk: &[u8] = chunk;
             acc.bytes += n as u64;
             progress.advance(n as u64);
-            if let Some(sc) = &mut spectral {
-                sc.add(chunk, t.dtype, at / row);
-            }
-            if let Some((b, payload)) = target.filter(|(b, _)| b.shape == t.shape) {
-                let expected: &[u8] = if b.dtype == t.dtype {
-                    chunk
-                } else {
-                    converted.clear();
-                    if cast_row(chunk, t.dtype, b.dtype, &mut converted).is_none() {
-                        break;
-                    }
-                    &converted
-                };
-                // the chunk starts at element at/itemsize, whatever the shape
-                let first_elem = at / item_in;
-                let start = (first_elem * b.dtype.itemsize()) as usize;
-                let got = payload
-                    .get(start..start + expected.len())
-                    .unwrap_or_default();
-                let (rb, first_row) = if t.shape.len() == 2 {
-                    (out_row as usize, at / row)
-                } else {
-                    // report element offsets for tensors that are not 2-D
-                    (b.dtype.itemsize() as usize, first_elem)
-                };
-                diff += diff_rows(expected, got, rb, first_row, &mut listed, MAX_LISTED);
-                for d in b.columnar.iter().filter(|d| d.is_source_exact()) {
-                    if not_source_exact.iter().any(|(o, _)| *o == d.object) {
-                        continue;
-                    }
-                    converted.clear();
-                    let rows: &[u8] = if d.dtype == b.dtype {
-                        got
-                    } else if cast_row(got, b.dtype, d.dtype, &mut converted).is_some() {
-                        &converted
+            // the file's digest on one core, the comparisons on the other
+            let compare = || {
+                if let Some(sc) = &mut spectral {
+                    sc.add(chunk, t.dtype, at / row);
+                }
+                if let Some((b, payload)) = target.filter(|(b, _)| b.shape == t.shape) {
+                    let expected: &[u8] = if b.dtype == t.dtype {
+                        chunk
                     } else {
-                        continue;
+                        converted.clear();
+                        if cast_row(chunk, t.dtype, b.dtype, &mut converted).is_none() {
+                            return false;
+                        }
+                        &converted
                     };
-                    if let Some(i) = gkq_format::first_inexact(rows, d.dtype, chunk, t.dtype) {
-                        not_source_exact.push((d.object.clone(), first_elem + i as u64));
+                    // the chunk starts at element at/itemsize, whatever the shape
+                    let first_elem = at / item_in;
+                    let start = (first_elem * b.dtype.itemsize()) as usize;
+                    let got = payload
+                        .get(start..start + expected.len())
+                        .unwrap_or_default();
+                    let (rb, first_row) = if t.shape.len() == 2 {
+                        (out_row as usize, at / row)
+                    } else {
+                        // report element offsets for tensors that are not 2-D
+                        (b.dtype.itemsize() as usize, first_elem)
+                    };
+                    diff += diff_rows(expected, got, rb, first_row, &mut listed, MAX_LISTED);
+                    // The block's values cast to the source's dtype, once:
+                    // it is what the rows of a descriptor in the block's or
+                    // the source's dtype give when cast to the source's.
+                    let mut as_source: Option<Vec<u8>> = None;
+                    for d in b.columnar.iter().filter(|d| d.is_source_exact()) {
+                        if not_source_exact.iter().any(|(o, _)| *o == d.object) {
+                            continue;
+                        }
+                        let inexact = if d.dtype == b.dtype || d.dtype == t.dtype {
+                            let v = as_source.get_or_insert_with(|| {
+                                let mut v = Vec::with_capacity(chunk.len());
+                                let _ = cast_row(got, b.dtype, t.dtype, &mut v);
+                                v
+                            });
+                            gkq_format::first_inexact(v, t.dtype, chunk, t.dtype)
+                        } else {
+                            converted.clear();
+                            if cast_row(got, b.dtype, d.dtype, &mut converted).is_none() {
+                                continue;
+                            }
+                            gkq_format::first_inexact(&converted, d.dtype, chunk, t.dtype)
+                        };
+                        if let Some(i) = inexact {
+                            not_source_exact.push((d.object.clone(), first_elem + i as u64));
+                        }
                     }
+                    if b.dtype != t.dtype
+                        && b.dtype.itemsize() < t.dtype.itemsize()
+                        && let Some(e) = gkq_format::max_abs_diff(chunk, t.dtype, got, b.dtype)
+                    {
+                        loss = Some(loss.map_or(e, |l| l.max(e)));
+                    }
+                    pages.release(got);
                 }
-                if b.dtype != t.dtype
-                    && b.dtype.itemsize() < t.dtype.itemsize()
-                    && let Some(e) = gkq_format::max_abs_diff(chunk, t.dtype, got, b.dtype)
-                {
-                    loss = Some(loss.map_or(e, |l| l.max(e)));
-                }
+                true
+            };
+            let ((), whole) = rayon::join(|| hasher.update(chunk), compare);
+            if !whole {
+                break;
             }
             at += n as u64;
         }
@@ -882,6 +934,7 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
         error,
     })?;
     let knot_name = path.display().to_string();
+    let pages = Pages(&map);
     let knot = match Knot::parse(&map) {
         Ok(k) => k,
         Err(e) => {
@@ -949,7 +1002,7 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
                     match it {
                         Item::Block(i) => {
                             let mut cols = Acc::default();
-                            let k = check_block(&knot, &dir, *i, &mut cols, progress);
+                            let k = check_block(&knot, &pages, &dir, *i, &mut cols, progress);
                             (k, cols, Acc::default(), t.elapsed())
                         }
                         Item::Source(i) => {
@@ -960,7 +1013,7 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
                             (
                                 Acc::default(),
                                 Acc::default(),
-                                check_source_file(&knot, src, *i, progress),
+                                check_source_file(&knot, &pages, src, *i, progress),
                                 t.elapsed(),
                             )
                         }
