@@ -4,9 +4,10 @@
 //! - `upload`: publish a packed model to R2 (see `crates/r2-upload`);
 //! - `local-servers`: a local S3 server and public URL to try `upload` against;
 //! - `fuzz`: a bounded mutation fuzzer for the knot parser on the stable toolchain;
-//! - `bench pack|verify|reader|wire|decode|spectral`: the performance benchmarks, with same-run references.
+//! - `bench pack|verify|big|reader|wire|decode|spectral`: the performance benchmarks, with same-run references.
 
 mod bench;
+mod bench_big;
 mod bench_decode;
 mod bench_reader;
 mod bench_spectral;
