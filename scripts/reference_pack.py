@@ -42,7 +42,7 @@ COMPANIONS = [
 ]
 COLUMNAR_ELIGIBLE = 1
 SOURCE_EXACT, BLOCK_EXACT = 1, 2
-ROWS_PER_STEP = 8192
+STEP_BYTES = 16 << 20  # of f32 values per step through a role tensor
 
 
 def sha(b):
@@ -216,6 +216,11 @@ def tensor_bytes(files, t, first=0, count=None):
     return mm[t["begin"] + first * row:t["begin"] + (first + count) * row]
 
 
+def same_bytes(a, b, step=16 << 20):
+    return len(a) == len(b) and all(
+        np.array_equal(a[i:i + step], b[i:i + step]) for i in range(0, len(a), step))
+
+
 # -------------------------------------------------------- header (3)
 
 def str16(s):
@@ -279,7 +284,7 @@ def main():
     embed = by_name["model.embed_tokens.weight"]
     lm = by_name.get("lm_head.weight")
     vocab, hidden = embed["shape"]
-    tied = lm is None or tensor_bytes(files, lm).tobytes() == tensor_bytes(files, embed).tobytes()
+    tied = lm is None or same_bytes(tensor_bytes(files, lm), tensor_bytes(files, embed))
     if lm is None and not cfg.get("tie_word_embeddings", True):
         sys.exit("reference_pack: no lm_head.weight and tie_word_embeddings is false")
     lm_block = "lm_head.weight"
@@ -376,8 +381,9 @@ def main():
             outs.append({"d": d, "f": create(d["object"]), "h": hashlib.sha256(), "leaves": [],
                          "src_exact": True, "blk_exact": True})
         sdt = t["dtype"]
-        for first in range(0, rows, ROWS_PER_STEP):
-            n = min(ROWS_PER_STEP, rows - first)
+        per_step = max(1, STEP_BYTES // (cols * 4))
+        for first in range(0, rows, per_step):
+            n = min(per_step, rows - first)
             src = np.frombuffer(tensor_bytes(files, t, first, n), dtype=uint_of(sdt))
             blk = cast(src, sdt, d0, t["name"], first, cols, args.allow_lossy)
             bb = blk.tobytes()

@@ -97,7 +97,7 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn dir_bytes(dir: &Path) -> anyhow::Result<u64> {
+pub(crate) fn dir_bytes(dir: &Path) -> anyhow::Result<u64> {
     let mut n = 0;
     for e in std::fs::read_dir(dir)? {
         let m = e?.metadata()?;

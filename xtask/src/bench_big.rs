@@ -11,7 +11,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-use crate::bench::{bench_dir, release_bin, timed};
+use crate::bench::{bench_dir, dir_bytes, release_bin, timed};
 use crate::{root, run as run_cmd};
 
 /// Wall time and peak RSS (KiB, from `/usr/bin/time -f %M`) of `cmd`.
@@ -35,14 +35,6 @@ fn timed_rss(program: &Path, args: &[&std::ffi::OsStr]) -> anyhow::Result<(f64, 
     Ok((secs, kib, stdout))
 }
 
-fn dir_len(dir: &Path) -> anyhow::Result<u64> {
-    let mut n = 0;
-    for e in std::fs::read_dir(dir)? {
-        n += e?.metadata()?.len();
-    }
-    Ok(n)
-}
-
 pub(crate) fn run() -> anyhow::Result<()> {
     if !Path::new("/usr/bin/time").exists() {
         bail!("bench big needs /usr/bin/time (apt-get install time) for peak RSS");
@@ -58,7 +50,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
             .arg("llama3-70b-embed")
             .arg(&model),
     )?;
-    let input = dir_len(&model)?;
+    let input = dir_bytes(&model)?;
     let copy = bench_dir().join("big-copy");
     let _ = std::fs::remove_dir_all(&copy);
     let (cp, _) = timed(Command::new("sh").arg("-c").arg(format!(
@@ -84,7 +76,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     )?;
     let report: serde_json::Value = serde_json::from_slice(&stdout)?;
     let knot_id = report["knot_id"].as_str().unwrap_or_default().to_owned();
-    let output = dir_len(&out)?;
+    let output = dir_bytes(&out)?;
 
     // verify: every byte of the package and the source, page cache as it is
     let verified = output + input;

@@ -286,18 +286,7 @@ fn packing_twice_is_byte_identical() {
             &["--dtype", "f32", "--dtype", "bf16", "--quiet"],
             "pack",
         );
-        let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&out)
-            .expect("out")
-            .map(|e| {
-                let p = e.expect("e").path();
-                (
-                    p.file_name().expect("name").to_string_lossy().into_owned(),
-                    fs::read(&p).expect("read"),
-                )
-            })
-            .collect();
-        files.sort();
-        outs.push(files);
+        outs.push(package_files(&out));
     }
     assert_eq!(
         outs[0].len(),
@@ -305,6 +294,22 @@ fn packing_twice_is_byte_identical() {
         "knot + 2 roles x 2 dtypes x (rows + proof) + config.json"
     );
     assert!(outs[0] == outs[1], "two packs differ");
+}
+
+/// Every file of a package directory, by name, in name order.
+fn package_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(dir)
+        .expect("package dir")
+        .map(|e| {
+            let p = e.expect("entry").path();
+            (
+                p.file_name().expect("name").to_string_lossy().into_owned(),
+                fs::read(&p).expect("read"),
+            )
+        })
+        .collect();
+    files.sort();
+    files
 }
 
 /// Runs gkq-pack on `src` into `out` with `extra` flags, asserting success.
@@ -1310,18 +1315,7 @@ fn spectral_packing_is_deterministic() {
             ],
             "pack",
         );
-        let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&out)
-            .expect("out")
-            .map(|e| {
-                let p = e.expect("e").path();
-                (
-                    p.file_name().expect("name").to_string_lossy().into_owned(),
-                    fs::read(&p).expect("read"),
-                )
-            })
-            .collect();
-        files.sort();
-        outs.push(files);
+        outs.push(package_files(&out));
     }
     assert!(outs[0] == outs[1], "two spectral packs differ");
 }
@@ -1451,22 +1445,11 @@ fn reference_converter_writes_the_same_package() {
             src.display(),
             String::from_utf8_lossy(&o.stderr)
         );
-        let list = |d: &Path| -> Vec<String> {
-            let mut v: Vec<String> = fs::read_dir(d)
-                .expect("dir")
-                .map(|e| e.expect("e").file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        };
-        assert_eq!(list(&ours), list(&theirs), "{}", src.display());
-        for name in list(&ours) {
-            assert!(
-                fs::read(ours.join(&name)).expect("ours")
-                    == fs::read(theirs.join(&name)).expect("theirs"),
-                "{name} differs for {}",
-                src.display()
-            );
+        let (a, b) = (package_files(&ours), package_files(&theirs));
+        let names = |v: &[(String, Vec<u8>)]| v.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&a), names(&b), "{}", src.display());
+        for ((name, x), (_, y)) in a.iter().zip(&b) {
+            assert!(x == y, "{name} differs for {}", src.display());
         }
         if i == 3 {
             let knot = fs::read(ours.join("model.knot")).expect("knot");
