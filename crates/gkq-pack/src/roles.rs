@@ -81,6 +81,45 @@ fn identical(src: &SourceModel, a: &SourceTensor, b: &SourceTensor) -> Result<bo
     Ok(true)
 }
 
+/// The token embedding: the override, else the first of the family's names.
+fn find_embed<'s>(
+    cfg: &ModelConfig,
+    src: &'s SourceModel,
+    embed_override: Option<&str>,
+) -> Result<&'s SourceTensor> {
+    let vocab = cfg.vocab_size;
+    if let Some(name) = embed_override {
+        return src.tensor(name).ok_or_else(|| PackError::UnknownTensor {
+            flag: "embed-tensor",
+            name: name.to_owned(),
+            dir: src.dir.clone(),
+        });
+    }
+    let undecided = |reason: String| PackError::RoleUndecided {
+        role: "token embedding",
+        reason,
+        vocab,
+        candidates: candidates(src, vocab),
+        flag: "embed-tensor",
+    };
+    let family = cfg.family.ok_or_else(|| {
+        undecided(format!(
+            "model_type {:?} / architecture {:?} is not a family the packer knows",
+            cfg.model_type, cfg.architecture
+        ))
+    })?;
+    family
+        .embed_names()
+        .iter()
+        .find_map(|n| src.tensor(n))
+        .ok_or_else(|| {
+            undecided(format!(
+                "none of {:?} is in the model",
+                family.embed_names()
+            ))
+        })
+}
+
 /// Decides the roles from the config's family (or the overrides).
 pub fn decide(
     cfg: &ModelConfig,
@@ -88,39 +127,7 @@ pub fn decide(
     embed_override: Option<&str>,
     lm_head_override: Option<&str>,
 ) -> Result<Roles> {
-    let vocab = cfg.vocab_size;
-    let embed = match embed_override {
-        Some(name) => src.tensor(name).ok_or_else(|| PackError::UnknownTensor {
-            flag: "embed-tensor",
-            name: name.to_owned(),
-            dir: src.dir.clone(),
-        })?,
-        None => {
-            let undecided = |reason: String| PackError::RoleUndecided {
-                role: "token embedding",
-                reason,
-                vocab,
-                candidates: candidates(src, vocab),
-                flag: "embed-tensor",
-            };
-            let family = cfg.family.ok_or_else(|| {
-                undecided(format!(
-                    "model_type {:?} / architecture {:?} is not a family the packer knows",
-                    cfg.model_type, cfg.architecture
-                ))
-            })?;
-            family
-                .embed_names()
-                .iter()
-                .find_map(|n| src.tensor(n))
-                .ok_or_else(|| {
-                    undecided(format!(
-                        "none of {:?} is in the model",
-                        family.embed_names()
-                    ))
-                })?
-        }
-    };
+    let embed = find_embed(cfg, src, embed_override)?;
     check_shape(cfg, src, embed, "token embedding")?;
     let lm_names: &[&str] = cfg
         .family

@@ -278,6 +278,84 @@ pub fn rank_for_energy(sigma: &[f64], share: f64) -> usize {
     sigma.len()
 }
 
+/// The K leading singular triplets of a thin SVD (`u` m×d, `v` n×d, row-
+/// major) as f32 factors, each column's sign made canonical: the entry of
+/// largest magnitude of each kept column of U is positive (V's column
+/// flips with it, so U·diag(S)·Vt is unchanged).
+fn truncated_factors(
+    (u, sigma, v): (&[f64], &[f64], &[f64]),
+    (m, n, d): (usize, usize, usize),
+    k: usize,
+) -> SpectralParts {
+    let sign: Vec<f64> = (0..k)
+        .map(|c| {
+            let mut best = 0.0f64;
+            for i in 0..m {
+                let x = u[i * d + c];
+                if x.abs() > best.abs() {
+                    best = x;
+                }
+            }
+            if best < 0.0 { -1.0 } else { 1.0 }
+        })
+        .collect();
+    let mut parts = SpectralParts {
+        m,
+        n,
+        k,
+        u: Vec::with_capacity(m * k),
+        s: sigma[..k].iter().map(|&x| x as f32).collect(),
+        vt: Vec::with_capacity(k * n),
+    };
+    for i in 0..m {
+        parts
+            .u
+            .extend((0..k).map(|c| (u[i * d + c] * sign[c]) as f32));
+    }
+    for (c, s) in sign.iter().enumerate() {
+        parts.vt.extend((0..n).map(|j| (v[j * d + c] * s) as f32));
+    }
+    parts
+}
+
+/// The block of a factorised tensor (its payload's length known).
+fn spectral_block(
+    t: &SourceTensor,
+    rank: u32,
+    factor_dtype: DType,
+    quant: Quant,
+    len: u64,
+) -> Block {
+    Block {
+        name: t.name.clone(),
+        dtype: t.dtype,
+        flags: 0,
+        shape: t.shape.clone(),
+        encoding: Encoding::Spectral {
+            rank,
+            factor_dtype,
+            quant,
+            payload: Payload {
+                offset: 0,
+                len,
+                sha256: [0; 32],
+            },
+        },
+        columnar: Vec::new(),
+    }
+}
+
+/// The relative Frobenius error of the block as a node will reconstruct it
+/// (FORMAT.md section 5, cast to the block's dtype) against `source`.
+fn stored_error(block: &Block, payload: &[u8], source: &[f32]) -> std::result::Result<f64, String> {
+    let stored = reconstruct_spectral(block, payload).map_err(|e| e.to_string())?;
+    let mut approx = Vec::new();
+    decode_f32(&stored, block.dtype, &mut approx);
+    let mut err = FrobeniusError::default();
+    err.add(&approx, source);
+    Ok(err.relative())
+}
+
 fn factor(t: &SourceTensor, raw: &[u8], spec: &SpectralSpec) -> Result<Factored> {
     let started = Instant::now();
     let (m, n) = (t.shape[0] as usize, t.shape[1] as usize);
@@ -312,36 +390,7 @@ fn factor(t: &SourceTensor, raw: &[u8], spec: &SpectralSpec) -> Result<Factored>
     } else {
         1.0
     };
-    // canonical signs: the largest |U[i][c]| of each kept column is positive
-    let mut sign = vec![1.0f64; k];
-    for (c, s) in sign.iter_mut().enumerate() {
-        let mut best = 0.0f64;
-        for i in 0..m {
-            let x = u[i * d + c];
-            if x.abs() > best.abs() {
-                best = x;
-            }
-        }
-        if best < 0.0 {
-            *s = -1.0;
-        }
-    }
-    let mut parts = SpectralParts {
-        m,
-        n,
-        k,
-        u: Vec::with_capacity(m * k),
-        s: sigma[..k].iter().map(|&x| x as f32).collect(),
-        vt: Vec::with_capacity(k * n),
-    };
-    for i in 0..m {
-        parts
-            .u
-            .extend((0..k).map(|c| (u[i * d + c] * sign[c]) as f32));
-    }
-    for (c, s) in sign.iter().enumerate() {
-        parts.vt.extend((0..n).map(|j| (v[j * d + c] * s) as f32));
-    }
+    let parts = truncated_factors((&u, &sigma, &v), (m, n, d), k);
     let factor_dtype = match spec.quant {
         Quant::U8Affine => DType::U8,
         Quant::None => spec.factors.unwrap_or(t.dtype),
@@ -356,29 +405,9 @@ fn factor(t: &SourceTensor, raw: &[u8], spec: &SpectralSpec) -> Result<Factored>
             payload.len()
         )));
     }
-    let block = Block {
-        name: t.name.clone(),
-        dtype: t.dtype,
-        flags: 0,
-        shape: t.shape.clone(),
-        encoding: Encoding::Spectral {
-            rank: u32::try_from(k).map_err(|_| bad("rank too large".into()))?,
-            factor_dtype,
-            quant: spec.quant,
-            payload: Payload {
-                offset: 0,
-                len: payload.len() as u64,
-                sha256: [0; 32],
-            },
-        },
-        columnar: Vec::new(),
-    };
-    // the error of the block as a node will reconstruct it
-    let stored = reconstruct_spectral(&block, &payload).map_err(|e| bad(e.to_string()))?;
-    let mut approx = Vec::new();
-    decode_f32(&stored, t.dtype, &mut approx);
-    let mut err = FrobeniusError::default();
-    err.add(&approx, &source);
+    let rank = u32::try_from(k).map_err(|_| bad("rank too large".into()))?;
+    let block = spectral_block(t, rank, factor_dtype, spec.quant, payload.len() as u64);
+    let rel_frobenius_error = stored_error(&block, &payload, &source).map_err(bad)?;
     let report = SpectralReport {
         tensor: t.name.clone(),
         shape: [t.shape[0], t.shape[1]],
@@ -387,7 +416,7 @@ fn factor(t: &SourceTensor, raw: &[u8], spec: &SpectralSpec) -> Result<Factored>
         quant: u8::from(spec.quant == Quant::U8Affine),
         bytes: payload.len() as u64,
         dense_bytes,
-        rel_frobenius_error: err.relative(),
+        rel_frobenius_error,
         energy_kept,
         seconds: started.elapsed().as_secs_f64(),
     };
