@@ -159,7 +159,10 @@ pub fn cast_row(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> Option
 /// with their top payload bits kept. Same results as `half`'s
 /// `bf16::from_f32` (a test compares every exponent).
 fn f32_to_bf16(src: &[u8], dst: &mut [u8]) -> CastReport {
-    let mut max = 0f32;
+    // Branch-free and integer-only in the loop, so that it vectorises: the
+    // largest error is kept as the bits of a non-negative f32 (their order
+    // is the values' order).
+    let mut max_bits = 0u32;
     let mut overflows = false;
     for (d, s) in dst.chunks_exact_mut(2).zip(src.chunks_exact(4)) {
         let x = match s {
@@ -169,17 +172,19 @@ fn f32_to_bf16(src: &[u8], dst: &mut [u8]) -> CastReport {
         let nan = x & 0x7fff_ffff > 0x7f80_0000;
         let rounded = x.wrapping_add(0x7fff_u32.wrapping_add((x >> 16) & 1)) >> 16;
         let h = if nan { (x >> 16) | 0x0040 } else { rounded };
-        let v = f32::from_bits(x);
-        let back = f32::from_bits(h << 16);
+        let back = h << 16;
+        let finite_in = x & 0x7f80_0000 != 0x7f80_0000;
+        let finite_out = back & 0x7f80_0000 != 0x7f80_0000;
         // exact in f32: a value minus its rounding to fewer mantissa bits
-        let finite = v.is_finite() && back.is_finite();
-        max = max.max(if finite { (v - back).abs() } else { 0.0 });
-        overflows |= v.is_finite() && back.is_infinite();
+        let diff = (f32::from_bits(x) - f32::from_bits(back)).abs().to_bits();
+        max_bits = max_bits.max(if finite_in && finite_out { diff } else { 0 });
+        overflows |= finite_in && !finite_out;
         let [lo, hi, _, _] = h.to_le_bytes();
         if let [d0, d1] = d {
             (*d0, *d1) = (lo, hi);
         }
     }
+    let max = f32::from_bits(max_bits);
     let first_overflow = if overflows {
         src.chunks_exact(4).position(|s| {
             let v = f32_of(s);
