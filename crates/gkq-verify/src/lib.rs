@@ -1037,12 +1037,22 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
     let header = knot.header().header();
     let n_desc: usize = header.blocks.iter().map(|b| b.columnar.len()).sum();
     let mut checks = vec![
-        check(
-            "knot",
-            k,
-            started,
-            format!("{} blocks, header and payload digests", header.blocks.len()),
-        ),
+        check("knot", k, started, {
+            let spectral = header
+                .blocks
+                .iter()
+                .filter(|b| matches!(b.encoding, Encoding::Spectral { .. }))
+                .count();
+            let decoded = if spectral > 0 {
+                format!(", {spectral} spectral blocks decoded")
+            } else {
+                String::new()
+            };
+            format!(
+                "{} blocks, header and payload digests{decoded}",
+                header.blocks.len()
+            )
+        }),
         check(
             "columnar",
             c,
