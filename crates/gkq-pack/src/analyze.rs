@@ -82,20 +82,12 @@ pub fn analyze_spectrum(
     sigma.sort_by(|a, b| b.total_cmp(a));
     let energy: Vec<f64> = sigma.iter().map(|s| s * s).collect();
     let total: f64 = energy.iter().sum();
-    // kept[k] = energy of the k largest singular values
-    let mut kept = Vec::with_capacity(energy.len() + 1);
-    kept.push(0.0);
-    for e in &energy {
-        kept.push(kept.last().copied().unwrap_or(0.0) + e);
-    }
     let full = sigma.len() as u64;
     let rank_for = |p: f64| -> u64 {
         if total <= 0.0 {
             return 0;
         }
-        kept.iter()
-            .position(|&k| k >= p * total)
-            .map_or(full, |k| k as u64)
+        crate::spectral::rank_for_energy(&sigma, p) as u64
     };
     let err_at = |k: u64| -> f64 {
         if total <= 0.0 {
