@@ -240,8 +240,6 @@ fn row_list(rows: &[u64], total: u64, row_bytes: u64) -> String {
     parts.join(", ")
 }
 
-/// Hashes a block's payload; for a columnar block, also checks each row
-/// file in the same pass.
 /// The knot's map, whose pages go back to the kernel once a chunk has been
 /// checked, so that verify's resident memory stays bounded whatever the
 /// knot's size (they are clean pages of a read-only file mapping: touching
@@ -272,6 +270,8 @@ impl Pages<'_> {
     }
 }
 
+/// Hashes a block's payload; for a columnar block, also checks each row
+/// file in the same pass.
 fn check_block(
     knot: &Knot<'_>,
     pages: &Pages<'_>,
