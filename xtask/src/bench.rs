@@ -37,24 +37,27 @@ pub(crate) fn release_bin(name: &str) -> PathBuf {
     root().join("target/release").join(name)
 }
 
-/// Generates the qwen2.5-0.5b preset once (release build of the generator).
-pub(crate) fn model() -> anyhow::Result<PathBuf> {
-    let dir = bench_dir().join("qwen2.5-0.5b");
+/// Generates a fixture preset under `target/bench` once (release build of
+/// the generator; a `.complete` stamp marks a finished one).
+pub(crate) fn preset(name: &str) -> anyhow::Result<PathBuf> {
+    let dir = bench_dir().join(name);
     let stamp = dir.join(".complete");
     if !stamp.exists() {
         let _ = std::fs::remove_dir_all(&dir);
-        eprintln!(
-            "bench: generating the qwen2.5-0.5b preset (vocab 151936, hidden 896, 24 layers, bf16) in {}",
-            dir.display()
-        );
+        eprintln!("bench: generating the {name} preset in {}", dir.display());
         run_cmd(
             Command::new(release_bin("gkq-fixtures"))
-                .arg("qwen2.5-0.5b")
+                .arg(name)
                 .arg(&dir),
         )?;
         std::fs::write(&stamp, "")?;
     }
     Ok(dir)
+}
+
+/// The qwen2.5-0.5b preset (vocab 151936, hidden 896, 24 layers, bf16).
+pub(crate) fn model() -> anyhow::Result<PathBuf> {
+    preset("qwen2.5-0.5b")
 }
 
 fn build() -> anyhow::Result<()> {

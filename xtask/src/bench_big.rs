@@ -12,7 +12,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 use crate::bench::{bench_dir, dir_bytes, release_bin, timed};
-use crate::{root, run as run_cmd};
+use crate::root;
 
 /// Wall time and peak RSS (KiB, from `/usr/bin/time -f %M`) of `cmd`.
 fn timed_rss(program: &Path, args: &[&std::ffi::OsStr]) -> anyhow::Result<(f64, u64, Vec<u8>)> {
@@ -39,17 +39,9 @@ pub(crate) fn run() -> anyhow::Result<()> {
     if !Path::new("/usr/bin/time").exists() {
         bail!("bench big needs /usr/bin/time (apt-get install time) for peak RSS");
     }
-    let model = bench_dir().join("llama3-70b-embed");
-    let _ = std::fs::remove_dir_all(&model);
-    eprintln!(
-        "bench big: generating 2 x 128256 x 8192 bf16 in {}",
-        model.display()
-    );
-    run_cmd(
-        Command::new(release_bin("gkq-fixtures"))
-            .arg("llama3-70b-embed")
-            .arg(&model),
-    )?;
+    // generated afresh: the end of the run deletes it (disk)
+    let _ = std::fs::remove_dir_all(bench_dir().join("llama3-70b-embed"));
+    let model = crate::bench::preset("llama3-70b-embed")?;
     let input = dir_bytes(&model)?;
     let copy = bench_dir().join("big-copy");
     let _ = std::fs::remove_dir_all(&copy);

@@ -13,24 +13,7 @@ use std::process::Command;
 
 use anyhow::Context;
 
-use crate::bench::{bench_dir, model, release_bin};
-use crate::run as run_cmd;
-
-/// Generates a fixture preset once.
-fn preset(name: &str) -> anyhow::Result<std::path::PathBuf> {
-    let dir = bench_dir().join(name);
-    let stamp = dir.join(".complete");
-    if !stamp.exists() {
-        let _ = std::fs::remove_dir_all(&dir);
-        run_cmd(
-            Command::new(release_bin("gkq-fixtures"))
-                .arg(name)
-                .arg(&dir),
-        )?;
-        std::fs::write(&stamp, "")?;
-    }
-    Ok(dir)
-}
+use crate::bench::{bench_dir, model, preset, release_bin};
 
 /// Packs with `--dtype bf16` and the given `--spectral` arguments; median
 /// wall time over `reps`, and the last report.
