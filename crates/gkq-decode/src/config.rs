@@ -41,11 +41,16 @@ pub struct Config {
     pub rope_theta: f64,
     /// Vocabulary.
     pub vocab: usize,
+    /// Longest sequence the model was trained for (`max_position_embeddings`), when given.
+    pub max_positions: Option<usize>,
 }
+
+/// Positions a decode may reach when `config.json` gives no
+/// `max_position_embeddings`.
+pub const DEFAULT_MAX_POSITIONS: usize = 131_072;
 
 #[derive(Deserialize)]
 struct Raw {
-    model_type: String,
     hidden_size: usize,
     intermediate_size: usize,
     num_hidden_layers: usize,
@@ -55,23 +60,40 @@ struct Raw {
     rms_norm_eps: Option<f64>,
     rope_theta: Option<f64>,
     vocab_size: usize,
+    max_position_embeddings: Option<usize>,
 }
+
+/// The architectures this crate runs, for messages.
+pub const SUPPORTED: &str = "qwen2, llama, mistral";
 
 impl Config {
     /// Parses `config.json`.
     pub fn from_json(bytes: &[u8]) -> Result<Config> {
-        let raw: Raw = serde_json::from_slice(bytes)
+        // the architecture first: another model's config lacks our fields,
+        // and "missing field hidden_size" would hide the real cause
+        #[derive(Deserialize)]
+        struct Kind {
+            model_type: Option<String>,
+        }
+        let kind: Kind = serde_json::from_slice(bytes)
             .map_err(|e| DecodeError::Config(format!("config.json: {e}")))?;
-        let arch = match raw.model_type.as_str() {
-            "qwen2" => Arch::Qwen2,
-            "llama" => Arch::Llama,
-            "mistral" => Arch::Mistral,
-            other => {
+        let arch = match kind.model_type.as_deref() {
+            Some("qwen2") => Arch::Qwen2,
+            Some("llama") => Arch::Llama,
+            Some("mistral") => Arch::Mistral,
+            Some(other) => {
                 return Err(DecodeError::Config(format!(
-                    "config.json: model_type {other:?} is not one of qwen2, llama, mistral"
+                    "config.json: model_type {other:?} is not an architecture gkq-decode runs (it runs {SUPPORTED})"
+                )));
+            }
+            None => {
+                return Err(DecodeError::Config(format!(
+                    "config.json has no model_type: gkq-decode runs {SUPPORTED}"
                 )));
             }
         };
+        let raw: Raw = serde_json::from_slice(bytes)
+            .map_err(|e| DecodeError::Config(format!("config.json: {e}")))?;
         let heads = raw.num_attention_heads;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
         if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
@@ -80,6 +102,16 @@ impl Config {
             )));
         }
         let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / heads);
+        let finite = |v: f64| v.is_finite() && v > 0.0;
+        let (eps, theta) = (
+            raw.rms_norm_eps.unwrap_or(1e-6),
+            raw.rope_theta.unwrap_or(10_000.0),
+        );
+        if !finite(eps) || !finite(theta) {
+            return Err(DecodeError::Config(format!(
+                "config.json: rms_norm_eps {eps} and rope_theta {theta} must be finite and positive"
+            )));
+        }
         if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(DecodeError::Config(format!(
                 "config.json: head_dim {head_dim} must be even and non-zero"
@@ -93,9 +125,87 @@ impl Config {
             heads,
             kv_heads,
             head_dim,
-            eps: raw.rms_norm_eps.unwrap_or(1e-6),
-            rope_theta: raw.rope_theta.unwrap_or(10_000.0),
+            eps,
+            rope_theta: theta,
             vocab: raw.vocab_size,
+            max_positions: raw.max_position_embeddings,
         })
+    }
+
+    /// Checks these sizes against the knot's blocks, with checked
+    /// arithmetic, before anything is allocated from them: the layer
+    /// count, the width, the heads times their width, the MLP width and the
+    /// vocabulary must all be what the blocks hold. `config.json` is pinned
+    /// by the knot, but a publisher can still ship nonsense.
+    pub fn check(&self, header: &gkq_format::Header) -> Result<()> {
+        let bad = |m: String| Err(DecodeError::Config(format!("config.json: {m}")));
+        let in_knot = header
+            .blocks
+            .iter()
+            .filter_map(|b| {
+                let rest = b.name.strip_prefix("model.layers.")?;
+                rest.split('.').next()?.parse::<usize>().ok()
+            })
+            .max()
+            .map_or(0, |m| m + 1);
+        if self.layers != in_knot {
+            return bad(format!(
+                "num_hidden_layers is {}, but the knot holds {in_knot} layers",
+                self.layers
+            ));
+        }
+        let shape = |name: &str| -> Result<Vec<u64>> {
+            header.block(name).map(|b| b.shape.clone()).ok_or_else(|| {
+                DecodeError::Weights(format!(
+                    "the knot has no block {name} (a {:?} model needs it)",
+                    self.arch
+                ))
+            })
+        };
+        let as_u64 = |n: usize| n as u64;
+        let embed = header
+            .meta_str(gkq_format::keys::ROLE_TOKEN_EMBD)
+            .ok_or_else(|| DecodeError::Weights("the knot has no role.token_embd".into()))?;
+        let e = shape(embed)?;
+        if e != [as_u64(self.vocab), as_u64(self.hidden)] {
+            return bad(format!(
+                "vocab_size {} and hidden_size {} do not match the embedding {embed} of shape {e:?}",
+                self.vocab, self.hidden
+            ));
+        }
+        let width = |heads: usize, what: &str| {
+            heads.checked_mul(self.head_dim).ok_or_else(|| {
+                DecodeError::Config(format!(
+                    "config.json: {what} {heads} × head_dim {} overflows",
+                    self.head_dim
+                ))
+            })
+        };
+        let (q, kv) = (
+            width(self.heads, "num_attention_heads")?,
+            width(self.kv_heads, "num_key_value_heads")?,
+        );
+        for (name, want) in [
+            ("self_attn.q_proj.weight", [q, self.hidden]),
+            ("self_attn.k_proj.weight", [kv, self.hidden]),
+            ("self_attn.o_proj.weight", [self.hidden, q]),
+            ("mlp.gate_proj.weight", [self.intermediate, self.hidden]),
+        ] {
+            let full = format!("model.layers.0.{name}");
+            let have = shape(&full)?;
+            if have != [as_u64(want[0]), as_u64(want[1])] {
+                return bad(format!(
+                    "heads {}, key/value heads {}, head_dim {}, hidden_size {} and intermediate_size {} imply {full} of shape {want:?}, but the knot's is {have:?}",
+                    self.heads, self.kv_heads, self.head_dim, self.hidden, self.intermediate
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The most positions a decode may reach: `max_position_embeddings`,
+    /// else [`DEFAULT_MAX_POSITIONS`].
+    pub fn position_limit(&self) -> usize {
+        self.max_positions.unwrap_or(DEFAULT_MAX_POSITIONS)
     }
 }

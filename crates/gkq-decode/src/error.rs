@@ -24,4 +24,7 @@ pub enum DecodeError {
     /// Stages chained in a way that cannot run.
     #[error("{0}")]
     Stages(String),
+    /// Arguments that cannot run with this model (a usage error: exit 2).
+    #[error("{0}")]
+    Usage(String),
 }

@@ -16,20 +16,22 @@
 
 mod config;
 mod error;
+mod load;
 mod model;
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Instant;
 
 use candle_core::{D, Tensor};
-use gkq_format::keys;
-use gkq_reader::{NetStats, ReadPath, Reader, ReaderConfig, Roles};
+use gkq_format::{Role, keys};
+use gkq_reader::{PullPlan, ReadPath, Reader, ReaderConfig, Serve};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-pub use config::{Arch, Config};
+pub use config::{Arch, Config, DEFAULT_MAX_POSITIONS, SUPPORTED};
 pub use error::{DecodeError, Result};
-use model::{Cache, Layer, Linear, layer_block_names, rms_norm, tensor_from_block};
+use model::{Cache, Layer, layer_block_names, rms_norm};
 
 /// Bytes a node fetched, per role (payload bytes, as the reader counts them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -50,6 +52,16 @@ impl RoleBytes {
         self.embedding_rows += o.embedding_rows;
         self.lm_head += o.lm_head;
         self.other_blocks += o.other_blocks;
+    }
+
+    /// `self - earlier`, per role.
+    pub fn since(&self, e: &RoleBytes) -> RoleBytes {
+        RoleBytes {
+            knot_header: self.knot_header.saturating_sub(e.knot_header),
+            embedding_rows: self.embedding_rows.saturating_sub(e.embedding_rows),
+            lm_head: self.lm_head.saturating_sub(e.lm_head),
+            other_blocks: self.other_blocks.saturating_sub(e.other_blocks),
+        }
     }
 
     /// All of them.
@@ -80,17 +92,22 @@ pub enum StageRoles {
     All,
 }
 
-/// One pipeline stage: a reader and the layers it runs.
+/// One pipeline stage: a reader and the layers it runs, loaded in the
+/// background in first-use order ([`load`]).
 pub struct Stage {
     reader: Reader,
     cfg: Config,
     roles: StageRoles,
     layers: Range<usize>,
-    weights: Vec<Layer>,
+    weights: Vec<Option<Layer>>,
     norm: Option<Tensor>,
+    loaded: Arc<load::Loaded>,
     cache: Vec<Cache>,
     pos: usize,
-    bytes: RoleBytes,
+    opened: Instant,
+    header_bytes: u64,
+    /// What [`Stage::bytes`] counts from (set by [`Stage::reset`]).
+    base: RoleBytes,
 }
 
 impl std::fmt::Debug for Stage {
@@ -102,58 +119,76 @@ impl std::fmt::Debug for Stage {
     }
 }
 
-fn delta(after: NetStats, before: NetStats) -> u64 {
-    after.since(&before).payload_bytes
+impl Drop for Stage {
+    fn drop(&mut self) {
+        self.loaded.stop();
+    }
 }
 
 impl Stage {
     /// Opens `location` (path or URL) for `roles` over `layers` (default:
-    /// all of them), reads `config.json` from the package, and loads the
-    /// blocks of its layers (and the final norm for the output role).
+    /// all of them), reads and checks `config.json` against the knot, and
+    /// starts pulling the blocks of its layers (and, for the output role,
+    /// the final norm and the lm_head) in the background, in first-use
+    /// order: [`Stage::forward`] waits only for the layer it runs next.
     pub fn open(
         location: &str,
         config: ReaderConfig,
         roles: StageRoles,
         layers: Option<Range<usize>>,
     ) -> Result<Stage> {
-        let reader_roles = match roles {
-            StageRoles::Input => Roles::INPUT,
-            StageRoles::Output => Roles::OUTPUT,
-            StageRoles::All => Roles::ALL,
+        let opened = Instant::now();
+        let serve = match roles {
+            StageRoles::Input => Serve::INPUT,
+            StageRoles::Output => Serve::OUTPUT,
+            StageRoles::All => Serve::ALL,
         };
-        let reader = Reader::open(location, config, reader_roles)?;
-        let mut bytes = RoleBytes {
-            knot_header: reader.net_stats().payload_bytes,
-            ..RoleBytes::default()
-        };
-        let before = reader.net_stats();
+        let reader = Reader::open(location, config, serve)?;
+        let header_bytes = reader.net_stats().payload_bytes;
         let cfg = Config::from_json(&reader.package_file("config.json")?)?;
-        let layers = layers.unwrap_or(0..cfg.layers);
-        if layers.start > layers.end || layers.end > cfg.layers {
-            return Err(DecodeError::Stages(format!(
-                "--layers {}..{} is outside the model's 0..{}",
-                layers.start, layers.end, cfg.layers
-            )));
-        }
-        let mut weights = Vec::with_capacity(layers.len());
-        for l in layers.clone() {
-            weights.push(load_layer(&reader, &cfg, l)?);
-        }
-        let norm = match roles {
-            StageRoles::Input => None,
-            _ => Some(load(&reader, "model.norm.weight", &[cfg.hidden])?),
+        cfg.check(reader.knot().header().header())?;
+        let layers = match layers {
+            None => 0..cfg.layers,
+            Some(r) if r.start <= r.end && r.end <= cfg.layers => r,
+            Some(r) => {
+                return Err(DecodeError::Stages(format!(
+                    "layers {}..{} are outside the model's 0..{}",
+                    r.start, r.end, cfg.layers
+                )));
+            }
         };
-        bytes.other_blocks = delta(reader.net_stats(), before);
+        let mut plan = PullPlan::new().budget(PULL_BUDGET);
+        for l in layers.clone() {
+            for name in layer_block_names(&cfg, l) {
+                plan = plan.block(name);
+            }
+        }
+        let output = roles != StageRoles::Input;
+        if output {
+            plan = plan.block("model.norm.weight").lm_head();
+        }
+        let loaded = load::Loaded::start(
+            reader.pull(plan),
+            load::Plan {
+                cfg: cfg.clone(),
+                first: layers.start,
+                count: layers.len(),
+                norm: output,
+            },
+        );
         Ok(Stage {
-            cache: (0..weights.len()).map(|_| Cache::default()).collect(),
+            cache: (0..layers.len()).map(|_| Cache::default()).collect(),
+            weights: (0..layers.len()).map(|_| None).collect(),
             reader,
             cfg,
             roles,
             layers,
-            weights,
-            norm,
+            norm: None,
+            loaded,
             pos: 0,
-            bytes,
+            opened,
+            header_bytes,
+            base: RoleBytes::default(),
         })
     }
 
@@ -162,7 +197,7 @@ impl Stage {
     pub fn reset(&mut self) {
         self.cache = (0..self.weights.len()).map(|_| Cache::default()).collect();
         self.pos = 0;
-        self.bytes = RoleBytes::default();
+        self.base = self.total_bytes();
     }
 
     /// The model's hyper-parameters.
@@ -175,9 +210,54 @@ impl Stage {
         &self.reader
     }
 
-    /// Bytes fetched so far, per role.
+    /// When [`Stage::open`] started.
+    pub fn opened(&self) -> Instant {
+        self.opened
+    }
+
+    /// Milliseconds from open until every block of the stage had arrived
+    /// and been verified, once they have.
+    pub fn load_ms(&self) -> Option<f64> {
+        self.loaded
+            .done()
+            .map(|d| d.duration_since(self.opened).as_secs_f64() * 1e3)
+    }
+
+    /// Waits until every block of the stage is loaded; returns when the
+    /// last one arrived.
+    pub fn wait_loaded(&mut self) -> Result<Instant> {
+        for i in 0..self.weights.len() {
+            self.layer(i)?;
+        }
+        if self.serves_output() {
+            self.final_norm()?;
+            self.loaded.wait_lm_head()?;
+        }
+        self.loaded.wait_done()
+    }
+
+    /// Payload bytes this stage's reader fetched so far, per role. The
+    /// embedding's are its rows (gap rows and rejected ones included) and
+    /// their proofs, or the dense block; the lm_head's what its pull moved;
+    /// the rest (every other block, `config.json`) is the remainder.
     pub fn bytes(&self) -> RoleBytes {
-        self.bytes
+        self.total_bytes().since(&self.base)
+    }
+
+    fn total_bytes(&self) -> RoleBytes {
+        let total = self.reader.net_stats().payload_bytes;
+        let embedding_rows = self.reader.embedding().map_or(0, |e| e.fetched_bytes());
+        let lm_head = self.reader.lm_head().map_or(0, |l| l.fetched_bytes());
+        let knot_header = self.header_bytes;
+        RoleBytes {
+            knot_header,
+            embedding_rows,
+            lm_head,
+            other_blocks: total
+                .saturating_sub(knot_header)
+                .saturating_sub(embedding_rows)
+                .saturating_sub(lm_head),
+        }
     }
 
     fn serves_input(&self) -> bool {
@@ -188,23 +268,38 @@ impl Stage {
         self.roles != StageRoles::Input
     }
 
-    /// Embedding rows of `ids`, `[t, hidden]` f32 (input role).
-    pub fn embed(&mut self, ids: &[u32]) -> Result<Tensor> {
-        let before = self.reader.net_stats();
-        let ids: Vec<u64> = ids.iter().map(|&i| u64::from(i)).collect();
-        let e = self.reader.embedding()?;
-        e.prefetch(&ids)?;
-        let x = e.rows(&ids)?.to_tensor()?;
-        self.bytes.embedding_rows += delta(self.reader.net_stats(), before);
-        Ok(x)
+    fn layer(&mut self, i: usize) -> Result<()> {
+        if self.weights[i].is_none() {
+            self.weights[i] = Some(self.loaded.take_layer(i)?);
+        }
+        Ok(())
     }
 
-    /// Runs this stage's layers on `x: [t, hidden]`, the next `t` positions.
+    fn final_norm(&mut self) -> Result<Tensor> {
+        if self.norm.is_none() {
+            self.norm = Some(self.loaded.take_norm()?);
+        }
+        self.norm
+            .clone()
+            .ok_or_else(|| DecodeError::Stages("an input stage has no final norm".into()))
+    }
+
+    /// Embedding rows of `ids`, `[t, hidden]` f32 (input role).
+    pub fn embed(&mut self, ids: &[u32]) -> Result<Tensor> {
+        let e = self.reader.embedding()?;
+        e.prefetch(ids)?;
+        Ok(e.rows(ids)?.to_tensor()?)
+    }
+
+    /// Runs this stage's layers on `x: [t, hidden]`, the next `t` positions,
+    /// each as soon as its blocks have arrived.
     pub fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
         let t = x.dim(0)?;
         let mut x = x.clone();
-        for (layer, cache) in self.weights.iter().zip(&mut self.cache) {
-            x = layer.forward(&self.cfg, &x, self.pos, cache)?;
+        for i in 0..self.weights.len() {
+            self.layer(i)?;
+            let layer = self.weights[i].as_ref().expect("loaded just above");
+            x = layer.forward(&self.cfg, &x, self.pos, &mut self.cache[i])?;
         }
         self.pos += t;
         Ok(x)
@@ -213,15 +308,14 @@ impl Stage {
     /// Logits `[vocab]` of the last row of `x` (output role): final norm,
     /// then the resident lm_head.
     pub fn logits(&mut self, x: &Tensor) -> Result<Tensor> {
-        let norm = self
-            .norm
-            .as_ref()
-            .ok_or_else(|| DecodeError::Stages("an input stage has no lm_head".into()))?;
+        if !self.serves_output() {
+            return Err(DecodeError::Stages("an input stage has no lm_head".into()));
+        }
+        let norm = self.final_norm()?;
         let last = x.narrow(0, x.dim(0)? - 1, 1)?;
-        let h = rms_norm(&last, norm, self.cfg.eps)?;
-        let before = self.reader.net_stats();
+        let h = rms_norm(&last, &norm, self.cfg.eps)?;
+        self.loaded.wait_lm_head()?;
         let logits = self.reader.lm_head()?.logits(&h)?;
-        self.bytes.lm_head += delta(self.reader.net_stats(), before);
         Ok(logits.squeeze(0)?)
     }
 
@@ -231,7 +325,7 @@ impl Stage {
         if self.serves_input() {
             let r = self.reader.embedding()?.resolution();
             out.push(RoleResolution {
-                role: "token_embd".into(),
+                role: Role::TokenEmbd.as_str().into(),
                 path: match r.path {
                     ReadPath::Columnar => "columnar",
                     ReadPath::Dense => "dense",
@@ -242,82 +336,30 @@ impl Stage {
             });
         }
         if self.serves_output() {
+            let r = self.reader.lm_head()?.resolution();
             let h = self.reader.knot().header().header();
-            let name = h.meta_str(keys::ROLE_LM_HEAD).unwrap_or("?").to_owned();
             let tied = h.meta_bool(keys::TIE_WORD_EMBEDDINGS).unwrap_or(false);
+            let source = match r.path {
+                ReadPath::Columnar => "pulled from a row file".to_owned(),
+                _ => "pulled as its block".to_owned(),
+            };
             out.push(RoleResolution {
-                role: "lm_head".into(),
+                role: Role::LmHead.as_str().into(),
                 path: "resident".into(),
-                reason: if tied {
-                    format!("{name} is tied to the embedding: the one matrix is pulled once, sha256-checked, and kept")
-                } else {
-                    format!("block {name} pulled once, sha256-checked, and kept resident")
-                },
+                reason: format!(
+                    "{}{source}, verified, and kept resident: {}",
+                    if tied { "tied to the embedding; " } else { "" },
+                    r.reason
+                ),
             });
         }
         Ok(out)
     }
 }
 
-/// Loads block `name` as f32, checking its shape.
-fn load(reader: &Reader, name: &str, shape: &[usize]) -> Result<Tensor> {
-    let (block, bytes) = reader.block_values(name).map_err(|e| match e {
-        gkq_reader::ReaderError::Missing(m) => DecodeError::Weights(m),
-        e => e.into(),
-    })?;
-    let have: Vec<usize> = block.shape.iter().map(|&d| d as usize).collect();
-    if have != shape {
-        return Err(DecodeError::Weights(format!(
-            "block {name} has shape {have:?}, config.json implies {shape:?}"
-        )));
-    }
-    tensor_from_block(&bytes, block.dtype, shape)
-}
-
-fn load_layer(reader: &Reader, cfg: &Config, l: usize) -> Result<Layer> {
-    let n = layer_block_names(cfg, l);
-    let (h, q, kv, i) = (
-        cfg.hidden,
-        cfg.heads * cfg.head_dim,
-        cfg.kv_heads * cfg.head_dim,
-        cfg.intermediate,
-    );
-    let bias = |k: usize, len: usize| -> Result<Option<Tensor>> {
-        n.get(k).map(|name| load(reader, name, &[len])).transpose()
-    };
-    Ok(Layer {
-        input_norm: load(reader, &n[0], &[h])?,
-        q: Linear {
-            w: load(reader, &n[1], &[q, h])?,
-            b: bias(9, q)?,
-        },
-        k: Linear {
-            w: load(reader, &n[2], &[kv, h])?,
-            b: bias(10, kv)?,
-        },
-        v: Linear {
-            w: load(reader, &n[3], &[kv, h])?,
-            b: bias(11, kv)?,
-        },
-        o: Linear {
-            w: load(reader, &n[4], &[h, q])?,
-            b: None,
-        },
-        post_norm: load(reader, &n[5], &[h])?,
-        gate: Linear {
-            w: load(reader, &n[6], &[i, h])?,
-            b: None,
-        },
-        up: Linear {
-            w: load(reader, &n[7], &[i, h])?,
-            b: None,
-        },
-        down: Linear {
-            w: load(reader, &n[8], &[h, i])?,
-            b: None,
-        },
-    })
-}
+/// Memory a stage's pull may hold beyond its f32 weights: bytes in flight
+/// and pulled but not yet converted.
+const PULL_BUDGET: u64 = 256 << 20;
 
 /// The result of a decode.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -327,8 +369,15 @@ pub struct Generation {
     /// Hex SHA-256 of each step's logits (f32, little-endian): equal digests
     /// mean bit-identical logits.
     pub logits_sha256: Vec<String>,
-    /// From the start of the prefill to the first generated token.
+    /// From the first stage's `Stage::open` (which opens the reader) to the
+    /// first generated token: the load, or as much of it as the first
+    /// forward pass had to wait for, and the prefill.
     pub time_to_first_token_ms: f64,
+    /// From the first stage's open until every stage had all its blocks
+    /// (downloaded and verified, or read from the cache).
+    pub load_ms: f64,
+    /// From the start of the prefill to the first generated token.
+    pub prefill_ms: f64,
     /// Generated tokens after the first, per second.
     pub tokens_per_second: f64,
     /// Bytes fetched, per role, summed over the stages.
@@ -397,22 +446,41 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
     if prompt.is_empty() {
         return Err(DecodeError::Stages("the prompt has no tokens".into()));
     }
+    let limit = stages[0].cfg.position_limit();
+    if prompt.len().saturating_add(max_new) > limit {
+        return Err(DecodeError::Usage(format!(
+            "--max-new-tokens {max_new}: the prompt ({} tokens) and the new tokens must fit the model's {limit} positions (max_position_embeddings)",
+            prompt.len()
+        )));
+    }
+    let opened = stages
+        .iter()
+        .map(Stage::opened)
+        .min()
+        .unwrap_or_else(Instant::now);
     let start = Instant::now();
     let mut tokens = Vec::with_capacity(max_new);
     let mut digests = Vec::with_capacity(max_new);
     let mut ttft = 0.0;
+    let mut prefill = 0.0;
     let mut ids = prompt.to_vec();
     for n in 0..max_new {
         let logits = step(stages, &ids)?;
         digests.push(digest(&logits)?);
         let next = logits.argmax(D::Minus1)?.to_scalar::<u32>()?;
         if n == 0 {
-            ttft = start.elapsed().as_secs_f64() * 1e3;
+            prefill = start.elapsed().as_secs_f64() * 1e3;
+            ttft = opened.elapsed().as_secs_f64() * 1e3;
         }
         tokens.push(next);
         ids = vec![next];
     }
-    let rest = start.elapsed().as_secs_f64() * 1e3 - ttft;
+    let rest = start.elapsed().as_secs_f64() * 1e3 - prefill;
+    let mut load_ms = 0.0f64;
+    for s in stages.iter_mut() {
+        let done = s.wait_loaded()?;
+        load_ms = load_ms.max(done.duration_since(opened).as_secs_f64() * 1e3);
+    }
     let mut bytes = RoleBytes::default();
     let mut resolutions = Vec::new();
     for s in stages.iter() {
@@ -424,6 +492,8 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
         tokens,
         logits_sha256: digests,
         time_to_first_token_ms: ttft,
+        load_ms,
+        prefill_ms: prefill,
         tokens_per_second: if max_new > 1 && rest > 0.0 {
             (max_new - 1) as f64 / (rest / 1e3)
         } else {

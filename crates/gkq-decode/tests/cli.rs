@@ -3,10 +3,10 @@
 //! writing hidden states, an output stage reading them).
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn decode(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gkq-decode"))
+    fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"))
         .args(args)
         .output()
         .expect("run gkq-decode")
@@ -133,7 +133,7 @@ fn json_report_text_prompt_and_two_process_pipeline() {
     // errors name what is wrong and exit 1
     let e = decode(&[&knot, "--prompt-ids", "5000", "--max-new-tokens", "1"]);
     assert_eq!(e.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&e.stderr).contains("token id 5000 is out of range"));
+    assert!(String::from_utf8_lossy(&e.stderr).contains("token id 5,000 is out of range"));
     let e = decode(&[&knot, "--layers", "0..9", "--prompt-ids", "1"]);
     assert_eq!(e.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&e.stderr).contains("outside the model's 0..2"));

@@ -100,6 +100,24 @@ impl DType {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
 
+    /// One of the row dtypes (`f32`, `f16`, `bf16`) from its name or a
+    /// common alias (`fp32`, `float32`, `float`, `fp16`, `float16`, `half`,
+    /// `bfloat16`), case-insensitive: the one parser of every tool's dtype flags.
+    pub fn parse_float(s: &str) -> Result<DType, String> {
+        let canonical = match s.trim().to_ascii_lowercase().as_str() {
+            "fp32" | "float32" | "float" => "f32".to_owned(),
+            "fp16" | "float16" | "half" => "f16".to_owned(),
+            "bfloat16" => "bf16".to_owned(),
+            other => other.to_owned(),
+        };
+        match canonical.parse::<DType>() {
+            Ok(d) if d.is_castable_float() => Ok(d),
+            _ => Err(format!(
+                "{s:?} is not one of f32, f16, bf16 (aliases: fp32, float32, fp16, float16, half, bfloat16)"
+            )),
+        }
+    }
+
     /// Lowercase name, as used in row file names (`f32`, `bf16`, ...).
     pub fn name(self) -> &'static str {
         match self {
@@ -143,6 +161,24 @@ impl FromStr for DType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn float_aliases() {
+        for (s, d) in [
+            ("f32", DType::F32),
+            ("FP32", DType::F32),
+            ("float", DType::F32),
+            ("fp16", DType::F16),
+            ("half", DType::F16),
+            ("float16", DType::F16),
+            ("bf16", DType::BF16),
+            ("bfloat16", DType::BF16),
+        ] {
+            assert_eq!(DType::parse_float(s), Ok(d), "{s}");
+        }
+        assert!(DType::parse_float("i8").is_err());
+        assert!(DType::parse_float("f8").is_err());
+    }
 
     #[test]
     fn codes_round_trip() {

@@ -36,7 +36,7 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use model::{
     BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME,
-    Metadata, Payload, Preamble, Quant, RowProof, SOURCE_EXACT, SpectralFigure, Value, keys,
+    Metadata, Payload, Preamble, Quant, Role, RowProof, SOURCE_EXACT, SpectralFigure, Value, keys,
     rows_object_name,
 };
 pub use parse::{

@@ -310,6 +310,43 @@ pub fn check_row(
     }
 }
 
+/// Verifies the rows of chunk `chunk` (all `2^height` of them, fewer for a
+/// short last chunk, concatenated in `rows`) against the checked chunk
+/// roots: their tree hash must be the chunk's root. This is how a whole row
+/// file is streamed and verified chunk by chunk, without path records.
+pub fn check_chunk(
+    desc: &ColumnarDescriptor,
+    chunk_roots: &[Hash],
+    chunk: u64,
+    rows: &[u8],
+) -> Result<()> {
+    let (_, layout) = proof_of(desc)?;
+    let first = chunk.saturating_mul(layout.chunk_rows());
+    let bad = |reason: String| Error::RowProof {
+        object: desc.object.clone(),
+        row: first,
+        reason,
+    };
+    let count = layout.rows.saturating_sub(first).min(layout.chunk_rows());
+    if chunk >= layout.chunks || rows.len() as u64 != count.saturating_mul(desc.row_bytes) {
+        return Err(bad(format!(
+            "chunk {chunk}: {} bytes, expected {count} rows of {} bytes",
+            rows.len(),
+            desc.row_bytes
+        )));
+    }
+    let rb = usize::try_from(desc.row_bytes).unwrap_or(usize::MAX).max(1);
+    let leaves: Vec<Hash> = rows.chunks(rb).map(leaf_hash).collect();
+    let expect = usize::try_from(chunk).ok().and_then(|c| chunk_roots.get(c));
+    match (tree_hash(&leaves), expect) {
+        (Some(r), Some(e)) if r == *e => Ok(()),
+        _ => Err(bad(format!(
+            "chunk {chunk} (rows {first}-{}) does not hash to its root in the chunk table",
+            first.saturating_add(count).saturating_sub(1)
+        ))),
+    }
+}
+
 /// Length of RFC 9162's `PATH(m, D[n])`.
 fn path_len(m: u64, n: u64) -> usize {
     if n < 2 {

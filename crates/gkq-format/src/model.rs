@@ -252,9 +252,47 @@ impl ColumnarDescriptor {
 /// (the row files and companion files sit next to it).
 pub const KNOT_NAME: &str = "model.knot";
 
+/// The two roles a knot names (FORMAT.md 3.1): which block is the token
+/// embedding and which the output projection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// `role.token_embd`: the input embedding.
+    TokenEmbd,
+    /// `role.lm_head`: the output projection.
+    LmHead,
+}
+
+impl Role {
+    /// Both, in knot order.
+    pub const ALL: [Role; 2] = [Role::TokenEmbd, Role::LmHead];
+
+    /// The role's name, as in metadata keys and row file names
+    /// (`token_embd`, `lm_head`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::TokenEmbd => "token_embd",
+            Role::LmHead => "lm_head",
+        }
+    }
+
+    /// The metadata key naming the role's block (`role.token_embd`, `role.lm_head`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Role::TokenEmbd => keys::ROLE_TOKEN_EMBD,
+            Role::LmHead => keys::ROLE_LM_HEAD,
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The object name writers give a row file: `<role>.<dtype>.rows`.
-pub fn rows_object_name(role: &str, dtype: DType) -> String {
-    format!("{role}.{}.rows", dtype.name())
+pub fn rows_object_name(role: Role, dtype: DType) -> String {
+    format!("{}.{}.rows", role.as_str(), dtype.name())
 }
 
 /// One entry of the block table.

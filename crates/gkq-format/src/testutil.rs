@@ -25,8 +25,13 @@ pub fn golden_parts() -> (Header, Vec<Vec<u8>>) {
     let mut embed = Block::dense("embed.weight", DType::F32, vec![2, 3]).expect("small shape");
     embed.flags = COLUMNAR_ELIGIBLE;
     embed.columnar.push(
-        ColumnarDescriptor::for_shape(2, 3, DType::F32, rows_object_name("token_embd", DType::F32))
-            .expect("small shape"),
+        ColumnarDescriptor::for_shape(
+            2,
+            3,
+            DType::F32,
+            rows_object_name(crate::Role::TokenEmbd, DType::F32),
+        )
+        .expect("small shape"),
     );
     let payload: Vec<u8> = [1.0f32, 2.0, 3.0, -1.0, 0.5, 0.0]
         .iter()

@@ -482,7 +482,11 @@ fn plan_blocks(
                 to: d0.to_string(),
             });
         }
-        let role = if is_embed { "token_embd" } else { "lm_head" };
+        let role = if is_embed {
+            gkq_format::Role::TokenEmbd
+        } else {
+            gkq_format::Role::LmHead
+        };
         let mut b =
             Block::dense(t.name.clone(), d0, t.shape.clone()).expect("2-D shape checked by roles");
         b.flags = COLUMNAR_ELIGIBLE;

@@ -79,18 +79,7 @@ struct Args {
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
-    let canonical = match s.to_ascii_lowercase().as_str() {
-        "fp32" | "float32" | "float" => "f32".to_owned(),
-        "fp16" | "float16" | "half" => "f16".to_owned(),
-        "bfloat16" => "bf16".to_owned(),
-        other => other.to_owned(),
-    };
-    match canonical.parse::<DType>() {
-        Ok(d) if d.is_castable_float() => Ok(d),
-        _ => Err(format!(
-            "{s:?} is not one of f32, f16, bf16 (aliases: fp32, float32, fp16, float16, half, bfloat16)"
-        )),
-    }
+    DType::parse_float(s)
 }
 
 struct Bar(ProgressBar);

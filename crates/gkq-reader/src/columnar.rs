@@ -1,30 +1,38 @@
-//! `ColumnarEmbedBackend`: rows of a row file over HTTP range requests, each
+//! `ColumnarEmbedBackend`: rows of a row file over range requests, each
 //! verified against the knot's Merkle root (FORMAT.md 7a), with an
-//! in-process LRU keyed by token id.
+//! in-process LRU keyed by token id and the disk cache behind it.
 //!
-//! `rows(ids)` dedupes the ids, serves hits from the cache, and turns the
-//! misses into byte ranges ([`crate::ranges::coalesce`]), which go out as
-//! parallel single-range GETs (R2 and S3 do not serve multi-range requests)
-//! with a concurrency limit. Rows come back in request order. A row being
-//! fetched by one caller is waited for by the others, so concurrent callers
-//! asking for overlapping rows fetch each row once; rows enter the cache
-//! only whole, only from a checked 206 response, and only once their path
-//! record proves them against the chunk table, which is itself fetched
-//! once (in parallel with the first rows) and checked against the root.
+//! `rows(ids)` dedupes the ids, serves hits from the LRU, and turns the
+//! misses into byte ranges ([`crate::ranges::coalesce`]): single-range GETs
+//! of rows and of their path records (R2 and S3 do not serve multi-range
+//! requests), all in flight at once up to a limit, the chunk table fetched
+//! once alongside the first rows. Rows come back in request order.
+//!
+//! Single flight: a row being fetched by one caller is awaited by the
+//! others (a shared future), so concurrent callers fetch each row once. The
+//! fetch lives as long as one caller still awaits it: when every caller has
+//! dropped its future, the fetch and its requests are dropped too, and the
+//! next caller starts afresh. Rows enter the cache only whole, from a
+//! checked answer, and only once their path record proves them against the
+//! chunk table, which is itself checked against the root.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+use futures_util::future::{BoxFuture, FutureExt, Shared, WeakShared};
+use futures_util::stream::StreamExt;
 use gkq_format::merkle::{self, Hash, ProofLayout};
-use gkq_format::{ColumnarDescriptor, DType};
+use gkq_format::{ColumnarDescriptor, DType, hex};
+use gkq_store::{RangeRead, ReadOptions, Store, StoreError};
 use lru::LruCache;
 use serde::Serialize;
 
+use crate::cache::{DiskCache, Kind};
 use crate::error::{ReaderError, Result};
 use crate::ranges::{RowRun, coalesce};
-use gkq_store::Store as Http;
 
 /// Fetch settings of a backend.
 #[derive(Clone, Debug)]
@@ -54,15 +62,17 @@ impl Default for FetchConfig {
     }
 }
 
-/// Cache counters.
+/// Counters of the row cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CacheStats {
-    /// Distinct rows served from the cache.
+    /// Distinct rows served from the in-memory LRU.
     pub hits: u64,
     /// Distinct rows that had to be fetched (or waited for).
     pub misses: u64,
-    /// Rows fetched over HTTP and verified, gap rows included.
+    /// Rows fetched over the network and verified, gap rows included.
     pub rows_fetched: u64,
+    /// Rows read from the disk cache and verified.
+    pub rows_from_disk: u64,
     /// Proof bytes fetched: path records and the chunk table (FORMAT.md 7a).
     pub proof_bytes: u64,
     /// Rows fetched that failed verification and were discarded.
@@ -73,65 +83,77 @@ impl CacheStats {
     /// `self - earlier`.
     pub fn since(&self, e: &CacheStats) -> CacheStats {
         CacheStats {
-            hits: self.hits - e.hits,
-            misses: self.misses - e.misses,
-            rows_fetched: self.rows_fetched - e.rows_fetched,
-            proof_bytes: self.proof_bytes - e.proof_bytes,
-            rows_rejected: self.rows_rejected - e.rows_rejected,
+            hits: self.hits.saturating_sub(e.hits),
+            misses: self.misses.saturating_sub(e.misses),
+            rows_fetched: self.rows_fetched.saturating_sub(e.rows_fetched),
+            rows_from_disk: self.rows_from_disk.saturating_sub(e.rows_from_disk),
+            proof_bytes: self.proof_bytes.saturating_sub(e.proof_bytes),
+            rows_rejected: self.rows_rejected.saturating_sub(e.rows_rejected),
         }
     }
 }
 
-type Row = Arc<[u8]>;
-
-struct Slot {
-    done: Mutex<Option<std::result::Result<Row, Arc<ReaderError>>>>,
-    cv: Condvar,
-}
+/// One verified row.
+pub(crate) type Row = Bytes;
+type FetchOut = std::result::Result<Arc<HashMap<u64, Row>>, Arc<ReaderError>>;
+type Fetch = Shared<BoxFuture<'static, FetchOut>>;
+type WeakFetch = WeakShared<BoxFuture<'static, FetchOut>>;
 
 struct State {
     lru: LruCache<u64, Row>,
-    inflight: HashMap<u64, Arc<Slot>>,
-    /// The chunk table (FORMAT.md 7a): fetched once, by one caller.
-    table: Table,
+    /// Rows being fetched: the number of the fetch, and the fetch while
+    /// someone still awaits it.
+    inflight: HashMap<u64, (u64, WeakFetch)>,
 }
 
-/// The chunk table's state, shared by concurrent callers.
-#[derive(Clone)]
-enum Table {
-    /// Not fetched (or the last fetch failed).
-    Absent,
-    /// One caller is fetching it, alongside its rows.
-    Fetching,
-    /// Fetched and checked against the root.
-    Ready(Arc<Vec<Hash>>),
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    rows_fetched: AtomicU64,
+    rows_from_disk: AtomicU64,
+    proof_bytes: AtomicU64,
+    rejected: AtomicU64,
 }
 
-/// Rows of one row file, fetched by range and cached.
-pub struct ColumnarEmbedBackend {
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+struct Backend {
     url: String,
     proof_url: String,
     desc: ColumnarDescriptor,
     layout: ProofLayout,
     config: FetchConfig,
-    http: Arc<Http>,
+    store: Arc<Store>,
+    disk: Option<Arc<DiskCache>>,
     state: Mutex<State>,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    rows_fetched: AtomicU64,
-    proof_bytes: AtomicU64,
-    rejected: AtomicU64,
-    table_cv: Condvar,
+    table: tokio::sync::OnceCell<Arc<Vec<Hash>>>,
+    counters: Counters,
+    next_fetch: AtomicU64,
+}
+
+/// Rows of one row file, fetched by range and cached.
+#[derive(Clone)]
+pub struct ColumnarEmbedBackend {
+    inner: Arc<Backend>,
 }
 
 impl std::fmt::Debug for ColumnarEmbedBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ColumnarEmbedBackend")
-            .field("url", &self.url)
-            .field("rows", &self.desc.rows)
-            .field("row_bytes", &self.desc.row_bytes)
+            .field("url", &self.inner.url)
+            .field("rows", &self.inner.desc.rows)
+            .field("row_bytes", &self.inner.desc.row_bytes)
             .finish_non_exhaustive()
     }
+}
+
+/// The URL of the proof object of the row file at `url` (FORMAT.md 7a).
+pub(crate) fn proof_url(url: &str) -> String {
+    let (path, rest) = url.split_at(url.find(['?', '#']).unwrap_or(url.len()));
+    format!("{path}{}{rest}", merkle::PROOF_SUFFIX)
 }
 
 impl ColumnarEmbedBackend {
@@ -139,11 +161,12 @@ impl ColumnarEmbedBackend {
     /// proof object is at `url` + `.proof` (FORMAT.md 7a); a descriptor
     /// without a row proof (a version 2 knot) is refused, since its rows
     /// could not be verified.
-    pub fn new(
+    pub(crate) fn new(
         url: String,
         desc: ColumnarDescriptor,
         config: FetchConfig,
-        http: Arc<Http>,
+        store: Arc<Store>,
+        disk: Option<Arc<DiskCache>>,
     ) -> Result<Self> {
         let layout = merkle::layout_of(&desc).ok_or_else(|| {
             ReaderError::Missing(format!(
@@ -152,162 +175,120 @@ impl ColumnarEmbedBackend {
             ))
         })?;
         let cap = NonZeroUsize::new(config.cache_rows.max(1)).expect("max(1) is non-zero");
-        let (path, rest) = url.split_at(url.find(['?', '#']).unwrap_or(url.len()));
         Ok(ColumnarEmbedBackend {
-            proof_url: format!("{path}{}{rest}", merkle::PROOF_SUFFIX),
-            url,
-            desc,
-            layout,
-            config,
-            http,
-            state: Mutex::new(State {
-                lru: LruCache::new(cap),
-                inflight: HashMap::new(),
-                table: Table::Absent,
+            inner: Arc::new(Backend {
+                proof_url: proof_url(&url),
+                url,
+                desc,
+                layout,
+                config,
+                store,
+                disk,
+                state: Mutex::new(State {
+                    lru: LruCache::new(cap),
+                    inflight: HashMap::new(),
+                }),
+                table: tokio::sync::OnceCell::new(),
+                counters: Counters::default(),
+                next_fetch: AtomicU64::new(0),
             }),
-            table_cv: Condvar::new(),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            rows_fetched: AtomicU64::new(0),
-            proof_bytes: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
         })
     }
 
     /// Rows in the file.
     pub fn rows_total(&self) -> u64 {
-        self.desc.rows
+        self.inner.desc.rows
     }
 
     /// Bytes per row.
     pub fn row_bytes(&self) -> u64 {
-        self.desc.row_bytes
+        self.inner.desc.row_bytes
     }
 
     /// Dtype of the rows.
     pub fn dtype(&self) -> DType {
-        self.desc.dtype
+        self.inner.desc.dtype
     }
 
     /// The row file URL.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.inner.url
     }
 
     /// Cache counters.
     pub fn cache_stats(&self) -> CacheStats {
+        let c = &self.inner.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         CacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            rows_fetched: self.rows_fetched.load(Ordering::Relaxed),
-            proof_bytes: self.proof_bytes.load(Ordering::Relaxed),
-            rows_rejected: self.rejected.load(Ordering::Relaxed),
+            hits: l(&c.hits),
+            misses: l(&c.misses),
+            rows_fetched: l(&c.rows_fetched),
+            rows_from_disk: l(&c.rows_from_disk),
+            proof_bytes: l(&c.proof_bytes),
+            rows_rejected: l(&c.rejected),
         }
     }
 
-    /// Rows currently cached.
+    /// Rows currently in the LRU.
     pub fn cached_rows(&self) -> usize {
-        self.lock().lru.len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.lock().lru.len()
     }
 
     /// Checks every id against the vocabulary before anything is fetched.
     pub fn check_ids(&self, ids: &[u64]) -> Result<()> {
-        match ids.iter().find(|&&id| id >= self.desc.rows) {
-            Some(&id) => Err(ReaderError::TokenOutOfRange {
-                id,
-                vocab: self.desc.rows,
-            }),
+        let vocab = self.inner.desc.rows;
+        match ids.iter().find(|&&id| id >= vocab) {
+            Some(&id) => Err(ReaderError::TokenOutOfRange { id, vocab }),
             None => Ok(()),
         }
     }
 
     /// The rows of `ids`, in request order (duplicates allowed).
-    pub fn rows(&self, ids: &[u64]) -> Result<Vec<Row>> {
+    pub(crate) async fn rows(&self, ids: &[u64]) -> Result<Vec<Row>> {
         self.check_ids(ids)?;
+        let b = &self.inner;
         let mut found: HashMap<u64, Row> = HashMap::with_capacity(ids.len());
-        let mut seen = std::collections::HashSet::with_capacity(ids.len());
-        let mut mine: Vec<(u64, Arc<Slot>)> = Vec::new();
-        let mut theirs: Vec<(u64, Arc<Slot>)> = Vec::new();
+        let mut waits: Vec<Fetch> = Vec::new();
+        let mut distinct = 0u64;
         {
-            let mut st = self.lock();
+            let mut st = b.lock();
+            let mut seen = HashSet::with_capacity(ids.len());
+            let mut mine = Vec::new();
             for &id in ids {
                 if !seen.insert(id) {
                     continue;
                 }
+                distinct += 1;
                 if let Some(row) = st.lru.get(&id) {
                     found.insert(id, row.clone());
-                } else if let Some(slot) = st.inflight.get(&id) {
-                    theirs.push((id, slot.clone()));
+                } else if let Some(f) = st.inflight.get(&id).and_then(|(_, w)| w.upgrade()) {
+                    if !waits.iter().any(|w| w.ptr_eq(&f)) {
+                        waits.push(f);
+                    }
                 } else {
-                    let slot = Arc::new(Slot {
-                        done: Mutex::new(None),
-                        cv: Condvar::new(),
-                    });
-                    st.inflight.insert(id, slot.clone());
-                    mine.push((id, slot));
+                    mine.push(id);
                 }
+            }
+            if !mine.is_empty() {
+                let no = b.next_fetch.fetch_add(1, Ordering::Relaxed);
+                let fetch = Backend::fetch(b.clone(), no, mine.clone()).boxed().shared();
+                let weak = fetch.downgrade().expect("a new future has not completed");
+                for id in mine {
+                    st.inflight.insert(id, (no, weak.clone()));
+                }
+                waits.push(fetch);
             }
         }
-        self.hits.fetch_add(found.len() as u64, Ordering::Relaxed);
-        self.misses
-            .fetch_add((mine.len() + theirs.len()) as u64, Ordering::Relaxed);
-        if !mine.is_empty() {
-            // one Arc for every caller waiting on these rows: the same typed error
-            let fetched = self.fetch(&mine).map_err(Arc::new);
-            let mut st = self.lock();
-            if let Ok(rows) = &fetched {
-                for (id, row) in rows {
-                    st.lru.put(*id, row.clone());
-                }
-            }
-            for (id, _) in &mine {
-                st.inflight.remove(id);
-            }
-            drop(st);
-            let rows = fetched.as_ref().ok();
-            for (id, slot) in &mine {
-                let r = match (rows.and_then(|r| r.get(id)), &fetched) {
-                    (Some(row), _) => Ok(row.clone()),
-                    (None, Err(e)) => Err(e.clone()),
-                    (None, Ok(_)) => Err(Arc::new(ReaderError::Missing(format!(
-                        "row {id} missing from its range"
-                    )))),
-                };
-                *slot
-                    .done
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
-                slot.cv.notify_all();
-            }
-            let rows = fetched.map_err(ReaderError::Shared)?;
-            for (id, _) in &mine {
-                if let Some(row) = rows.get(id) {
+        add(&b.counters.hits, found.len() as u64);
+        add(&b.counters.misses, distinct - found.len() as u64);
+        for r in futures_util::future::join_all(waits).await {
+            let map = r.map_err(ReaderError::Shared)?;
+            for id in ids {
+                if !found.contains_key(id)
+                    && let Some(row) = map.get(id)
+                {
                     found.insert(*id, row.clone());
                 }
-            }
-        }
-        for (id, slot) in theirs {
-            let mut done = slot
-                .done
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            while done.is_none() {
-                done = slot
-                    .cv
-                    .wait(done)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-            }
-            match done.as_ref().expect("loop ends when set") {
-                Ok(row) => {
-                    found.insert(id, row.clone());
-                }
-                Err(e) => return Err(ReaderError::Shared(e.clone())),
             }
         }
         ids.iter()
@@ -319,136 +300,188 @@ impl ColumnarEmbedBackend {
             })
             .collect()
     }
+}
 
-    /// Fetches `rows(ids)` into the cache without returning them: "tokenize,
-    /// dedupe, issue range fetches in parallel before the embed lookup".
-    pub fn prefetch(&self, ids: &[u64]) -> Result<()> {
-        self.rows(ids).map(drop)
+impl Backend {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether this caller should fetch the chunk table with its rows: yes
-    /// if nobody has it or is fetching it (and then it is now "fetching").
-    fn claim_table(&self) -> bool {
+    /// One fetch of `ids`: its rows enter the LRU and its in-flight marks go.
+    async fn fetch(self: Arc<Self>, no: u64, ids: Vec<u64>) -> FetchOut {
+        let r = self.fetch_rows(ids).await;
         let mut st = self.lock();
-        match st.table {
-            Table::Absent => {
-                st.table = Table::Fetching;
-                true
-            }
-            Table::Fetching | Table::Ready(_) => false,
-        }
-    }
-
-    /// Records the outcome of this caller's table fetch and wakes the others.
-    fn settle_table(&self, fetched: Option<&[u8]>) -> gkq_format::Result<Arc<Vec<Hash>>> {
-        let checked = match fetched {
-            Some(t) => merkle::check_table(&self.desc, t).map(Arc::new),
-            None => Err(gkq_format::Error::ProofTable {
-                object: self.proof_url.clone(),
-                reason: "not fetched".into(),
-            }),
-        };
-        self.lock().table = match &checked {
-            Ok(r) => Table::Ready(r.clone()),
-            Err(_) => Table::Absent,
-        };
-        self.table_cv.notify_all();
-        checked
-    }
-
-    /// The checked table, waiting for the caller that fetches it; fetches it
-    /// alone if that caller failed.
-    fn wait_table(&self) -> Result<Arc<Vec<Hash>>> {
-        let mut st = self.lock();
-        loop {
-            match &st.table {
-                Table::Ready(r) => return Ok(r.clone()),
-                Table::Fetching => {
-                    st = self
-                        .table_cv
-                        .wait(st)
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                }
-                Table::Absent => {
-                    st.table = Table::Fetching;
-                    drop(st);
-                    let got = self.get_all(&[], true);
-                    let table = got.as_ref().ok().and_then(|(t, _)| t.as_deref());
-                    let settled = self.settle_table(table);
-                    got?;
-                    return settled.map_err(|e| ReaderError::Unverified {
-                        url: self.url.clone(),
-                        reason: e.to_string(),
-                    });
-                }
+        if let Ok(map) = &r {
+            for (id, row) in map {
+                st.lru.put(*id, row.clone());
             }
         }
+        st.inflight.retain(|_, (n, _)| *n != no);
+        r.map(Arc::new).map_err(Arc::new)
     }
 
-    /// Fetches the claimed ids: coalesced runs, each as a GET of its rows and
-    /// a GET of their path records, all in parallel (with the chunk table on
-    /// the first fetch). Every row is verified against the knot's Merkle
-    /// root before it is returned; runs that fail are fetched once more,
-    /// then the call fails with [`ReaderError::Unverified`]. Returns every
-    /// row received and verified (gap rows too).
-    fn fetch(&self, claimed: &[(u64, Arc<Slot>)]) -> Result<HashMap<u64, Row>> {
-        let mut ids: Vec<u64> = claimed.iter().map(|(id, _)| *id).collect();
-        ids.sort_unstable();
-        let mut pending = coalesce(&ids, self.config.max_gap_rows, self.config.max_run_rows);
-        let mut out = HashMap::new();
-        let mut failure = String::new();
-        for attempt in 1..=2 {
-            let mine = self.claim_table();
-            let got = self.get_all(&pending, mine);
-            let roots = if mine {
-                let table = got.as_ref().ok().and_then(|(t, _)| t.as_deref());
-                let settled = self.settle_table(table);
-                if got.is_err() {
-                    // a transport error: reported as such below
-                    None
-                } else {
-                    match settled {
-                        Ok(r) => Some(r),
-                        Err(e) => {
-                            // every row of this attempt is unverifiable
-                            let n: u64 = pending.iter().map(|r| r.count).sum();
-                            self.rejected.fetch_add(n, Ordering::Relaxed);
-                            failure = e.to_string();
-                            log::warn!("{}: {failure} (attempt {attempt})", self.url);
-                            continue;
-                        }
+    fn disk_key(&self, row: u64) -> Option<String> {
+        let root = self.desc.proof?.root;
+        Some(format!("{}/{row}", hex(&root)))
+    }
+
+    /// The chunk table, checked against the root: from memory, the disk
+    /// cache, or one GET (shared by concurrent callers). Any failure of the
+    /// proof object other than an unreachable server is
+    /// [`ReaderError::Unverified`] (FORMAT.md 7a: the dense fallback).
+    async fn roots(&self) -> Result<Arc<Vec<Hash>>> {
+        self.table
+            .get_or_try_init(|| async {
+                let root = self.desc.proof.map(|p| hex(&p.root)).unwrap_or_default();
+                if let Some(d) = &self.disk {
+                    let desc = self.desc.clone();
+                    let ok = move |b: &[u8]| merkle::check_table(&desc, b).is_ok();
+                    if let Some(t) = d.get(Kind::Table, &root, ok).await {
+                        let r =
+                            merkle::check_table(&self.desc, &t).map_err(|e| self.unverified(e))?;
+                        return Ok(Arc::new(r));
                     }
                 }
-            } else {
-                Some(self.wait_table()?)
+                let opts = ReadOptions {
+                    total: self.layout.object_len(),
+                    ..Default::default()
+                };
+                let end = self.layout.table_len() - 1;
+                let t = self
+                    .store
+                    .read_vec(&self.proof_url, 0, end, opts)
+                    .await
+                    .map_err(|e| self.proof_error(e))?;
+                add(&self.counters.proof_bytes, t.len() as u64);
+                let r = merkle::check_table(&self.desc, &t).map_err(|e| self.unverified(e))?;
+                if let Some(d) = &self.disk {
+                    d.put(Kind::Table, &root, Bytes::from(t)).await;
+                }
+                Ok(Arc::new(r))
+            })
+            .await
+            .cloned()
+    }
+
+    fn unverified(&self, e: impl std::fmt::Display) -> ReaderError {
+        ReaderError::Unverified {
+            url: self.url.clone(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// A failed read of the proof object: an unreachable server is an error
+    /// of its own; a missing, redirected or short proof object makes the
+    /// rows unverifiable (the dense fallback, FORMAT.md 7a).
+    fn proof_error(&self, e: StoreError) -> ReaderError {
+        if e.is_unreachable() || matches!(e, StoreError::Transport { timeout: true, .. }) {
+            return e.into();
+        }
+        self.unverified(format!("proof object {}: {e}", self.proof_url))
+    }
+
+    /// Rows of `ids` from the disk cache, verified (when the table is at hand).
+    async fn cached_rows_on_disk(&self, ids: &[u64]) -> HashMap<u64, Row> {
+        let mut out = HashMap::new();
+        let (Some(d), Some(roots)) = (&self.disk, self.table.get()) else {
+            return out;
+        };
+        let rb = usize::try_from(self.desc.row_bytes).unwrap_or(usize::MAX);
+        for &id in ids {
+            let Some(key) = self.disk_key(id) else { break };
+            let (desc, roots) = (self.desc.clone(), roots.clone());
+            let ok = move |b: &[u8]| {
+                b.len() >= rb && merkle::check_row(&desc, &roots, id, &b[..rb], &b[rb..]).is_ok()
             };
-            let (_, fetched) = got?;
-            let roots = roots.expect("set whenever got is Ok");
+            if let Some(b) = d.get(Kind::Row, &key, ok).await {
+                out.insert(id, b.slice(..rb));
+            }
+        }
+        add(&self.counters.rows_from_disk, out.len() as u64);
+        out
+    }
+
+    /// Fetches `ids`: from the disk cache where it has them, else in
+    /// coalesced runs (rows and path records, all in parallel, with the
+    /// chunk table on the first fetch). Every row is verified before it is
+    /// returned; runs that fail are fetched once more, then the fetch fails
+    /// with [`ReaderError::Unverified`]. Returns every row verified (gap
+    /// rows too).
+    async fn fetch_rows(&self, mut ids: Vec<u64>) -> Result<HashMap<u64, Row>> {
+        if self.table.get().is_none()
+            && let Some(d) = &self.disk
+            && self.desc.proof.is_some()
+        {
+            // a cached table lets cached rows be verified without a request
+            let root = self.desc.proof.map(|p| hex(&p.root)).unwrap_or_default();
+            if d.contains(Kind::Table, &root) {
+                self.roots().await?;
+            }
+        }
+        let mut out = self.cached_rows_on_disk(&ids).await;
+        ids.retain(|id| !out.contains_key(id));
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        ids.sort_unstable();
+        let mut pending = coalesce(&ids, self.config.max_gap_rows, self.config.max_run_rows);
+        let mut failure = String::new();
+        let mut fresh = Vec::new();
+        for attempt in 1..=2 {
+            let (roots, got) =
+                futures_util::future::join(self.roots(), self.get_runs(&pending)).await;
+            let got = got?;
+            let roots = match roots {
+                Ok(r) => r,
+                Err(e) => {
+                    // every row of this attempt is unverifiable: fetch them
+                    // (and the table) once more, then give up
+                    add(
+                        &self.counters.rejected,
+                        pending.iter().map(|r| r.count).sum(),
+                    );
+                    tracing::warn!(url = %self.url, attempt, reason = %e, "the chunk table failed");
+                    if attempt == 2 {
+                        return Err(e);
+                    }
+                    continue;
+                }
+            };
             let mut failed = Vec::new();
-            for (run, rows, records) in fetched {
+            for (run, rows, records) in got {
                 match self.verify_run(&roots, run, &rows, &records) {
                     Ok(()) => {
-                        let rb = self.desc.row_bytes as usize;
-                        for (k, row) in rows.chunks_exact(rb.max(1)).enumerate() {
-                            out.insert(run.first + k as u64, Row::from(row));
+                        let rb = usize::try_from(self.desc.row_bytes)
+                            .unwrap_or(usize::MAX)
+                            .max(1);
+                        let rl = usize::try_from(self.layout.record_len()).unwrap_or(0);
+                        for k in 0..run.count as usize {
+                            let row = rows.slice(k * rb..(k + 1) * rb);
+                            let rec = records.slice(k * rl..(k + 1) * rl);
+                            let id = run.first + k as u64;
+                            if let Some(key) = self.disk_key(id) {
+                                fresh.push((key, Bytes::from([&row[..], &rec[..]].concat())));
+                            }
+                            out.insert(id, row);
                         }
-                        self.rows_fetched.fetch_add(run.count, Ordering::Relaxed);
+                        add(&self.counters.rows_fetched, run.count);
                     }
                     Err(e) => {
                         failure = e.to_string();
-                        self.rejected.fetch_add(run.count, Ordering::Relaxed);
+                        add(&self.counters.rejected, run.count);
                         failed.push(run);
                     }
                 }
             }
             if failed.is_empty() {
+                if let Some(d) = &self.disk {
+                    d.put_many(Kind::Row, fresh).await;
+                }
                 return Ok(out);
             }
-            log::warn!(
-                "{}: {} runs of rows failed verification (attempt {attempt}): {failure}",
-                self.url,
-                failed.len(),
-            );
+            tracing::warn!(url = %self.url, runs = failed.len(), attempt, reason = %failure, "rows failed verification");
             pending = failed;
         }
         Err(ReaderError::Unverified {
@@ -482,123 +515,61 @@ impl ColumnarEmbedBackend {
         Ok(())
     }
 
-    /// The byte range (inclusive end) and expected object length of a job.
-    fn job_range(&self, job: Job, runs: &[RowRun]) -> (&str, u64, u64, u64) {
-        let proof_len = self.layout.object_len().unwrap_or(0);
-        match job {
-            Job::Table => (&self.proof_url, 0, self.layout.table_len() - 1, proof_len),
-            Job::Rows(r) => {
-                let (start, end) = runs[r].bytes(self.desc.row_bytes);
-                (&self.url, start, end, self.desc.byte_len)
-            }
-            Job::Records(r) => {
-                let (start, end) = self
-                    .layout
-                    .records_range(runs[r].first, runs[r].count)
-                    .unwrap_or((0, 1));
-                (&self.proof_url, start, end - 1, proof_len)
-            }
-        }
-    }
-
-    /// GETs the rows and the path records of every run, and the chunk table
-    /// if asked, in parallel under the concurrency limit.
-    fn get_all(
-        &self,
-        runs: &[RowRun],
-        want_table: bool,
-    ) -> Result<(Option<Vec<u8>>, Vec<Fetched>)> {
-        let mut jobs = Vec::with_capacity(2 * runs.len() + 1);
-        if want_table {
-            jobs.push(Job::Table);
-        }
-        for i in 0..runs.len() {
-            jobs.push(Job::Rows(i));
-            if self.layout.record_len() > 0 {
-                jobs.push(Job::Records(i));
-            }
-        }
-        let next = AtomicUsize::new(0);
-        let results: Mutex<Vec<(usize, Vec<u8>)>> = Mutex::new(Vec::new());
-        let first_error: Mutex<Option<ReaderError>> = Mutex::new(None);
-        let limit = if self.http.multiplexed() {
+    /// GETs the rows and the path records of every run, all in flight at
+    /// once under the concurrency limit.
+    async fn get_runs(&self, runs: &[RowRun]) -> Result<Vec<(RowRun, Bytes, Bytes)>> {
+        let limit = if self.store.multiplexed() {
             self.config.concurrency_multiplexed
         } else {
             self.config.concurrency
         };
-        let workers = limit.max(1).min(jobs.len());
-        std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&job) = jobs.get(i) else { break };
-                        if first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
-                            break;
-                        }
-                        let (url, start, end, total) = self.job_range(job, runs);
-                        match self.http.get_range_vec(url, start, end, Some(total)) {
-                            Ok(bytes) => results
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                .push((i, bytes)),
-                            Err(e) => {
-                                let mut fe = first_error
-                                    .lock()
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                                if fe.is_none() {
-                                    *fe = Some(ReaderError::from(e));
-                                }
-                            }
-                        }
-                    }
-                });
+        let with_records = self.layout.record_len() > 0;
+        let proof_len = self.layout.object_len();
+        let mut jobs: Vec<(usize, bool, RowRun)> = Vec::with_capacity(2 * runs.len());
+        for (i, &r) in runs.iter().enumerate() {
+            jobs.push((i, false, r));
+            if with_records {
+                jobs.push((i, true, r));
             }
-        });
-        if let Some(e) = first_error
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-        {
-            return Err(e);
         }
-        let mut table = None;
-        let mut fetched: Vec<Fetched> = runs.iter().map(|&r| (r, Vec::new(), Vec::new())).collect();
-        for (i, bytes) in results
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-        {
-            let proof = match jobs[i] {
-                Job::Table => {
-                    let n = bytes.len() as u64;
-                    table = Some(bytes);
-                    n
-                }
-                Job::Rows(r) => {
-                    fetched[r].1 = bytes;
-                    0
-                }
-                Job::Records(r) => {
-                    let n = bytes.len() as u64;
-                    fetched[r].2 = bytes;
-                    n
-                }
-            };
-            self.proof_bytes.fetch_add(proof, Ordering::Relaxed);
+        let mut fetched: Vec<(RowRun, Bytes, Bytes)> = runs
+            .iter()
+            .map(|&r| (r, Bytes::new(), Bytes::new()))
+            .collect();
+        let mut stream = futures_util::stream::iter(jobs)
+            .map(|(i, records, run)| async move {
+                let got = if records {
+                    let (s, e) = self
+                        .layout
+                        .records_range(run.first, run.count)
+                        .unwrap_or((0, 1));
+                    let opts = ReadOptions {
+                        total: proof_len,
+                        ..Default::default()
+                    };
+                    let r = self.store.read_vec(&self.proof_url, s, e - 1, opts).await;
+                    r.map_err(|e| self.proof_error(e))
+                } else {
+                    let (s, e) = run.bytes(self.desc.row_bytes);
+                    let opts = ReadOptions {
+                        total: Some(self.desc.byte_len),
+                        ..Default::default()
+                    };
+                    let r = self.store.read_vec(&self.url, s, e, opts).await;
+                    r.map_err(ReaderError::from)
+                };
+                (i, records, got)
+            })
+            .buffer_unordered(limit.max(1));
+        while let Some((i, records, got)) = stream.next().await {
+            let bytes = Bytes::from(got?);
+            if records {
+                add(&self.counters.proof_bytes, bytes.len() as u64);
+                fetched[i].2 = bytes;
+            } else {
+                fetched[i].1 = bytes;
+            }
         }
-        Ok((table, fetched))
+        Ok(fetched)
     }
-}
-
-/// A run with its rows and its path records.
-type Fetched = (RowRun, Vec<u8>, Vec<u8>);
-
-/// One GET of a fetch.
-#[derive(Clone, Copy)]
-enum Job {
-    /// The chunk table of the proof object.
-    Table,
-    /// The rows of run `i`.
-    Rows(usize),
-    /// The path records of run `i`.
-    Records(usize),
 }

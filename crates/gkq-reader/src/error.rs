@@ -51,7 +51,7 @@ pub enum ReaderError {
         found: String,
     },
     /// A token id past the vocabulary.
-    #[error("token id {id} is out of range: the vocabulary has {vocab} rows (ids 0..{vocab})")]
+    #[error("token id {} is out of range: the vocabulary has {} rows (ids 0 to {})", thousands(*id), thousands(*vocab), thousands(vocab.saturating_sub(1)))]
     TokenOutOfRange {
         /// The id.
         id: u64,
@@ -61,6 +61,42 @@ pub enum ReaderError {
     /// A tensor or role the knot does not have.
     #[error("{0}")]
     Missing(String),
+    /// A URL that ends in `/` where a knot was expected.
+    #[error("{url} names a directory, not a knot: give the knot's URL, e.g. {knot}")]
+    DirectoryUrl {
+        /// The URL given.
+        url: String,
+        /// The knot URL it probably means.
+        knot: String,
+    },
+    /// A companion file the knot does not list.
+    #[error("{location}: the knot lists no package file {name:?} (package.files: {listed})")]
+    NoPackageFile {
+        /// The knot.
+        location: String,
+        /// The file asked for.
+        name: String,
+        /// The files it lists.
+        listed: String,
+    },
+    /// A companion file the knot lists but the server or directory lacks.
+    #[error(
+        "{location}: the package's {name} is missing (the knot lists it in package.files, so it was packed but not published or copied: upload the whole package directory)"
+    )]
+    PackageFileAbsent {
+        /// The file.
+        name: String,
+        /// Where it was looked for.
+        location: String,
+    },
+    /// The model has no output projection.
+    #[error(
+        "{location}: the model has no LM head (no role.lm_head in the knot): it is an encoder-only model, so it cannot serve the output role or generate tokens"
+    )]
+    NoLmHead {
+        /// The knot.
+        location: String,
+    },
     /// A role this node was not configured to serve.
     #[error("this reader does not serve the {0} role (see Roles)")]
     RoleNotServed(&'static str),
@@ -115,8 +151,43 @@ impl ReaderError {
     }
 }
 
+#[cfg(feature = "candle")]
 impl From<candle_core::Error> for ReaderError {
     fn from(e: candle_core::Error) -> Self {
         ReaderError::Compute(e.to_string())
+    }
+}
+
+/// `50256` → `50,256`.
+pub(crate) fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_ids_read_like_prose() {
+        let e = ReaderError::TokenOutOfRange {
+            id: 50257,
+            vocab: 50257,
+        };
+        assert_eq!(
+            e.to_string(),
+            "token id 50,257 is out of range: the vocabulary has 50,257 rows (ids 0 to 50,256)"
+        );
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(151936), "151,936");
     }
 }

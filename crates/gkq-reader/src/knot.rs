@@ -1,30 +1,29 @@
-//! A knot opened from a local path (mmap) or an http(s) URL (header by at
-//! most two range requests; blocks fetched on demand and checked against
-//! their sha256).
+//! A knot opened from a local path or a URL: the header by one range read
+//! (or, with a pinned knot id, from the disk cache with no request at all);
+//! blocks fetched on demand in parallel verified parts, each checked
+//! against its sha256 before it is used, and kept in the disk cache by
+//! that digest.
 
-use std::fs::File;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::Path;
 
-use gkq_format::{Block, Encoding, KnotHeader, Prefix, parse_prefix};
+use bytes::Bytes;
+use gkq_format::{Block, Encoding, KnotHeader, Prefix, hex, parse_prefix};
+use gkq_store::{Check, RangeRead, Store, StoreError};
 use sha2::{Digest, Sha256};
 
+use crate::cache::{DiskCache, Kind};
 use crate::error::{ReaderError, Result};
-use gkq_store::Store as Http;
 
 /// First range fetched from a remote knot: most headers fit.
 pub(crate) const FIRST_FETCH: u64 = 64 * 1024;
-
-enum Where {
-    Local { map: memmap2::Mmap },
-    Remote { url: String },
-}
 
 /// An opened knot.
 pub struct KnotHandle {
     location: String,
     header: KnotHeader,
-    place: Where,
+    remote: bool,
+    /// Whether the header came from the disk cache (a pinned knot id).
+    from_cache: bool,
 }
 
 impl std::fmt::Debug for KnotHandle {
@@ -35,7 +34,7 @@ impl std::fmt::Debug for KnotHandle {
     }
 }
 
-fn knot_err(location: &str, e: gkq_format::Error) -> ReaderError {
+pub(crate) fn knot_err(location: &str, e: gkq_format::Error) -> ReaderError {
     ReaderError::Knot {
         location: location.to_owned(),
         error: Box::new(e),
@@ -47,79 +46,122 @@ pub fn is_url(location: &str) -> bool {
     gkq_store::is_remote(location)
 }
 
-impl KnotHandle {
-    /// Opens `location`: a path, or an http(s) URL.
-    pub fn open(location: &str, http: &Http) -> Result<KnotHandle> {
-        if is_url(location) {
-            return Self::open_remote(location, http);
+/// The knot a location names: a package directory is read as its
+/// `model.knot`; a URL ending in `/` (a directory) is refused before any
+/// request, with the URL to use.
+pub(crate) fn knot_location(location: &str) -> Result<String> {
+    if is_url(location) {
+        let path = location.split(['?', '#']).next().unwrap_or(location);
+        if path.ends_with('/') {
+            return Err(ReaderError::DirectoryUrl {
+                url: location.to_owned(),
+                knot: format!("{path}{}", gkq_format::KNOT_NAME),
+            });
         }
-        let path = PathBuf::from(location);
-        let file = File::open(&path).map_err(|error| ReaderError::Io {
-            path: path.clone(),
-            error,
-        })?;
-        // SAFETY: read-only map; the knot is an immutable published artefact.
-        #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|error| ReaderError::Io {
-            path: path.clone(),
-            error,
-        })?;
-        let knot = gkq_format::Knot::parse(&map).map_err(|e| knot_err(location, e))?;
-        let header = knot.header().clone();
-        Ok(KnotHandle {
-            location: location.to_owned(),
-            header,
-            place: Where::Local { map },
-        })
+        return Ok(location.to_owned());
     }
+    let p = Path::new(location);
+    if p.is_dir() {
+        return Ok(p.join(gkq_format::KNOT_NAME).display().to_string());
+    }
+    Ok(location.to_owned())
+}
 
-    fn open_remote(url: &str, http: &Http) -> Result<KnotHandle> {
-        // One ranged GET gives the first bytes and, in its Content-Range,
-        // the knot's length: no HEAD round trip before it.
-        let (first, total) = http.get_prefix(url, FIRST_FETCH)?;
-        let header = match parse_prefix(&first).map_err(|e| knot_err(url, e))? {
-            Prefix::Complete(h) => *h,
-            Prefix::NeedBytes { total: need } => {
-                if need > total {
-                    return Err(knot_err(
-                        url,
+/// Parses a full header, or says which rule it breaks.
+fn complete_header(location: &str, bytes: &[u8], total: u64) -> Result<Option<KnotHeader>> {
+    match parse_prefix(bytes).map_err(|e| knot_err(location, e))? {
+        Prefix::Complete(h) => Ok(Some(*h)),
+        Prefix::NeedBytes { total: need } if need > total => Err(knot_err(
+            location,
+            gkq_format::Error::HeaderTruncated {
+                header_end: need,
+                available: total,
+            },
+        )),
+        Prefix::NeedBytes { .. } => Ok(None),
+    }
+}
+
+impl KnotHandle {
+    /// Opens `location` (a path or a URL): the header from the cache when
+    /// `pin` names a cached knot id, else by one range read (two when the
+    /// header is longer than the first read).
+    pub(crate) async fn open(
+        location: &str,
+        store: &Store,
+        cache: Option<&DiskCache>,
+        pin: Option<&str>,
+    ) -> Result<KnotHandle> {
+        let location = knot_location(location)?;
+        let remote = is_url(&location);
+        if let (true, Some(c), Some(id)) = (remote, cache, pin) {
+            let id = id.trim().to_ascii_lowercase();
+            let want = id.clone();
+            let check = move |b: &[u8]| matches!(parse_prefix(b), Ok(Prefix::Complete(h)) if hex(&h.preamble().header_sha256) == want);
+            if let Some(b) = c.get(Kind::Header, &id, check).await
+                && let Ok(Prefix::Complete(h)) = parse_prefix(&b)
+            {
+                tracing::info!(knot = %location, id, "knot header from the disk cache (pinned id): no request");
+                return Ok(KnotHandle {
+                    location,
+                    header: *h,
+                    remote,
+                    from_cache: true,
+                });
+            }
+        }
+        let (mut all, total) = store.read_prefix(&location, FIRST_FETCH).await?;
+        let header = match complete_header(&location, &all, total)? {
+            Some(h) => h,
+            None => {
+                let need = match parse_prefix(&all) {
+                    Ok(Prefix::NeedBytes { total }) => total,
+                    _ => all.len() as u64,
+                };
+                let opts = gkq_store::ReadOptions {
+                    total: Some(total),
+                    ..Default::default()
+                };
+                let rest = store
+                    .read_vec(&location, all.len() as u64, need - 1, opts)
+                    .await?;
+                all.extend(rest);
+                complete_header(&location, &all, total)?.ok_or_else(|| {
+                    knot_err(
+                        &location,
                         gkq_format::Error::HeaderTruncated {
                             header_end: need,
-                            available: total,
+                            available: all.len() as u64,
                         },
-                    ));
-                }
-                let mut all = first;
-                all.extend(http.get_range_vec(url, all.len() as u64, need - 1, Some(total))?);
-                match parse_prefix(&all).map_err(|e| knot_err(url, e))? {
-                    Prefix::Complete(h) => *h,
-                    Prefix::NeedBytes { total } => {
-                        return Err(knot_err(
-                            url,
-                            gkq_format::Error::HeaderTruncated {
-                                header_end: total,
-                                available: all.len() as u64,
-                            },
-                        ));
-                    }
-                }
+                    )
+                })?
             }
         };
         if header.preamble().file_len != total {
             return Err(knot_err(
-                url,
+                &location,
                 gkq_format::Error::FileSize {
                     file_len: header.preamble().file_len,
                     actual: total,
                 },
             ));
         }
+        if let (true, Some(c)) = (remote, cache) {
+            let end = usize::try_from(header.header_end()).unwrap_or(usize::MAX);
+            all.truncate(end);
+            c.put(
+                Kind::Header,
+                &hex(&header.preamble().header_sha256),
+                Bytes::from(all),
+            )
+            .await;
+        }
+        tracing::info!(knot = %location, id = %hex(&header.preamble().header_sha256), blocks = header.header().blocks.len(), "knot opened");
         Ok(KnotHandle {
-            location: url.to_owned(),
+            location,
             header,
-            place: Where::Remote {
-                url: url.to_owned(),
-            },
+            remote,
+            from_cache: false,
         })
     }
 
@@ -135,7 +177,22 @@ impl KnotHandle {
 
     /// Whether the knot is remote.
     pub fn is_remote(&self) -> bool {
-        matches!(self.place, Where::Remote { .. })
+        self.remote
+    }
+
+    /// Whether the header came from the disk cache (no request was made).
+    pub fn header_from_cache(&self) -> bool {
+        self.from_cache
+    }
+
+    /// The knot id: hex of `header_sha256`.
+    pub fn id(&self) -> String {
+        hex(&self.header.preamble().header_sha256)
+    }
+
+    /// The location of a file next to the knot (a row file, a companion file).
+    pub fn sibling(&self, name: &str) -> String {
+        sibling(&self.location, name)
     }
 
     /// Index of block `name`.
@@ -152,82 +209,133 @@ impl KnotHandle {
         })
     }
 
-    /// The payload of block `index` (following an alias), read whole and
-    /// checked against its sha256. Remote knots fetch only that block.
-    pub fn payload(&self, index: usize, http: &Http) -> Result<Arc<[u8]>> {
+    /// The payload of block `index` (following an alias): from the disk
+    /// cache, or read in parallel parts; checked against its sha256 either way.
+    pub(crate) async fn payload(
+        &self,
+        index: usize,
+        store: &Store,
+        cache: Option<&DiskCache>,
+    ) -> Result<Bytes> {
+        Ok(self.payload_net(index, store, cache).await?.0)
+    }
+
+    /// [`KnotHandle::payload`], and the bytes it moved over the network
+    /// (0 from the disk cache or a local file).
+    pub(crate) async fn payload_net(
+        &self,
+        index: usize,
+        store: &Store,
+        cache: Option<&DiskCache>,
+    ) -> Result<(Bytes, u64)> {
         let name = self.data_block(index)?.name.clone();
         let p = self.header.payload_of(index).ok_or_else(|| {
             ReaderError::Missing(format!("{}: block {name:?} has no payload", self.location))
         })?;
-        let bytes: Vec<u8> = match &self.place {
-            Where::Local { map } => map
-                .get(p.offset as usize..(p.offset + p.len) as usize)
-                .unwrap_or_default()
-                .to_vec(),
-            Where::Remote { url } if p.len > 0 => http.get_range_vec(
-                url,
-                p.offset,
-                p.offset + p.len - 1,
-                Some(self.header.preamble().file_len),
-            )?,
-            Where::Remote { .. } => Vec::new(),
-        };
-        let digest: [u8; 32] = Sha256::digest(&bytes).into();
-        if digest != p.sha256 {
-            return Err(ReaderError::Digest {
-                what: format!("{}: block {name:?}", self.location),
-                expected: gkq_format::hex(&p.sha256),
-                found: gkq_format::hex(&digest),
-            });
+        let cache = cache.filter(|_| self.remote);
+        let key = hex(&p.sha256);
+        if let Some(c) = cache {
+            let want = p.sha256;
+            let verify = move |b: &[u8]| <[u8; 32]>::from(Sha256::digest(b)) == want;
+            if let Some(b) = c.get(Kind::Blob, &key, verify).await {
+                return Ok((b, 0));
+            }
         }
-        Ok(bytes.into())
+        let t = std::time::Instant::now();
+        let total = Some(self.header.preamble().file_len);
+        let check = Check::Sha256(p.sha256);
+        let bytes = store
+            .read_checked(&self.location, p.offset, p.len, total, check)
+            .await
+            .map_err(|e| match e {
+                StoreError::Digest {
+                    start,
+                    end,
+                    expected,
+                    found,
+                    ..
+                } => ReaderError::Digest {
+                    what: format!(
+                        "{}: block {name:?} (bytes {start}-{end}, fetched twice)",
+                        self.location
+                    ),
+                    expected,
+                    found,
+                },
+                e => e.into(),
+            })?;
+        tracing::debug!(block = %name, bytes = p.len, ms = t.elapsed().as_millis() as u64, "block pulled and verified");
+        if let Some(c) = cache {
+            c.put(Kind::Blob, &key, bytes.clone()).await;
+        }
+        let net = if self.remote { p.len } else { 0 };
+        Ok((bytes, net))
     }
 
     /// A companion file of the package (`package.files`, docs/FORMAT.md
     /// 3.1: `config.json`, `tokenizer.json`, …), next to the knot, read whole
     /// and checked against the digest the knot records before it is returned.
-    pub fn package_file(&self, name: &str, http: &Http) -> Result<Vec<u8>> {
+    pub(crate) async fn package_file(
+        &self,
+        name: &str,
+        store: &Store,
+        cache: Option<&DiskCache>,
+    ) -> Result<Bytes> {
         let files = self.header.header().package_files();
         let Some(&(_, want)) = files.iter().find(|(f, _)| *f == name) else {
             let names: Vec<&str> = files.iter().map(|(f, _)| *f).collect();
-            return Err(ReaderError::Missing(format!(
-                "{}: the knot lists no package file {name:?} (package.files: {})",
-                self.location,
-                names.join(", ")
-            )));
-        };
-        let (what, bytes) = match &self.place {
-            Where::Local { .. } => {
-                let path = PathBuf::from(&self.location)
-                    .parent()
-                    .map(|d| d.join(name))
-                    .unwrap_or_else(|| PathBuf::from(name));
-                let bytes = std::fs::read(&path).map_err(|error| ReaderError::Io {
-                    path: path.clone(),
-                    error,
-                })?;
-                (path.display().to_string(), bytes)
-            }
-            Where::Remote { url } => {
-                let (path, rest) = url.split_at(url.find(['?', '#']).unwrap_or(url.len()));
-                let base = path.rsplit_once('/').map_or(path, |(b, _)| b);
-                let url = format!("{base}/{name}{rest}");
-                let len = http.content_length(&url)?;
-                let bytes = if len == 0 {
-                    Vec::new()
-                } else {
-                    http.get_range_vec(&url, 0, len - 1, Some(len))?
-                };
-                (url, bytes)
-            }
-        };
-        let found = gkq_format::hex(&Sha256::digest(&bytes));
-        if found != want {
-            return Err(ReaderError::Digest {
-                what,
-                expected: want.to_owned(),
-                found,
+            return Err(ReaderError::NoPackageFile {
+                location: self.location.clone(),
+                name: name.to_owned(),
+                listed: names.join(", "),
             });
+        };
+        let mut digest = [0u8; 32];
+        for (d, pair) in digest.iter_mut().zip(want.as_bytes().chunks(2)) {
+            *d = std::str::from_utf8(pair)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .unwrap_or(0);
+        }
+        let cache = cache.filter(|_| self.remote);
+        if let Some(c) = cache {
+            let verify = move |b: &[u8]| <[u8; 32]>::from(Sha256::digest(b)) == digest;
+            if let Some(b) = c.get(Kind::Blob, want, verify).await {
+                return Ok(b);
+            }
+        }
+        let at = self.sibling(name);
+        let len = match store.head(&at).await {
+            Ok(h) => h.len,
+            Err(StoreError::Status { status: 404, .. }) => {
+                return Err(ReaderError::PackageFileAbsent {
+                    name: name.to_owned(),
+                    location: at,
+                });
+            }
+            Err(StoreError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ReaderError::PackageFileAbsent {
+                    name: name.to_owned(),
+                    location: at,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let bytes = store
+            .read_checked(&at, 0, len, Some(len), Check::Sha256(digest))
+            .await
+            .map_err(|e| match e {
+                StoreError::Digest {
+                    expected, found, ..
+                } => ReaderError::Digest {
+                    what: at.clone(),
+                    expected,
+                    found,
+                },
+                e => e.into(),
+            })?;
+        if let Some(c) = cache {
+            c.put(Kind::Blob, want, bytes.clone()).await;
         }
         Ok(bytes)
     }
@@ -236,14 +344,75 @@ impl KnotHandle {
     /// the block's dtype: the payload of a dense block, or the
     /// reconstruction of a spectral block (docs/FORMAT.md section 5), never
     /// the raw factors read as rows.
-    pub fn dense_values(&self, index: usize, http: &Http) -> Result<Arc<[u8]>> {
-        let block = self.data_block(index)?;
-        let bytes = self.payload(index, http)?;
-        match block.encoding {
-            Encoding::Spectral { .. } => gkq_format::reconstruct_spectral(block, &bytes)
-                .map(Arc::from)
-                .map_err(|e| knot_err(&self.location, e)),
-            _ => Ok(bytes),
-        }
+    pub(crate) async fn dense_values(
+        &self,
+        index: usize,
+        store: &Store,
+        cache: Option<&DiskCache>,
+    ) -> Result<Bytes> {
+        Ok(self.dense_values_net(index, store, cache).await?.0)
+    }
+
+    /// [`KnotHandle::dense_values`], and the bytes moved over the network.
+    pub(crate) async fn dense_values_net(
+        &self,
+        index: usize,
+        store: &Store,
+        cache: Option<&DiskCache>,
+    ) -> Result<(Bytes, u64)> {
+        let block = self.data_block(index)?.clone();
+        let (bytes, net) = self.payload_net(index, store, cache).await?;
+        let values = match block.encoding {
+            Encoding::Spectral { .. } => {
+                let location = self.location.clone();
+                tokio::task::spawn_blocking(move || {
+                    gkq_format::reconstruct_spectral(&block, &bytes)
+                        .map(Bytes::from)
+                        .map_err(|e| knot_err(&location, e))
+                })
+                .await
+                .map_err(|e| ReaderError::Compute(format!("spectral reconstruction task: {e}")))??
+            }
+            _ => bytes,
+        };
+        Ok((values, net))
+    }
+}
+
+/// The location of `name` next to the knot at `location` (a URL keeps its
+/// query string).
+pub(crate) fn sibling(location: &str, name: &str) -> String {
+    if is_url(location) {
+        let (path, rest) = location.split_at(location.find(['?', '#']).unwrap_or(location.len()));
+        let base = path.rsplit_once('/').map_or(path, |(b, _)| b);
+        return format!("{base}/{name}{rest}");
+    }
+    Path::new(location)
+        .parent()
+        .map(|d| d.join(name))
+        .unwrap_or_else(|| Path::new(name).to_path_buf())
+        .display()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn siblings_and_directory_locations() {
+        assert_eq!(
+            sibling("https://h/m/v1/model.knot?x=1", "config.json"),
+            "https://h/m/v1/config.json?x=1"
+        );
+        assert_eq!(sibling("out/v1/model.knot", "a.rows"), "out/v1/a.rows");
+        let e = knot_location("http://h/pkg/v1/").expect_err("directory URL");
+        assert!(e.to_string().contains("http://h/pkg/v1/model.knot"), "{e}");
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().display().to_string();
+        assert_eq!(
+            knot_location(&dir).expect("dir"),
+            tmp.path().join("model.knot").display().to_string()
+        );
     }
 }

@@ -10,9 +10,10 @@
 use gkq_format::{Block, ColumnarDescriptor, DType, Encoding};
 use serde::Serialize;
 
+use gkq_store::{RangeRead, Store};
+
 use crate::error::Result;
 use crate::knot::KnotHandle;
-use gkq_store::Store as Http;
 
 /// The chosen read path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -127,12 +128,12 @@ fn pick<'d>(
 }
 
 /// Resolves block `name` of `knot`.
-pub fn resolve(
+pub(crate) async fn resolve(
     knot: &KnotHandle,
     name: &str,
     columnar_url: Option<&str>,
     embed_dtype: Option<DType>,
-    http: &Http,
+    store: &Store,
 ) -> Result<Resolution> {
     let index = knot.index(name)?;
     let block = knot.data_block(index)?;
@@ -173,7 +174,7 @@ pub fn resolve(
             ),
         ));
     }
-    match http.content_length(&url) {
+    match store.head(&url).await.map(|h| h.len) {
         Err(e) => Ok(dense(name, format!("HEAD {url} failed: {e}"))),
         Ok(len) if len != desc.byte_len => Ok(dense(
             name,

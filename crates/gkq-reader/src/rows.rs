@@ -1,8 +1,6 @@
-//! Rows as bytes, as f32, or as a candle tensor.
+//! Rows as bytes, as f32, or (feature `candle`) as a tensor.
 
-use std::sync::Arc;
-
-use candle_core::{Device, Tensor};
+use bytes::Bytes;
 use gkq_format::DType;
 
 use crate::error::{ReaderError, Result};
@@ -12,11 +10,11 @@ use crate::error::{ReaderError, Result};
 pub struct Rows {
     dtype: DType,
     cols: usize,
-    rows: Vec<Arc<[u8]>>,
+    rows: Vec<Bytes>,
 }
 
 impl Rows {
-    pub(crate) fn new(dtype: DType, cols: usize, rows: Vec<Arc<[u8]>>) -> Rows {
+    pub(crate) fn new(dtype: DType, cols: usize, rows: Vec<Bytes>) -> Rows {
         Rows { dtype, cols, rows }
     }
 
@@ -30,7 +28,8 @@ impl Rows {
         self.rows.is_empty()
     }
 
-    /// Dtype of the bytes.
+    /// Dtype of the bytes (that of the row file read; its values widen
+    /// exactly to the block's when the resolution says so).
     pub fn dtype(&self) -> DType {
         self.dtype
     }
@@ -61,12 +60,47 @@ impl Rows {
         Ok(out)
     }
 
-    /// A `[n, hidden]` f32 tensor on the CPU.
-    pub fn to_tensor(&self) -> Result<Tensor> {
-        Ok(Tensor::from_vec(
+    /// A `[n, hidden]` f32 tensor on the CPU (feature `candle`).
+    #[cfg(feature = "candle")]
+    pub fn to_tensor(&self) -> Result<candle_core::Tensor> {
+        Ok(candle_core::Tensor::from_vec(
             self.to_f32()?,
             (self.rows.len(), self.cols),
-            &Device::Cpu,
+            &candle_core::Device::Cpu,
         )?)
     }
+}
+
+/// `[rows, cols]` f32 weights from a block's bytes (f16/bf16 widened exactly).
+#[cfg(feature = "candle")]
+pub(crate) fn tensor_f32(
+    bytes: &[u8],
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+) -> Result<candle_core::Tensor> {
+    let d = match dtype {
+        DType::F32 => candle_core::DType::F32,
+        DType::F16 => candle_core::DType::F16,
+        DType::BF16 => candle_core::DType::BF16,
+        other => {
+            return Err(ReaderError::Compute(format!(
+                "a {other} matrix is not a float matrix"
+            )));
+        }
+    };
+    let t =
+        candle_core::Tensor::from_raw_buffer(bytes, d, &[rows, cols], &candle_core::Device::Cpu)?;
+    Ok(t.to_dtype(candle_core::DType::F32)?)
+}
+
+/// `hidden [n, cols] @ weights^T` → `[n, rows]` (feature `candle`).
+#[cfg(feature = "candle")]
+pub fn logits_with(
+    weights: &candle_core::Tensor,
+    hidden: &candle_core::Tensor,
+) -> Result<candle_core::Tensor> {
+    Ok(hidden
+        .to_dtype(candle_core::DType::F32)?
+        .matmul(&weights.t()?)?)
 }

@@ -3,8 +3,6 @@
 //! rows, a damaged proof object) are real HTTP servers on 127.0.0.1
 //! (`FaultServer`), and the honest one is nginx.
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,7 +10,7 @@ use std::time::Duration;
 use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions};
 use fixtures::{FDtype, Spec};
 use gkq_format::{DType, cast_row};
-use gkq_reader::{ReadPath, Reader, ReaderConfig, ReaderError, Roles, with_timeout};
+use gkq_reader::{ReadPath, Reader, ReaderConfig, ReaderError, Serve, with_timeout};
 
 /// A model whose embedding rows are wide enough for a proof height above 0
 /// (hidden 1024: 4 KiB f32 rows, h = 9; 2 KiB bf16 rows, h = 7, 4 chunks),
@@ -41,7 +39,7 @@ fn pack(spec: &Spec, dtypes: &[DType], dir: &Path) -> PathBuf {
 
 /// Row `id` of the knot's embedding block, widened to f32.
 fn dense_f32(out: &Path, id: u64) -> Vec<f32> {
-    common::dense_row(out, id, DType::F32)
+    fixtures::knots::dense_row(out, id, DType::F32)
         .chunks(4)
         .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
         .collect()
@@ -56,11 +54,11 @@ fn open(out: &Path, url: &str, require: bool) -> Reader {
         },
         Duration::from_secs(5),
     );
-    c.http.backoff = Duration::from_millis(5);
+    c.store.retry.backoff = Duration::from_millis(5);
     Reader::open(
         out.join("model.knot").to_str().expect("utf8"),
         c,
-        Roles::INPUT,
+        Serve::INPUT,
     )
     .expect("open")
 }
@@ -287,7 +285,7 @@ fn embed_dtype_forces_a_row_file() {
     let r = Reader::open(
         out.join("model.knot").to_str().expect("utf8"),
         c.clone(),
-        Roles::INPUT,
+        Serve::INPUT,
     )
     .expect("open");
     let e = r.embedding().expect("input");
@@ -302,7 +300,7 @@ fn embed_dtype_forces_a_row_file() {
     let err = Reader::open(
         out.join("model.knot").to_str().expect("utf8"),
         c,
-        Roles::INPUT,
+        Serve::INPUT,
     )
     .expect_err("no f16 row file");
     assert!(err.to_string().contains("has no f16 row file"), "{err}");

@@ -3,6 +3,9 @@ use std::path::PathBuf;
 /// `Result` with [`StoreError`].
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// A boxed error, the cause carried by a failed check.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Why a read did not return the bytes asked for. Each names the URL.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -23,7 +26,7 @@ pub enum StoreError {
         no_conversation: bool,
     },
     /// An HTTP status other than the one the request needs.
-    #[error("{url}: HTTP {status} for {what}")]
+    #[error("{url}: HTTP {status} for {what}{}", hint.as_deref().map(|h| format!(" ({h})")).unwrap_or_default())]
     Status {
         /// The URL.
         url: String,
@@ -31,6 +34,9 @@ pub enum StoreError {
         status: u16,
         /// The request (`HEAD`, `bytes=a-b`).
         what: String,
+        /// What the answer suggests, when the body or URL says it (the
+        /// plain-HTTP-to-an-HTTPS-port page of nginx, a directory URL).
+        hint: Option<String>,
     },
     /// A redirect (not followed: published objects have one final URL).
     #[error("{url}: HTTP {status} redirect to {location:?}, not followed{}", if location.ends_with('/') { format!(": the URL names a directory; a knot URL ends with the file name, e.g. {}/model.knot", url.trim_end_matches('/')) } else { ": use the final URL".to_string() })]
@@ -202,18 +208,57 @@ pub enum StoreError {
     /// The client could not be built (TLS configuration).
     #[error("HTTP client: {0}")]
     Client(String),
-}
-
-impl StoreError {
-    /// Whether no HTTP conversation with the server was possible (nothing
-    /// listening, DNS, TLS): the operation could not run at all.
-    pub fn is_unreachable(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Transport {
-                no_conversation: true,
-                ..
-            }
-        )
-    }
+    /// A range read whole whose SHA-256 is not the one expected, on the
+    /// first fetch and on the re-fetch: nothing of it is returned.
+    #[error(
+        "{url}: bytes {start}-{end} have sha256 {found}, expected {expected} (fetched twice; nothing of it is used)"
+    )]
+    Digest {
+        /// The URL or path.
+        url: String,
+        /// Range start.
+        start: u64,
+        /// Range end (inclusive).
+        end: u64,
+        /// The digest expected.
+        expected: String,
+        /// The digest of the bytes received.
+        found: String,
+    },
+    /// A part of a parallel read that failed its check (a Merkle chunk),
+    /// on the first fetch and on the re-fetch: nothing of the read is returned.
+    #[error("{url}: bytes {start}-{end} fail verification (fetched twice; nothing of it is used)")]
+    PartCheck {
+        /// The URL or path.
+        url: String,
+        /// Part start.
+        start: u64,
+        /// Part end (inclusive).
+        end: u64,
+        /// What the check found.
+        #[source]
+        source: BoxError,
+    },
+    /// A blocking call made from inside an async runtime, where it would
+    /// block a worker thread (or panic, dropping a runtime there).
+    #[error(
+        "{call} was called from inside an async (tokio) runtime, where a blocking call would stall its worker: use {instead} there"
+    )]
+    InsideRuntime {
+        /// The blocking call.
+        call: &'static str,
+        /// The async call to use instead.
+        instead: &'static str,
+    },
+    /// The runtime of the blocking API could not be started.
+    #[error("starting the I/O runtime")]
+    Runtime(#[source] std::io::Error),
+    /// An `s3://` URL in a build without the `s3` feature.
+    #[error(
+        "{url}: this program was built without the `s3` feature, so it cannot read s3:// URLs: `cargo xtask install` builds the tools with it (`--version` lists a build's features); or read the bucket's public https:// URL"
+    )]
+    NoS3 {
+        /// The URL.
+        url: String,
+    },
 }

@@ -29,7 +29,7 @@ pub fn endpoint(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Endpoint> {
     let url = match flag {
-        Some(u) => u.trim_end_matches('/').to_owned(),
+        Some(u) => endpoint_url(u)?,
         None => match env("R2_ACCOUNT_ID").filter(|a| !a.is_empty()) {
             Some(account) => format!("https://{account}.r2.cloudflarestorage.com"),
             None => return Err(StoreError::NoEndpoint),
@@ -39,6 +39,31 @@ pub fn endpoint(
         url,
         region: region.unwrap_or("auto").to_owned(),
     })
+}
+
+/// Checks an `--endpoint` URL: a scheme is required (`127.0.0.1:8014` gets
+/// the `http://` suggestion), and credentials in it (`http://KEY:SECRET@host`)
+/// are refused before anything could print them: they belong in the
+/// environment.
+pub fn endpoint_url(flag: &str) -> Result<String> {
+    let u = flag.trim().trim_end_matches('/');
+    let Some((scheme, rest)) = u.split_once("://") else {
+        return Err(StoreError::Options(format!(
+            "--endpoint {u}: not a URL; did you mean http://{u} (or https://{u})?"
+        )));
+    };
+    if scheme != "http" && scheme != "https" {
+        return Err(StoreError::Options(format!(
+            "--endpoint: the scheme must be http:// or https://, not {scheme}://"
+        )));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if let Some((_, host)) = authority.rsplit_once('@') {
+        return Err(StoreError::Options(format!(
+            "--endpoint: credentials in the URL are refused (they would show in logs and messages): give {scheme}://{host} and set R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) instead"
+        )));
+    }
+    Ok(u.to_owned())
 }
 
 /// Static credentials from `R2_ACCESS_KEY_ID`/`R2_SECRET_ACCESS_KEY`, else
@@ -64,7 +89,7 @@ pub fn env_credentials(env: &dyn Fn(&str) -> Option<String>) -> Option<Credentia
 /// Credentials from the environment, else from the AWS profile files
 /// (`AWS_PROFILE`, `~/.aws/credentials`). Fails with the variables to set.
 pub async fn credentials(
-    env: &dyn Fn(&str) -> Option<String>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<SharedCredentialsProvider> {
     if let Some(c) = env_credentials(env) {
         return Ok(SharedCredentialsProvider::new(c));
@@ -126,15 +151,16 @@ pub fn parse_s3_url(url: &str) -> Option<(&str, &str)> {
     (!bucket.is_empty()).then_some((bucket, key))
 }
 
-/// Blocking, strict reads of objects in private buckets: `HEAD` for the
-/// length, ranged `GetObject` checked like the HTTP path (the exact
-/// `Content-Range`, the exact body length). The SDK is async; a runtime of
-/// its own drives it, and any thread may call in.
+/// Strict reads of objects in private buckets: `HEAD` for the length,
+/// ranged `GetObject` checked like the HTTP path (the exact
+/// `Content-Range`, the exact body length). The SDK retries transient
+/// failures itself (standard mode, 3 attempts).
 #[derive(Debug)]
-pub struct S3Reader {
+pub struct S3Store {
     client: aws_sdk_s3::Client,
-    rt: tokio::runtime::Runtime,
     endpoint: String,
+    counters: std::sync::Arc<crate::stats::Counters>,
+    max_read_bytes: u64,
 }
 
 fn sdk_error<E>(
@@ -153,8 +179,9 @@ where
                 return StoreError::Status {
                     url: url.into(),
                     status,
-                    what: format!(
-                        "{op} (access denied: check R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY and the token's bucket permissions)"
+                    what: op.to_owned(),
+                    hint: Some(
+                        "access denied: check R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY and the token's bucket permissions".into(),
                     ),
                 };
             }
@@ -167,6 +194,7 @@ where
                         .code()
                         .map_or_else(String::new, |c| format!(" ({c})"))
                 ),
+                hint: None,
             }
         }
         other => {
@@ -185,32 +213,33 @@ where
     }
 }
 
-impl S3Reader {
-    /// A reader for `ep` with `creds`.
-    pub fn new(ep: &Endpoint, creds: SharedCredentialsProvider) -> Result<S3Reader> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Client(format!("tokio runtime: {e}")))?;
-        Ok(S3Reader {
+impl S3Store {
+    /// A backend for `ep` with `creds`.
+    pub(crate) fn new(
+        ep: &Endpoint,
+        creds: SharedCredentialsProvider,
+        counters: std::sync::Arc<crate::stats::Counters>,
+        max_read_bytes: u64,
+    ) -> S3Store {
+        S3Store {
             client: client(ep, creds),
-            rt,
             endpoint: ep.url.clone(),
-        })
+            counters,
+            max_read_bytes,
+        }
     }
 
-    /// A reader from the environment: `--endpoint` or `R2_ACCOUNT_ID`, and
-    /// the credentials `r2-upload` uses (`R2_*`, `AWS_*`, a profile).
-    pub fn from_env(endpoint_flag: Option<&str>) -> Result<S3Reader> {
+    /// A backend from the environment: `endpoint_flag` or `R2_ACCOUNT_ID`,
+    /// and the credentials `r2-upload` uses (`R2_*`, `AWS_*`, a profile).
+    pub(crate) async fn from_env(
+        endpoint_flag: Option<&str>,
+        counters: std::sync::Arc<crate::stats::Counters>,
+        max_read_bytes: u64,
+    ) -> Result<S3Store> {
         let env = |k: &str| std::env::var(k).ok();
         let ep = endpoint(endpoint_flag, None, &env)?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Client(format!("tokio runtime: {e}")))?;
-        let creds = rt.block_on(credentials(&env))?;
-        S3Reader::new(&ep, creds)
+        let creds = credentials(&env).await?;
+        Ok(S3Store::new(&ep, creds, counters, max_read_bytes))
     }
 
     /// The endpoint, for messages.
@@ -218,12 +247,16 @@ impl S3Reader {
         &self.endpoint
     }
 
-    /// HEAD: length, ETag and `x-amz-meta-sha256`.
-    pub fn head(&self, url: &str) -> Result<crate::Head> {
+    async fn head_object(&self, url: &str) -> Result<crate::Head> {
         let (bucket, key) = parse_s3_url(url).ok_or_else(|| bad_url(url))?;
+        self.counters.request(false);
         let h = self
-            .rt
-            .block_on(self.client.head_object().bucket(bucket).key(key).send())
+            .client
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
             .map_err(|e| sdk_error(url, "HeadObject", &e))?;
         Ok(crate::Head {
             len: u64::try_from(h.content_length().unwrap_or(0)).unwrap_or(0),
@@ -233,79 +266,162 @@ impl S3Reader {
     }
 
     /// Ranged `GetObject` of `bytes=start-end`, checked like the HTTP path;
-    /// returns the object's length from the Content-Range. `prefix`: accept
-    /// a shorter answer that ends at the object's end.
-    pub fn get_range(
+    /// `sink` gets the body as it arrives. Returns the object's length from
+    /// the Content-Range. `prefix`: accept a shorter answer that ends at the
+    /// object's end.
+    async fn get_range(
         &self,
         url: &str,
-        start: u64,
-        end: u64,
+        (start, end): (u64, u64),
         prefix: bool,
-        sink: &mut dyn FnMut(u64, &[u8]),
-    ) -> Result<u64> {
+        sink: &mut (dyn FnMut(u64, &[u8]) + Send),
+    ) -> Result<(u64, u64)> {
         let (bucket, key) = parse_s3_url(url).ok_or_else(|| bad_url(url))?;
-        self.rt.block_on(async {
-            let out = self
-                .client
-                .get_object()
-                .bucket(bucket)
-                .key(key)
-                .range(format!("bytes={start}-{end}"))
-                .send()
-                .await
-                .map_err(|e| sdk_error(url, "GetObject", &e))?;
-            let cr = out.content_range().unwrap_or_default().to_owned();
-            let parsed = crate::http::parse_content_range(&cr);
-            let (got_end, total) = match parsed {
-                Some((a, b, t))
-                    if a == start && (b == end || (prefix && t > 0 && b == end.min(t - 1))) =>
-                {
-                    (b, t)
-                }
-                _ => {
-                    return Err(StoreError::ContentRange {
-                        url: url.into(),
-                        expected: format!("bytes {start}-{end}/…"),
-                        found: cr,
-                    });
-                }
-            };
-            let want = got_end - start + 1;
-            let mut body = out.body;
-            let mut got = 0u64;
-            while let Some(chunk) = body.try_next().await.map_err(|e| StoreError::Transport {
-                url: url.into(),
-                message: e.to_string(),
-                attempts: 1,
-                timeout: false,
-                no_conversation: false,
-            })? {
-                if got + chunk.len() as u64 > want {
-                    return Err(StoreError::BodyLength {
-                        url: url.into(),
-                        start,
-                        end: got_end,
-                        expected: want,
-                        found: got + chunk.len() as u64,
-                    });
-                }
-                sink(got, &chunk);
-                got += chunk.len() as u64;
+        self.counters.request(false);
+        let out = self
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .range(format!("bytes={start}-{end}"))
+            .send()
+            .await
+            .map_err(|e| sdk_error(url, "GetObject", &e))?;
+        let cr = out.content_range().unwrap_or_default().to_owned();
+        let (got_end, total) = match crate::range::parse_content_range(&cr) {
+            Some((a, b, t)) if a == start && (b == end || (prefix && b == end.min(t - 1))) => {
+                (b, t)
             }
-            if got != want {
+            _ => {
+                return Err(StoreError::ContentRange {
+                    url: url.into(),
+                    expected: format!("bytes {start}-{end}/…"),
+                    found: cr,
+                });
+            }
+        };
+        let want = got_end - start + 1;
+        let mut body = out.body;
+        let mut got = 0u64;
+        while let Some(chunk) = body.try_next().await.map_err(|e| StoreError::Transport {
+            url: url.into(),
+            message: e.to_string(),
+            attempts: 1,
+            timeout: false,
+            no_conversation: false,
+        })? {
+            if got + chunk.len() as u64 > want {
                 return Err(StoreError::BodyLength {
                     url: url.into(),
                     start,
                     end: got_end,
                     expected: want,
-                    found: got,
+                    found: got + chunk.len() as u64,
+                });
+            }
+            sink(got, &chunk);
+            got += chunk.len() as u64;
+            self.counters.body(chunk.len() as u64);
+        }
+        if got != want {
+            return Err(StoreError::BodyLength {
+                url: url.into(),
+                start,
+                end: got_end,
+                expected: want,
+                found: got,
+            });
+        }
+        Ok((got_end, total))
+    }
+}
+
+impl crate::read::RangeRead for S3Store {
+    fn head<'a>(&'a self, location: &'a str) -> crate::read::BoxFuture<'a, Result<crate::Head>> {
+        Box::pin(self.head_object(location))
+    }
+
+    fn read_into<'a>(
+        &'a self,
+        location: &'a str,
+        start: u64,
+        dest: &'a mut [u8],
+        opts: crate::read::ReadOptions,
+    ) -> crate::read::BoxFuture<'a, Result<u64>> {
+        Box::pin(async move {
+            let len = dest.len() as u64;
+            let end = start.saturating_add(len).saturating_sub(1);
+            crate::range::check_read(location, start, end, self.max_read_bytes)?;
+            let mut sink = |at: u64, b: &[u8]| {
+                let at = usize::try_from(at).unwrap_or(usize::MAX);
+                if let Some(d) = at.checked_add(b.len()).and_then(|e| dest.get_mut(at..e)) {
+                    d.copy_from_slice(b);
+                }
+            };
+            let (_, total) = self
+                .get_range(location, (start, end), false, &mut sink)
+                .await?;
+            if let Some(t) = opts.total.filter(|&t| t != total) {
+                return Err(StoreError::ContentRange {
+                    url: location.into(),
+                    expected: format!("bytes {start}-{end}/{t}"),
+                    found: format!("bytes {start}-{end}/{total}"),
                 });
             }
             Ok(total)
         })
     }
+
+    fn read_prefix<'a>(
+        &'a self,
+        location: &'a str,
+        max: u64,
+    ) -> crate::read::BoxFuture<'a, Result<(Vec<u8>, u64)>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            let mut sink = |_: u64, b: &[u8]| out.extend_from_slice(b);
+            let (_, total) = self
+                .get_range(location, (0, max.saturating_sub(1)), true, &mut sink)
+                .await?;
+            Ok((out, total))
+        })
+    }
+
+    fn max_read_bytes(&self) -> u64 {
+        self.max_read_bytes
+    }
 }
 
 fn bad_url(url: &str) -> StoreError {
     StoreError::Client(format!("{url}: not an s3://bucket/key URL"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_urls_carry_no_secrets() {
+        assert_eq!(
+            endpoint_url("http://127.0.0.1:8014/").ok().as_deref(),
+            Some("http://127.0.0.1:8014")
+        );
+        let e = endpoint_url("http://AKID42:s3cr3t-value@127.0.0.1:8014")
+            .expect_err("refused")
+            .to_string();
+        assert!(!e.contains("s3cr3t-value") && !e.contains("AKID42"), "{e}");
+        assert!(e.contains("R2_SECRET_ACCESS_KEY"), "{e}");
+        let e = endpoint_url("127.0.0.1:8014")
+            .expect_err("no scheme")
+            .to_string();
+        assert!(e.contains("http://127.0.0.1:8014"), "{e}");
+        assert!(endpoint_url("ftp://h").is_err());
+    }
+
+    #[test]
+    fn s3_urls() {
+        assert_eq!(parse_s3_url("s3://b/k/x"), Some(("b", "k/x")));
+        assert_eq!(parse_s3_url("s3:///k"), None);
+        assert_eq!(parse_s3_url("https://b/k"), None);
+    }
 }

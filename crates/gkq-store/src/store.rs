@@ -1,156 +1,161 @@
-//! [`Store`]: reads by URL scheme. `http(s)://` goes through [`Http`];
-//! `s3://bucket/key` through an S3 reader (feature `s3`), for private
-//! buckets read with credentials.
+//! [`Store`]: one [`RangeRead`] for every location a reader meets, routed
+//! by scheme: `http(s)://` to [`HttpStore`], `s3://bucket/key` to the S3
+//! backend (feature `s3`; endpoint and credentials from the environment,
+//! set up on first use), anything else to [`LocalStore`] as a path. All of
+//! them count into one set of [`NetStats`], and bulk reads share one
+//! [`Gate`] of parts in flight.
 
-use crate::error::{Result, StoreError};
-use crate::http::{Head, Http, HttpConfig, NetStats};
+use std::sync::Arc;
 
-/// Every read of one reader, whatever the scheme.
-#[derive(Debug)]
-pub struct Store {
-    http: Http,
+use bytes::Bytes;
+
+use crate::config::StoreConfig;
+use crate::error::Result;
+use crate::http::HttpStore;
+use crate::local::LocalStore;
+use crate::parallel::{Check, Gate, read_parts};
+use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};
+use crate::stats::{Counters, NetStats};
+
+/// The features this build of gkq-store has, for `--version` lines.
+pub const FEATURES: &[&str] = &[
     #[cfg(feature = "s3")]
-    s3: Option<crate::s3::S3Reader>,
-}
+    "s3",
+];
 
-/// Whether `location` is a URL this crate reads (`http://`, `https://`, `s3://`).
+/// Whether `location` is a URL this crate reads over the network
+/// (`http://`, `https://`, `s3://`) rather than a local path.
 pub fn is_remote(location: &str) -> bool {
     ["http://", "https://", "s3://"]
         .iter()
         .any(|p| location.starts_with(p))
 }
 
-fn is_s3(url: &str) -> bool {
-    url.starts_with("s3://")
+/// Every read of one reader or verifier, whatever the scheme.
+#[derive(Debug)]
+pub struct Store {
+    http: HttpStore,
+    local: LocalStore,
+    #[cfg(feature = "s3")]
+    s3: tokio::sync::OnceCell<crate::s3::S3Store>,
+    counters: Arc<Counters>,
+    gate: Gate,
+    config: StoreConfig,
 }
 
 impl Store {
-    /// HTTP(S) only; `s3://` URLs need [`Store::with_s3`].
-    pub fn new(config: HttpConfig) -> Result<Store> {
+    /// A store with `config`.
+    pub fn new(config: StoreConfig) -> Result<Store> {
+        let counters = Arc::new(Counters::default());
         Ok(Store {
-            http: Http::new(config)?,
+            http: HttpStore::new(config.clone(), counters.clone())?,
+            local: LocalStore::new(config.max_read_bytes),
             #[cfg(feature = "s3")]
-            s3: None,
+            s3: tokio::sync::OnceCell::new(),
+            gate: Gate::new(config.parallel),
+            counters,
+            config,
         })
     }
 
-    /// Adds the reader of `s3://` URLs.
-    #[cfg(feature = "s3")]
-    pub fn with_s3(mut self, reader: crate::s3::S3Reader) -> Store {
-        self.s3 = Some(reader);
-        self
+    /// The settings.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
     }
 
-    #[cfg(feature = "s3")]
-    fn s3(&self, url: &str) -> Result<&crate::s3::S3Reader> {
-        self.s3.as_ref().ok_or_else(|| {
-            StoreError::Client(format!(
-                "{url}: no S3 credentials were set up for s3:// URLs"
-            ))
-        })
-    }
-
-    #[cfg(not(feature = "s3"))]
-    fn no_s3<T>(url: &str) -> Result<T> {
-        Err(StoreError::Client(format!(
-            "{url}: s3:// URLs need a build with the `s3` feature (cargo install --path crates/gkq-reader --features s3)"
-        )))
-    }
-
-    /// The HTTP client.
-    pub fn http(&self) -> &Http {
-        &self.http
-    }
-
-    /// Counters so far (S3 reads included in requests and payload bytes).
+    /// Counters so far (S3 calls included).
     pub fn stats(&self) -> NetStats {
-        self.http.stats()
+        self.counters.snapshot()
     }
 
-    /// Whether requests are multiplexed on one connection (HTTP/2 seen).
+    /// Whether HTTP requests are multiplexed on one connection (HTTP/2 seen).
     pub fn multiplexed(&self) -> bool {
         self.http.multiplexed()
     }
 
-    /// The HTTP settings.
-    pub fn config(&self) -> &HttpConfig {
-        self.http.config()
+    /// The gate of parts in flight shared by every bulk read of this store.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
     }
 
-    /// HEAD.
-    pub fn head(&self, url: &str) -> Result<Head> {
-        if is_s3(url) {
-            #[cfg(feature = "s3")]
-            {
-                self.http.count_external(1, 0);
-                return self.s3(url)?.head(url);
-            }
-            #[cfg(not(feature = "s3"))]
-            return Self::no_s3(url);
+    /// The backend of `location`.
+    async fn backend(&self, location: &str) -> Result<&dyn RangeRead> {
+        if location.starts_with("http://") || location.starts_with("https://") {
+            return Ok(&self.http);
         }
-        self.http.head(url)
-    }
-
-    /// HEAD: the length.
-    pub fn content_length(&self, url: &str) -> Result<u64> {
-        self.head(url).map(|h| h.len)
-    }
-
-    /// See [`Http::get_prefix`].
-    pub fn get_prefix(&self, url: &str, max: u64) -> Result<(Vec<u8>, u64)> {
-        if is_s3(url) {
-            #[cfg(feature = "s3")]
-            {
-                let mut out = Vec::new();
-                let total = self.s3(url)?.get_range(
-                    url,
-                    0,
-                    max.saturating_sub(1),
-                    true,
-                    &mut crate::http::collect_into(&mut out),
-                )?;
-                self.http.count_external(1, out.len() as u64);
-                return Ok((out, total));
-            }
-            #[cfg(not(feature = "s3"))]
-            return Self::no_s3(url);
+        if !location.starts_with("s3://") {
+            return Ok(&self.local);
         }
-        self.http.get_prefix(url, max)
+        #[cfg(feature = "s3")]
+        {
+            let s3 = self
+                .s3
+                .get_or_try_init(|| {
+                    crate::s3::S3Store::from_env(
+                        self.config.s3_endpoint.as_deref(),
+                        self.counters.clone(),
+                        self.config.max_read_bytes,
+                    )
+                })
+                .await?;
+            Ok(s3)
+        }
+        #[cfg(not(feature = "s3"))]
+        Err(crate::StoreError::NoS3 {
+            url: location.to_owned(),
+        })
     }
 
-    /// See [`Http::get_range_vec`].
-    pub fn get_range_vec(
+    /// Bytes `start..start + len` of `location`, read in parallel parts (see
+    /// [`read_parts`]) under this store's gate, and returned only once
+    /// `check` passes.
+    pub async fn read_checked(
         &self,
-        url: &str,
+        location: &str,
         start: u64,
-        end: u64,
+        len: u64,
         total: Option<u64>,
-    ) -> Result<Vec<u8>> {
-        if is_s3(url) {
-            #[cfg(feature = "s3")]
-            {
-                crate::http::check_read(url, start, end, self.config().max_read_bytes)?;
-                let mut out = Vec::new();
-                let got_total = self.s3(url)?.get_range(
-                    url,
-                    start,
-                    end,
-                    false,
-                    &mut crate::http::collect_into(&mut out),
-                )?;
-                if let Some(t) = total.filter(|&t| t != got_total) {
-                    return Err(StoreError::ContentRange {
-                        url: url.into(),
-                        expected: format!("bytes {start}-{end}/{t}"),
-                        found: format!("bytes {start}-{end}/{got_total}"),
-                    });
-                }
-                self.http.count_external(1, out.len() as u64);
-                return Ok(out);
-            }
-            #[cfg(not(feature = "s3"))]
-            return Self::no_s3(url);
-        }
-        self.http.get_range_vec(url, start, end, total)
+        check: Check,
+    ) -> Result<Bytes> {
+        let backend = self.backend(location).await?;
+        read_parts(backend, &self.gate, location, (start, len), total, check).await
+    }
+}
+
+impl RangeRead for Store {
+    fn head<'a>(&'a self, location: &'a str) -> BoxFuture<'a, Result<Head>> {
+        Box::pin(async move { self.backend(location).await?.head(location).await })
+    }
+
+    fn read_into<'a>(
+        &'a self,
+        location: &'a str,
+        start: u64,
+        dest: &'a mut [u8],
+        opts: ReadOptions,
+    ) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(async move {
+            self.backend(location)
+                .await?
+                .read_into(location, start, dest, opts)
+                .await
+        })
+    }
+
+    fn read_prefix<'a>(
+        &'a self,
+        location: &'a str,
+        max: u64,
+    ) -> BoxFuture<'a, Result<(Vec<u8>, u64)>> {
+        Box::pin(async move {
+            self.backend(location)
+                .await?
+                .read_prefix(location, max)
+                .await
+        })
+    }
+
+    fn max_read_bytes(&self) -> u64 {
+        self.config.max_read_bytes
     }
 }

@@ -15,7 +15,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use gkq_format::{Knot, merkle};
-use gkq_store::{Http, HttpConfig, StoreError};
+use gkq_store::blocking::Runtime;
+use gkq_store::{Head, RangeRead, ReadOptions, RetryPolicy, Store, StoreConfig, StoreError};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
@@ -46,17 +47,55 @@ pub fn object_url(base: &str, object: &str) -> String {
     format!("{}/{object}", base.trim_end_matches('/'))
 }
 
-/// The HTTP client for checks: one timeout for the whole of each request,
-/// no redirects followed (they are reported), no compression, no retries
-/// (a gate reports what it saw), trusting the extra CA files given.
+/// The HTTP client of the checks: blocking calls over the store's async
+/// core. Each request has a deadline of the timeout plus its bytes at the
+/// store's minimum throughput; no redirects are followed (they are
+/// reported), nothing is decompressed, nothing is retried (a gate reports
+/// what it saw), and the extra CA files given are trusted.
+pub struct Http {
+    rt: Runtime,
+    store: Store,
+}
+
+const CALL: (&str, &str) = ("gkq_verify::verify with --url", "an async HTTP client");
+
+impl Http {
+    /// HEAD.
+    pub fn head(&self, url: &str) -> Result<Head, StoreError> {
+        self.rt.block_on(CALL.0, CALL.1, self.store.head(url))?
+    }
+
+    /// GET `bytes=start-end` (inclusive) of an object of `total` bytes.
+    pub fn get_range_vec(
+        &self,
+        url: &str,
+        start: u64,
+        end: u64,
+        total: Option<u64>,
+    ) -> Result<Vec<u8>, StoreError> {
+        let opts = ReadOptions {
+            total,
+            ..ReadOptions::default()
+        };
+        self.rt
+            .block_on(CALL.0, CALL.1, self.store.read_vec(url, start, end, opts))?
+    }
+}
+
+/// The HTTP client for the checks (see [`Http`]).
 pub fn client(opts: &VerifyOptions) -> Result<Http, VerifyError> {
-    Http::new(HttpConfig {
+    let rt = Runtime::new(CALL.0, CALL.1).map_err(|e| VerifyError::Client(e.to_string()))?;
+    let store = Store::new(StoreConfig {
         timeout: opts.timeout,
-        attempts: 1,
+        retry: RetryPolicy {
+            attempts: 1,
+            ..RetryPolicy::default()
+        },
         ca_certs: opts.ca_certs.clone(),
-        ..HttpConfig::default()
+        ..StoreConfig::default()
     })
-    .map_err(|e| VerifyError::Client(e.to_string()))
+    .map_err(|e| VerifyError::Client(e.to_string()))?;
+    Ok(Http { rt, store })
 }
 
 /// splitmix64.

@@ -2,7 +2,6 @@
 
 use std::fs;
 use std::path::PathBuf;
-use std::process::Command;
 
 use fixtures::servers::{Nginx, NginxOptions};
 
@@ -33,7 +32,7 @@ fn gkq_rows_json_and_sessions() {
     let knot = format!("{}/m/model.knot", nginx.url());
     let rows = format!("{}/m/token_embd.f32.rows", nginx.url());
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+        fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
             .args(args)
             .output()
             .expect("run gkq-rows")
@@ -105,17 +104,15 @@ fn gkq_rows_json_and_sessions() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("token id 512 is out of range"));
 }
 
-mod common;
-
 /// `gkq-rows` on a knot whose token embedding is spectral: the resolution
 /// says so, the rows are the reconstruction, and an id past the vocabulary
 /// is an error (exit 1), not a panic.
 #[test]
 fn gkq_rows_on_a_spectral_embedding() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let (knot, want) = common::spectral_embedding_knot(tmp.path());
+    let (knot, want) = fixtures::knots::spectral_embedding_knot(tmp.path());
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+        fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
             .arg(&knot)
             .args(args)
             .output()
@@ -145,8 +142,8 @@ fn gkq_rows_on_a_spectral_embedding() {
 #[test]
 fn gkq_rows_closed_stdout_is_not_a_crash() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let (knot, _) = common::spectral_embedding_knot(tmp.path());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+    let (knot, _) = fixtures::knots::spectral_embedding_knot(tmp.path());
+    let mut child = fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
         .arg(&knot)
         .args(["--tokens", "1,2,3", "--f32"])
         .stdout(std::process::Stdio::piped())
@@ -171,7 +168,7 @@ fn gkq_inspect_local_and_remote() {
     let knot = gkq_format::Knot::parse(&knot_bytes).expect("valid");
     let id = gkq_format::hex(&knot.header().preamble().header_sha256);
     let inspect = |arg: &str, json: bool| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_gkq-inspect"));
+        let mut c = fixtures::tool(env!("CARGO_BIN_EXE_gkq-inspect"));
         c.arg(arg);
         if json {
             c.arg("--json");
@@ -236,7 +233,7 @@ fn gkq_rows_columnar_embed_mistakes() {
     let base = format!("{}/m", nginx.url());
     let knot = format!("{base}/model.knot");
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+        fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
             .args(args)
             .output()
             .expect("run gkq-rows")

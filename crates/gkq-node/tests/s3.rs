@@ -1,13 +1,14 @@
 //! Private reads from an S3-compatible server (s3s-fs, SigV4 enforced) at
 //! s3://bucket/key URLs, with the credentials and --endpoint the upload
-//! uses. Built only with the `s3` feature (`scripts/test.sh` runs it).
+//! uses, by the gkq-rows of the workspace build (where the uploader turns
+//! on gkq-store's `s3` feature, so every tool has it); a build without the
+//! feature must say so and name it.
 
 use std::fs;
-use std::process::Command;
 
 use fixtures::servers::{S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
 use gkq_format::DType;
-use gkq_reader::{Reader, ReaderConfig, Roles};
+use gkq_reader::{Reader, ReaderConfig, Serve};
 
 #[test]
 fn gkq_rows_reads_a_private_bucket() {
@@ -28,7 +29,7 @@ fn gkq_rows_reads_a_private_bucket() {
         fs::copy(&p, prefix.join(p.file_name().expect("name"))).expect("copy");
     }
     let run = |secret: &str| {
-        Command::new(env!("CARGO_BIN_EXE_gkq-rows"))
+        fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
             .args([
                 "s3://private/m/v1/model.knot",
                 "--columnar-embed",
@@ -49,6 +50,11 @@ fn gkq_rows_reads_a_private_bucket() {
             .expect("run gkq-rows")
     };
     let o = run(S3_SECRET_KEY);
+    if !gkq_store::FEATURES.contains(&"s3") {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("without the `s3` feature"), "{err}");
+        return;
+    }
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["resolution"]["path"], "columnar", "{}", v["resolution"]);
@@ -63,13 +69,13 @@ fn gkq_rows_reads_a_private_bucket() {
     let local = Reader::open(
         out.join("model.knot").to_str().expect("utf8"),
         ReaderConfig::default(),
-        Roles::INPUT,
+        Serve::INPUT,
     )
     .expect("local");
     let want = local
         .embedding()
         .expect("input")
-        .rows(&[1, 17, 42, 511])
+        .rows(&[1u64, 17, 42, 511])
         .expect("rows")
         .to_f32()
         .expect("f32");

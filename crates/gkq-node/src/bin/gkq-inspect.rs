@@ -1,22 +1,19 @@
 //! `gkq-inspect`: what is inside a knot, local or remote (header only).
 
-#[path = "shared/exit.rs"]
-mod exit;
-
 use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 use gkq_format::{Block, Encoding, KnotHeader, Quant, Value as MetaValue, hex};
-use gkq_reader::{HttpConfig, KnotHandle, Store, is_url};
+use gkq_reader::{NetArgs, Reader, ReaderConfig, Serve, is_url};
 use serde_json::{Value, json};
 
 /// Show the metadata, the block table and the knot id of a GKQ v2 knot.
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-inspect",
-    version,
+    version = gkq_node::version(),
     after_help = "A URL is read the way a node opens it: one HEAD and one or two range requests for the header; no payload is fetched.\n\nExit status: 0 printed; 1 the knot could not be read or is invalid (the message says which rule it breaks)."
 )]
 struct Args {
@@ -25,9 +22,8 @@ struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
-    /// A PEM file of CA certificates to trust besides the system store (repeatable).
-    #[arg(long = "ca-cert", value_name = "FILE")]
-    ca_certs: Vec<std::path::PathBuf>,
+    #[command(flatten)]
+    net: NetArgs,
 }
 
 fn meta_json(v: &MetaValue) -> Value {
@@ -198,24 +194,22 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
 }
 
 fn run(a: &Args) -> anyhow::Result<()> {
-    let http = Store::new(HttpConfig {
-        ca_certs: a.ca_certs.clone(),
-        ..HttpConfig::default()
-    })?;
-    let knot =
-        KnotHandle::open(&a.knot, &http).with_context(|| format!("cannot inspect {}", a.knot))?;
+    let config = ReaderConfig::try_from(a.net.clone()).map_err(anyhow::Error::msg)?;
+    let reader = Reader::open(&a.knot, config, Serve::NONE)
+        .with_context(|| format!("cannot inspect {}", a.knot))?;
+    let knot = reader.knot();
     let mut out = std::io::stdout().lock();
     if a.json {
         let mut v = report(&a.knot, knot.header());
         if is_url(&a.knot) {
-            let s = http.stats();
+            let s = reader.net_stats();
             v["fetched"] = json!({"requests": s.requests, "payload_bytes": s.payload_bytes});
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
         human(&mut out, &a.knot, knot.header())?;
         if is_url(&a.knot) {
-            let s = http.stats();
+            let s = reader.net_stats();
             writeln!(
                 out,
                 "\nread {} bytes of header in {} requests",
@@ -227,5 +221,6 @@ fn run(a: &Args) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    exit::exit("gkq-inspect", run(&Args::parse()))
+    gkq_node::init_logging();
+    gkq_node::exit("gkq-inspect", run(&Args::parse()))
 }

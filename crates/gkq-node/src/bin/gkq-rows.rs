@@ -1,16 +1,13 @@
 //! `gkq-rows`: read embedding rows of a published model the way a node does,
 //! and show what it cost.
 
-#[path = "shared/exit.rs"]
-mod exit;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use gkq_reader::{CacheStats, EmbedArgs, Embedding, NetStats, Reader, ReaderConfig, Roles};
+use gkq_reader::{CacheStats, Embedding, NetStats, NodeArgs, Reader, ReaderConfig, Serve};
 use serde_json::{Value, json};
 
 /// `println!` that returns a closed stdout as an error instead of panicking.
@@ -25,14 +22,14 @@ macro_rules! outln {
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-rows",
-    version,
+    version = gkq_node::version(),
     after_help = "When --columnar-embed is given but cannot be used (a typo, a server that is down, a row file of the wrong size), the embedding falls back to the knot's dense block and a warning on stderr says why and what it costs; --require-columnar makes that an error.\n\nExit status: 0 rows read; 1 error (bad ids, unreachable knot, --require-columnar refused the fallback)."
 )]
 struct Args {
     /// The knot: a path or an http(s) URL.
     knot: String,
     #[command(flatten)]
-    embed: EmbedArgs,
+    embed: NodeArgs,
     /// Token ids, comma-separated.
     #[arg(long, value_delimiter = ',', conflicts_with_all = ["tokens_file", "sessions_file"])]
     tokens: Vec<u64>,
@@ -153,9 +150,9 @@ fn warn_fallback(a: &Args, reader: &Reader) {
 }
 
 fn run(a: Args) -> anyhow::Result<()> {
-    let config: ReaderConfig = a.embed.clone().into();
+    let config = ReaderConfig::try_from(a.embed.clone()).map_err(anyhow::Error::msg)?;
     let t0 = Instant::now();
-    let reader = Reader::open(&a.knot, config, Roles::INPUT)?;
+    let reader = Reader::open(&a.knot, config, Serve::INPUT)?;
     let e = reader.embedding()?;
     let open = reader.net_stats();
     let res = e.resolution();
@@ -199,7 +196,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                     n + 1
                 )
             })?;
-            let (v, _) = lookup(&reader, e, &ids, false)?;
+            let (v, _) = lookup(&reader, &e, &ids, false)?;
             if !a.json {
                 human(&format!("session {}", sessions.len() + 1), &v);
             }
@@ -241,7 +238,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         if ids.is_empty() {
             bail!("no token ids: give --tokens, --tokens-file or --sessions-file");
         }
-        let (v, rows) = lookup(&reader, e, &ids, a.f32)?;
+        let (v, rows) = lookup(&reader, &e, &ids, a.f32)?;
         if !a.json {
             human("lookup", &v);
             if let Some(rows) = &rows {
@@ -301,5 +298,6 @@ fn run(a: Args) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    exit::exit("gkq-rows", run(Args::parse()))
+    gkq_node::init_logging();
+    gkq_node::exit("gkq-rows", run(Args::parse()))
 }

@@ -1,0 +1,239 @@
+//! The pipelined load of a stage: its blocks are pulled in first-use order
+//! (layer 0 first, the final norm and the lm_head last) by the reader's
+//! parallel schedule, and a thread of its own turns each into f32 tensors
+//! as soon as it is verified. The forward pass waits only for the layer it
+//! is about to run, so compute starts while later layers still arrive, and
+//! the raw bytes of a block live only until it is converted.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use candle_core::Tensor;
+use gkq_format::Block;
+use gkq_reader::{BlockingPull, Pulled};
+
+use crate::config::Config;
+use crate::error::{DecodeError, Result};
+use crate::model::{Layer, Linear, layer_block_names, tensor_from_block};
+
+/// What a stage has loaded so far.
+#[derive(Default)]
+struct Slots {
+    layers: Vec<Option<Layer>>,
+    norm: Option<Tensor>,
+    lm_head: bool,
+    error: Option<DecodeError>,
+    /// When the last item arrived.
+    done: Option<Instant>,
+}
+
+/// The loaded weights of a stage, filled by the loader thread.
+pub(crate) struct Loaded {
+    slots: Mutex<Slots>,
+    cv: Condvar,
+    stop: AtomicBool,
+}
+
+fn lock(m: &Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `[..]` f32 tensor of a pulled block, its shape checked.
+fn tensor(
+    name: &str,
+    got: &mut HashMap<String, (Block, Bytes)>,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let (block, bytes) = got
+        .remove(name)
+        .ok_or_else(|| DecodeError::Weights(format!("block {name} was not pulled")))?;
+    let have: Vec<usize> = block.shape.iter().map(|&d| d as usize).collect();
+    if have != shape {
+        return Err(DecodeError::Weights(format!(
+            "block {name} has shape {have:?}, config.json implies {shape:?}"
+        )));
+    }
+    tensor_from_block(&bytes, block.dtype, shape)
+}
+
+/// Builds layer `l` from its pulled blocks.
+fn layer(cfg: &Config, l: usize, got: &mut HashMap<String, (Block, Bytes)>) -> Result<Layer> {
+    let n = layer_block_names(cfg, l);
+    let (h, q, kv, i) = (
+        cfg.hidden,
+        cfg.heads * cfg.head_dim,
+        cfg.kv_heads * cfg.head_dim,
+        cfg.intermediate,
+    );
+    let mut t = |k: usize, shape: &[usize]| tensor(&n[k], got, shape);
+    let q_w = t(1, &[q, h])?;
+    let k_w = t(2, &[kv, h])?;
+    let v_w = t(3, &[kv, h])?;
+    let (qb, kb, vb) = if n.len() > 9 {
+        (Some(t(9, &[q])?), Some(t(10, &[kv])?), Some(t(11, &[kv])?))
+    } else {
+        (None, None, None)
+    };
+    Ok(Layer {
+        input_norm: t(0, &[h])?,
+        q: Linear { w: q_w, b: qb },
+        k: Linear { w: k_w, b: kb },
+        v: Linear { w: v_w, b: vb },
+        o: Linear {
+            w: t(4, &[h, q])?,
+            b: None,
+        },
+        post_norm: t(5, &[h])?,
+        gate: Linear {
+            w: t(6, &[i, h])?,
+            b: None,
+        },
+        up: Linear {
+            w: t(7, &[i, h])?,
+            b: None,
+        },
+        down: Linear {
+            w: t(8, &[h, i])?,
+            b: None,
+        },
+    })
+}
+
+/// What the loader needs to know about the stage.
+pub(crate) struct Plan {
+    pub(crate) cfg: Config,
+    pub(crate) first: usize,
+    pub(crate) count: usize,
+    pub(crate) norm: bool,
+}
+
+impl Loaded {
+    /// Starts the loader thread on `pull`.
+    pub(crate) fn start(pull: BlockingPull, plan: Plan) -> Arc<Loaded> {
+        let loaded = Arc::new(Loaded {
+            slots: Mutex::new(Slots {
+                layers: (0..plan.count).map(|_| None).collect(),
+                ..Slots::default()
+            }),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let l = loaded.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = l.run(pull, &plan) {
+                lock(&l.slots).error = Some(e);
+            }
+            lock(&l.slots).done = Some(Instant::now());
+            l.cv.notify_all();
+        });
+        loaded
+    }
+
+    fn run(&self, pull: BlockingPull, plan: &Plan) -> Result<()> {
+        let mut got: HashMap<String, (Block, Bytes)> = HashMap::new();
+        let mut next = 0;
+        for r in pull {
+            let (item, pulled) = r?;
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            match (item, pulled) {
+                (gkq_reader::PullItem::Block(name), Pulled::Block { block, bytes }) => {
+                    got.insert(name, (block, bytes));
+                }
+                (_, Pulled::LmHead(m)) => {
+                    m.weights()?; // the f32 tensor, made now rather than at the first logits
+                    lock(&self.slots).lm_head = true;
+                }
+                (item, _) => {
+                    return Err(DecodeError::Weights(format!(
+                        "unexpected pull item {item:?}"
+                    )));
+                }
+            }
+            while next < plan.count
+                && layer_block_names(&plan.cfg, plan.first + next)
+                    .iter()
+                    .all(|n| got.contains_key(n))
+            {
+                let built = layer(&plan.cfg, plan.first + next, &mut got)?;
+                lock(&self.slots).layers[next] = Some(built);
+                next += 1;
+                self.cv.notify_all();
+            }
+            if plan.norm && got.contains_key("model.norm.weight") {
+                let norm = tensor("model.norm.weight", &mut got, &[plan.cfg.hidden])?;
+                lock(&self.slots).norm = Some(norm);
+                self.cv.notify_all();
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until `ready` holds of the slots (or the loader failed or ended).
+    fn wait<T>(&self, mut ready: impl FnMut(&mut Slots) -> Option<T>) -> Result<T> {
+        let mut s = lock(&self.slots);
+        loop {
+            if let Some(t) = ready(&mut s) {
+                return Ok(t);
+            }
+            if let Some(e) = s.error.take() {
+                return Err(e);
+            }
+            if s.done.is_some() {
+                return Err(DecodeError::Weights(
+                    "the pull ended before every block arrived".into(),
+                ));
+            }
+            s = self
+                .cv
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Takes layer `i` (relative to the stage), waiting for it.
+    pub(crate) fn take_layer(&self, i: usize) -> Result<Layer> {
+        self.wait(|s| s.layers.get_mut(i).and_then(Option::take))
+    }
+
+    /// Takes the final norm, waiting for it.
+    pub(crate) fn take_norm(&self) -> Result<Tensor> {
+        self.wait(|s| s.norm.take())
+    }
+
+    /// Waits until the lm_head is resident and its f32 weights made.
+    pub(crate) fn wait_lm_head(&self) -> Result<()> {
+        self.wait(|s| s.lm_head.then_some(()))
+    }
+
+    /// Waits until the loader has ended; returns when.
+    pub(crate) fn wait_done(&self) -> Result<Instant> {
+        let mut s = lock(&self.slots);
+        loop {
+            if let Some(e) = s.error.take() {
+                return Err(e);
+            }
+            if let Some(d) = s.done {
+                return Ok(d);
+            }
+            s = self
+                .cv
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// When the last item arrived, if it has.
+    pub(crate) fn done(&self) -> Option<Instant> {
+        lock(&self.slots).done
+    }
+
+    /// Asks the loader to stop after the item it is on.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

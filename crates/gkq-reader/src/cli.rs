@@ -1,0 +1,181 @@
+//! The runtime flags of a node (feature `clap`): `#[command(flatten)]` them
+//! into a runtime's own CLI, as `gkq-rows`, `gkq-inspect` and `gkq-decode` do.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gkq_format::DType;
+use gkq_store::{DEFAULT_CONNECTIONS, DEFAULT_MAX_PARALLEL, DEFAULT_MIN_THROUGHPUT};
+
+use crate::cache::{CacheConfig, DEFAULT_CACHE_MAX_BYTES, default_cache_dir};
+use crate::config::{DEFAULT_CACHE_ROWS, ReaderConfig};
+
+/// The flags of a node that reads rows and blocks: the row store, and
+/// [`NetArgs`].
+#[derive(Clone, Debug, clap::Args)]
+pub struct NodeArgs {
+    /// URL of the embedding row file (e.g. https://…/token_embd.f32.rows), or the package's base URL (https://…/v1 or https://…/v1/).
+    #[arg(
+        long = "columnar-embed",
+        value_name = "URL",
+        help_heading = "Row store"
+    )]
+    pub columnar_embed: Option<String>,
+    /// Fail instead of falling back to downloading the whole dense embedding when the row file cannot be used.
+    #[arg(long = "require-columnar", help_heading = "Row store")]
+    pub require_columnar: bool,
+    /// Row file to fetch from a base URL: f32, f16 or bf16 (or fp32, float16, half, bfloat16…) [default: the narrowest one whose values widen to the knot's block exactly].
+    #[arg(long = "embed-dtype", value_name = "DTYPE", value_parser = DType::parse_float, help_heading = "Row store")]
+    pub embed_dtype: Option<DType>,
+    /// Row file to pull the lm_head from [default: the narrowest exact one with fewer bytes per row than the block, else the block].
+    #[arg(long = "lm-head-dtype", value_name = "DTYPE", value_parser = DType::parse_float, help_heading = "Row store")]
+    pub lm_head_dtype: Option<DType>,
+    /// In-memory row cache size, in rows.
+    #[arg(long = "embed-cache-rows", value_name = "N", default_value_t = DEFAULT_CACHE_ROWS, help_heading = "Row store")]
+    pub embed_cache_rows: usize,
+    /// Trust, network and cache flags.
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// The flags of anything that reads a knot: trust, the network, the cache.
+#[derive(Clone, Debug, clap::Args)]
+pub struct NetArgs {
+    /// Refuse any knot whose id (hex of its header_sha256, as gkq-pack and the upload print it) is not this one; with a warm cache, a pinned knot opens with no request.
+    #[arg(long = "knot-id", value_name = "HEX", help_heading = "Network")]
+    pub knot_id: Option<String>,
+    /// A PEM file of CA certificates to trust besides the system store (repeatable; for a private CA, a mirror, a test server). SSL_CERT_FILE replaces the system store.
+    #[arg(long = "ca-cert", value_name = "FILE", help_heading = "Network")]
+    pub ca_certs: Vec<PathBuf>,
+    /// S3 endpoint for s3://bucket/key URLs (builds with the `s3` feature; see --version) [default: https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com]; credentials from R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY.
+    #[arg(long = "endpoint", value_name = "URL", help_heading = "Network")]
+    pub s3_endpoint: Option<String>,
+    /// Seconds to connect, and the floor of each request's deadline (a request for N bytes must finish within TIMEOUT + N / --min-throughput).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10.0,
+        help_heading = "Network"
+    )]
+    pub timeout: f64,
+    /// Bytes per second a response must keep up: a server that stalls or drips slower is cut off and the request retried (0: only the timeout).
+    #[arg(long = "min-throughput", value_name = "BYTES_PER_S", default_value_t = DEFAULT_MIN_THROUGHPUT, help_heading = "Network")]
+    pub min_throughput: u64,
+    /// Parts of large reads (blocks, lm_head) in flight at once (1: one GET at a time).
+    #[arg(long = "max-parallel", value_name = "N", default_value_t = DEFAULT_MAX_PARALLEL, help_heading = "Network")]
+    pub max_parallel: usize,
+    /// Size of those parts, in MiB.
+    #[arg(
+        long = "part-size",
+        value_name = "MIB",
+        default_value_t = 8,
+        help_heading = "Network"
+    )]
+    pub part_size_mib: u64,
+    /// Connections per origin for the parts of large reads (small reads share one).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONNECTIONS, help_heading = "Network")]
+    pub connections: usize,
+    /// The persistent verified cache [default: $XDG_CACHE_HOME/gkq, else ~/.cache/gkq].
+    #[arg(long = "cache-dir", value_name = "DIR", help_heading = "Cache")]
+    pub cache_dir: Option<PathBuf>,
+    /// No persistent cache: every start pulls everything again.
+    #[arg(
+        long = "no-cache",
+        conflicts_with = "cache_dir",
+        help_heading = "Cache"
+    )]
+    pub no_cache: bool,
+    /// Bound of the persistent cache; least recently used entries go first (suffixes K, M, G, T).
+    #[arg(long = "cache-max-bytes", value_name = "BYTES", value_parser = parse_bytes, default_value_t = DEFAULT_CACHE_MAX_BYTES, help_heading = "Cache")]
+    pub cache_max_bytes: u64,
+}
+
+/// `1000`, `512K`, `64M`, `16G`, `1T` (binary multiples).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 10),
+        Some('M') => (&t[..t.len() - 1], 20),
+        Some('G') => (&t[..t.len() - 1], 30),
+        Some('T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("{s:?} is not a size (e.g. 1000, 512K, 64M, 16G)"))
+}
+
+impl NetArgs {
+    /// The timeout as a duration (a negative or absurd value is refused).
+    pub fn timeout(&self) -> Result<Duration, String> {
+        Duration::try_from_secs_f64(self.timeout)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                format!(
+                    "--timeout {}: give a positive number of seconds",
+                    self.timeout
+                )
+            })
+    }
+}
+
+impl TryFrom<NetArgs> for ReaderConfig {
+    type Error = String;
+    fn try_from(a: NetArgs) -> Result<Self, String> {
+        let mut c = ReaderConfig {
+            knot_id: a.knot_id.clone(),
+            cache: CacheConfig {
+                dir: if a.no_cache {
+                    None
+                } else {
+                    a.cache_dir.clone().or_else(default_cache_dir)
+                },
+                max_bytes: a.cache_max_bytes,
+            },
+            ..ReaderConfig::default()
+        };
+        c.store.timeout = a.timeout()?;
+        c.store.min_throughput = a.min_throughput;
+        c.store.ca_certs = a.ca_certs;
+        c.store.s3_endpoint = a.s3_endpoint;
+        c.store.parallel.max_parallel = a.max_parallel.max(1);
+        c.store.parallel.connections = a.connections.max(1);
+        c.store.parallel.part_size = a
+            .part_size_mib
+            .checked_mul(1 << 20)
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("--part-size {}: give a size in MiB from 1", a.part_size_mib))?;
+        Ok(c)
+    }
+}
+
+impl TryFrom<NodeArgs> for ReaderConfig {
+    type Error = String;
+    fn try_from(a: NodeArgs) -> Result<Self, String> {
+        let mut c = ReaderConfig::try_from(a.net)?;
+        c.columnar_embed = a.columnar_embed;
+        c.require_columnar = a.require_columnar;
+        c.embed_dtype = a.embed_dtype;
+        c.lm_head_dtype = a.lm_head_dtype;
+        c.fetch.cache_rows = a.embed_cache_rows;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("512k"), Ok(512 << 10));
+        assert_eq!(parse_bytes("16G"), Ok(16 << 30));
+        assert!(parse_bytes("G").is_err());
+        assert!(parse_bytes("99999999999T").is_err());
+        assert!(parse_bytes("-1").is_err());
+    }
+}

@@ -1,0 +1,188 @@
+//! Pull plans: a set of blocks (a stage's layers, the lm_head) pulled in
+//! one parallel schedule, in the order they are first used, with bounded
+//! memory in flight. Items are handed out in plan order as each is
+//! verified, so a consumer can start on the first layer while later ones
+//! are still arriving.
+//!
+//! The schedule starts each item's pull in plan order once the memory
+//! budget has room for it; every part of every item goes through the
+//! store's one gate of parts in flight, which serves them first come first
+//! served, so the earliest items get the link first. An item's bytes count
+//! against the budget until the consumer takes it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use gkq_format::Block;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+use crate::error::{ReaderError, Result};
+use crate::inner::Inner;
+use crate::lmhead::Matrix;
+
+/// Memory a pull may hold in flight by default: 1 GiB.
+pub const DEFAULT_PULL_BUDGET: u64 = 1 << 30;
+
+/// One thing to pull.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PullItem {
+    /// A block's values (dense bytes in its dtype; spectral reconstructed).
+    Block(String),
+    /// The lm_head, made resident (from its narrowest exact source).
+    LmHead,
+}
+
+/// What to pull, in the order of first use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PullPlan {
+    items: Vec<PullItem>,
+    budget: u64,
+}
+
+impl Default for PullPlan {
+    fn default() -> Self {
+        PullPlan {
+            items: Vec::new(),
+            budget: DEFAULT_PULL_BUDGET,
+        }
+    }
+}
+
+impl PullPlan {
+    /// An empty plan with the default budget.
+    pub fn new() -> PullPlan {
+        PullPlan::default()
+    }
+
+    /// Adds a block.
+    pub fn block(mut self, name: impl Into<String>) -> PullPlan {
+        self.items.push(PullItem::Block(name.into()));
+        self
+    }
+
+    /// Adds the lm_head.
+    pub fn lm_head(mut self) -> PullPlan {
+        self.items.push(PullItem::LmHead);
+        self
+    }
+
+    /// Sets the memory budget: bytes pulled but not yet taken, plus bytes in flight.
+    pub fn budget(mut self, bytes: u64) -> PullPlan {
+        self.budget = bytes.max(1);
+        self
+    }
+
+    /// The items, in order.
+    pub fn items(&self) -> &[PullItem] {
+        &self.items
+    }
+}
+
+/// A pulled item.
+#[derive(Debug)]
+pub enum Pulled {
+    /// A block's values.
+    Block {
+        /// The block (alias followed).
+        block: Block,
+        /// Its values as dense bytes in its dtype, verified.
+        bytes: Bytes,
+    },
+    /// The resident lm_head.
+    LmHead(Arc<Matrix>),
+}
+
+/// A task aborted when its handle is dropped.
+pub(crate) struct AbortOnDrop<T>(pub(crate) tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+type Started = (PullItem, AbortOnDrop<Result<Pulled>>, OwnedSemaphorePermit);
+
+/// A running pull: take its items in plan order with [`Pull::next`].
+/// Dropping it cancels what has not been taken.
+pub struct Pull {
+    rx: mpsc::UnboundedReceiver<Started>,
+    _schedule: AbortOnDrop<()>,
+}
+
+impl std::fmt::Debug for Pull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pull").finish_non_exhaustive()
+    }
+}
+
+/// MiB units of the budget semaphore.
+const UNIT: u64 = 1 << 20;
+
+async fn pull_item(inner: Arc<Inner>, item: PullItem) -> Result<Pulled> {
+    match item {
+        PullItem::Block(name) => {
+            let (block, bytes) = inner.block_values(&name).await?;
+            Ok(Pulled::Block { block, bytes })
+        }
+        PullItem::LmHead => Ok(Pulled::LmHead(inner.lm_head_matrix().await?)),
+    }
+}
+
+impl Pull {
+    /// Starts `plan` on the current runtime.
+    pub(crate) fn start(inner: Arc<Inner>, plan: PullPlan) -> Pull {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let units = usize::try_from(plan.budget.div_ceil(UNIT).max(1)).unwrap_or(usize::MAX >> 4);
+        let schedule = tokio::spawn(async move {
+            let budget = Arc::new(Semaphore::new(units));
+            for item in plan.items {
+                let bytes = match &item {
+                    PullItem::Block(name) => inner.payload_len(name),
+                    PullItem::LmHead => inner.lm_head_len(),
+                };
+                let need = bytes.div_ceil(UNIT).clamp(1, units as u64);
+                let Ok(permit) = budget
+                    .clone()
+                    .acquire_many_owned(u32::try_from(need).unwrap_or(u32::MAX))
+                    .await
+                else {
+                    return;
+                };
+                let task = AbortOnDrop(tokio::spawn(pull_item(inner.clone(), item.clone())));
+                if tx.send((item, task, permit)).is_err() {
+                    return;
+                }
+            }
+        });
+        Pull {
+            rx,
+            _schedule: AbortOnDrop(schedule),
+        }
+    }
+
+    /// The next item in plan order, once it is pulled and verified;
+    /// `Ok(None)` after the last. An item that cannot be pulled is an error
+    /// (the pull stops being useful: drop it).
+    pub async fn next(&mut self) -> Result<Option<(PullItem, Pulled)>> {
+        let Some((item, task, permit)) = self.rx.recv().await else {
+            return Ok(None);
+        };
+        let r = task
+            .await
+            .map_err(|e| ReaderError::Compute(format!("pull of {item:?}: {e}")))
+            .and_then(|r| r);
+        drop(permit);
+        Ok(Some((item, r?)))
+    }
+}

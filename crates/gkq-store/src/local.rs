@@ -1,0 +1,140 @@
+//! The local-file backend: positioned reads (`pread`) on the blocking pool,
+//! with the same strictness as the network ones (a short file is an error
+//! naming the path and the range, never a silently short buffer).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, StoreError};
+use crate::range::check_read;
+use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};
+
+/// Reads of local files.
+#[derive(Clone, Debug)]
+pub struct LocalStore {
+    max_read_bytes: u64,
+}
+
+fn io(path: &Path, error: std::io::Error) -> StoreError {
+    StoreError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// Opens `path` only if it is a regular file (a FIFO would block forever,
+/// a device never end, a directory is not an object). Returns its length.
+fn open_regular(path: &Path) -> Result<(File, u64)> {
+    let m = std::fs::metadata(path).map_err(|e| io(path, e))?;
+    if !m.is_file() {
+        let what = if m.is_dir() {
+            "a directory, not a file"
+        } else {
+            "not a regular file (a FIFO or device is refused)"
+        };
+        return Err(io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, what),
+        ));
+    }
+    let f = File::open(path).map_err(|e| io(path, e))?;
+    let len = f.metadata().map_err(|e| io(path, e))?.len();
+    Ok((f, len))
+}
+
+/// Runs a file operation on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    path: &Path,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| io(path, std::io::Error::other(e)))?
+}
+
+impl LocalStore {
+    /// Reads of at most `max_read_bytes` at once.
+    pub(crate) fn new(max_read_bytes: u64) -> LocalStore {
+        LocalStore { max_read_bytes }
+    }
+}
+
+impl RangeRead for LocalStore {
+    fn head<'a>(&'a self, location: &'a str) -> BoxFuture<'a, Result<Head>> {
+        Box::pin(async move {
+            let path = PathBuf::from(location);
+            let p = path.clone();
+            let (_, len) = blocking(&path, move || open_regular(&p)).await?;
+            Ok(Head {
+                len,
+                etag: None,
+                sha256: None,
+            })
+        })
+    }
+
+    fn read_into<'a>(
+        &'a self,
+        location: &'a str,
+        start: u64,
+        dest: &'a mut [u8],
+        opts: ReadOptions,
+    ) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(async move {
+            let len = dest.len() as u64;
+            let end = start.saturating_add(len).saturating_sub(1);
+            if len == 0 {
+                return Err(StoreError::EmptyRange {
+                    url: location.into(),
+                    start,
+                    end: start.wrapping_sub(1),
+                });
+            }
+            check_read(location, start, end, self.max_read_bytes)?;
+            let path = PathBuf::from(location);
+            let (p, want) = (path.clone(), dest.len());
+            // the blocking pool needs owned buffers: read into one, then copy
+            // (local reads run at memory speed; the network path writes in place)
+            let (buf, total) = blocking(&path, move || {
+                let (f, total) = open_regular(&p)?;
+                if let Some(t) = opts.total.filter(|&t| t != total) {
+                    return Err(StoreError::ContentRange {
+                        url: p.display().to_string(),
+                        expected: format!("a file of {t} bytes"),
+                        found: format!("{total} bytes"),
+                    });
+                }
+                let mut buf = vec![0u8; want];
+                f.read_exact_at(&mut buf, start).map_err(|e| io(&p, e))?;
+                Ok((buf, total))
+            })
+            .await?;
+            dest.copy_from_slice(&buf);
+            Ok(total)
+        })
+    }
+
+    fn read_prefix<'a>(
+        &'a self,
+        location: &'a str,
+        max: u64,
+    ) -> BoxFuture<'a, Result<(Vec<u8>, u64)>> {
+        Box::pin(async move {
+            let path = PathBuf::from(location);
+            let p = path.clone();
+            blocking(&path, move || {
+                let (f, total) = open_regular(&p)?;
+                let n = usize::try_from(max.min(total)).unwrap_or(usize::MAX);
+                let mut buf = vec![0u8; n];
+                f.read_exact_at(&mut buf, 0).map_err(|e| io(&p, e))?;
+                Ok((buf, total))
+            })
+            .await
+        })
+    }
+
+    fn max_read_bytes(&self) -> u64 {
+        self.max_read_bytes
+    }
+}

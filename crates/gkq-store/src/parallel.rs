@@ -1,0 +1,293 @@
+//! Parallel verified reads of large ranges: one range is cut into parts
+//! (8 MiB by default), up to `max_parallel` of them in flight at once under
+//! a [`Gate`] shared by every read of a store, spread over several
+//! connections. Each part is written straight into its place in the one
+//! buffer of the range (split off a single allocation and joined again
+//! without a copy), and retried alone by its backend on transient failures.
+//!
+//! Nothing is returned before it is verified ([`Check`]):
+//! - `Sha256`: a thread hashes the parts in order as they complete, so the
+//!   digest follows the download on another core; a mismatch re-fetches
+//!   the whole range once (a digest cannot say which part was wrong), then
+//!   fails naming the range and both digests;
+//! - `Parts`: each part (aligned to the check's unit, e.g. a Merkle chunk of
+//!   rows) is checked on the blocking pool as soon as it arrives; a part
+//!   that fails is re-fetched once, then the read fails naming the part.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::config::Parallelism;
+use crate::error::{BoxError, Result, StoreError};
+use crate::range::{check_read, split_parts};
+use crate::read::{Lane, RangeRead, ReadOptions};
+
+/// A check of one part: `(offset in the range, bytes)`.
+pub type PartFn = dyn Fn(u64, &[u8]) -> std::result::Result<(), BoxError> + Send + Sync;
+
+/// How the bytes of a parallel read are verified before they are returned.
+#[derive(Clone)]
+pub enum Check {
+    /// Not verified here (the caller checks the whole).
+    None,
+    /// The SHA-256 of the whole range must be this.
+    Sha256([u8; 32]),
+    /// Each part must pass `check`; parts are cut at multiples of `align`
+    /// bytes of the range (the unit the check works on).
+    Parts {
+        /// The unit: part sizes are multiples of it.
+        align: u64,
+        /// The check.
+        check: Arc<PartFn>,
+    },
+}
+
+impl std::fmt::Debug for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Check::None => f.write_str("None"),
+            Check::Sha256(d) => write!(f, "Sha256({})", hex(d)),
+            Check::Parts { align, .. } => write!(f, "Parts {{ align: {align} }}"),
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The parts in flight of every bulk read of one store, and the round robin
+/// of their connections.
+#[derive(Debug)]
+pub struct Gate {
+    permits: Semaphore,
+    lane: AtomicUsize,
+    config: Parallelism,
+}
+
+impl Gate {
+    /// A gate for `config.max_parallel` parts in flight.
+    pub fn new(config: Parallelism) -> Gate {
+        Gate {
+            permits: Semaphore::new(config.max_parallel.max(1)),
+            lane: AtomicUsize::new(0),
+            config,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> Parallelism {
+        self.config
+    }
+
+    fn next_lane(&self) -> Lane {
+        Lane::Bulk(self.lane.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// The part size for a range under `check`: the configured size, rounded
+/// down to a multiple of the check's unit (at least one unit).
+fn part_size(config: Parallelism, check: &Check) -> u64 {
+    let p = config.part_size.max(1);
+    match check {
+        Check::Parts { align, .. } if *align > 0 => (p / align).max(1) * align,
+        _ => p,
+    }
+}
+
+/// One part: read (holding a permit of the gate), then checked on the
+/// blocking pool (without the permit); a part that fails its check is
+/// read and checked once more.
+async fn part(
+    backend: &dyn RangeRead,
+    gate: &Gate,
+    url: &str,
+    at: u64,
+    (off, mut buf): (u64, BytesMut),
+    total: Option<u64>,
+    check: &Check,
+) -> Result<(u64, BytesMut)> {
+    for attempt in 0..2 {
+        {
+            let _permit = gate
+                .permits
+                .acquire()
+                .await
+                .map_err(|e| StoreError::Client(format!("part gate closed: {e}")))?;
+            let opts = ReadOptions {
+                total,
+                lane: gate.next_lane(),
+            };
+            backend.read_into(url, at + off, &mut buf, opts).await?;
+        }
+        let Check::Parts { check, .. } = check else {
+            return Ok((off, buf));
+        };
+        let c = check.clone();
+        let (b, r) = tokio::task::spawn_blocking(move || {
+            let r = c(off, &buf);
+            (buf, r)
+        })
+        .await
+        .map_err(|e| StoreError::Client(format!("part check task: {e}")))?;
+        buf = b;
+        let start = at + off;
+        let end = start + buf.len() as u64 - 1;
+        match r {
+            Ok(()) => return Ok((off, buf)),
+            Err(source) if attempt == 1 => {
+                return Err(StoreError::PartCheck {
+                    url: url.to_owned(),
+                    start,
+                    end,
+                    source,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(url, start, end, reason = %e, "a part failed verification: fetching it again");
+            }
+        }
+    }
+    unreachable!("the second attempt returns")
+}
+
+/// Cuts `whole` into parts of `size` bytes, as `(offset, part)`.
+fn cut(mut whole: BytesMut, size: u64) -> Vec<(u64, BytesMut)> {
+    let len = whole.len() as u64;
+    split_parts(len, size)
+        .into_iter()
+        .map(|(off, n)| {
+            (
+                off,
+                whole.split_to(usize::try_from(n).unwrap_or(usize::MAX)),
+            )
+        })
+        .collect()
+}
+
+/// Joins parts cut from one buffer back together, in order (no copy).
+fn join(parts: impl IntoIterator<Item = BytesMut>) -> BytesMut {
+    let mut it = parts.into_iter();
+    let mut acc = it.next().unwrap_or_default();
+    for p in it {
+        acc.unsplit(p);
+    }
+    acc
+}
+
+/// Reads bytes `start..start + len` of `url` from `backend` in parallel
+/// parts under `gate`, and returns them once `check` passes.
+pub async fn read_parts(
+    backend: &dyn RangeRead,
+    gate: &Gate,
+    url: &str,
+    (start, len): (u64, u64),
+    total: Option<u64>,
+    check: Check,
+) -> Result<Bytes> {
+    if len == 0 {
+        return match check {
+            Check::Sha256(want) if want != <[u8; 32]>::from(Sha256::digest([])) => {
+                Err(StoreError::Digest {
+                    url: url.to_owned(),
+                    start,
+                    end: start,
+                    expected: hex(&want),
+                    found: hex(&Sha256::digest([])),
+                })
+            }
+            _ => Ok(Bytes::new()),
+        };
+    }
+    check_read(
+        url,
+        start,
+        start.saturating_add(len) - 1,
+        backend.max_read_bytes(),
+    )?;
+    let t = Instant::now();
+    let size = part_size(gate.config, &check);
+    let n = usize::try_from(len).unwrap_or(usize::MAX);
+    let mut whole = BytesMut::zeroed(n);
+    let mut found = String::new();
+    for round in 0..2 {
+        let mut pending: FuturesUnordered<_> = cut(whole, size)
+            .into_iter()
+            .map(|p| part(backend, gate, url, start, p, total, &check))
+            .collect();
+        let (joined, digest) = match &check {
+            Check::Sha256(_) => {
+                let (tx, rx) = std::sync::mpsc::channel::<BytesMut>();
+                let hasher = tokio::task::spawn_blocking(move || {
+                    let mut h = Sha256::new();
+                    let mut acc: Vec<BytesMut> = Vec::new();
+                    for p in rx {
+                        h.update(&p);
+                        acc.push(p);
+                    }
+                    (join(acc), <[u8; 32]>::from(h.finalize()))
+                });
+                let mut waiting = BTreeMap::new();
+                let mut next = 0u64;
+                while let Some(done) = pending.next().await {
+                    let (off, buf) = done?;
+                    waiting.insert(off, buf);
+                    while let Some(buf) = waiting.remove(&next) {
+                        next += buf.len() as u64;
+                        // the hasher ends only when tx is dropped
+                        let _ = tx.send(buf);
+                    }
+                }
+                drop(tx);
+                let (joined, d) = hasher
+                    .await
+                    .map_err(|e| StoreError::Client(format!("hasher task: {e}")))?;
+                (joined, Some(d))
+            }
+            _ => {
+                let mut parts = BTreeMap::new();
+                while let Some(done) = pending.next().await {
+                    let (off, buf) = done?;
+                    parts.insert(off, buf);
+                }
+                (join(parts.into_values()), None)
+            }
+        };
+        match (&check, digest) {
+            (Check::Sha256(want), Some(d)) if d != *want => {
+                found = hex(&d);
+                tracing::warn!(url, start, len, round, found = %found, "a range failed its sha256: fetching it again");
+                whole = joined;
+            }
+            _ => {
+                tracing::debug!(
+                    url,
+                    start,
+                    len,
+                    ms = t.elapsed().as_millis() as u64,
+                    "parallel read verified"
+                );
+                return Ok(joined.freeze());
+            }
+        }
+    }
+    let expected = match check {
+        Check::Sha256(d) => hex(&d),
+        _ => String::new(),
+    };
+    Err(StoreError::Digest {
+        url: url.to_owned(),
+        start,
+        end: start + len - 1,
+        expected,
+        found,
+    })
+}

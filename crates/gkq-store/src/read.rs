@@ -1,0 +1,96 @@
+//! [`RangeRead`]: the one trait every backend implements (HTTP(S), S3, a
+//! local file), after object_store's `ObjectStore`: a HEAD, a read of an
+//! exact byte range into the caller's buffer, and a prefix read of unknown
+//! length. Behaviour is added around it (parallel parts, verification) by
+//! functions that take any `RangeRead`, never by `#[cfg]` branches.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::error::Result;
+use crate::range::check_read;
+
+/// A boxed future: `RangeRead` is used as `dyn RangeRead`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a HEAD says about an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Head {
+    /// Content-Length.
+    pub len: u64,
+    /// ETag, when sent.
+    pub etag: Option<String>,
+    /// `x-amz-meta-sha256`, when sent (objects published by r2-upload).
+    pub sha256: Option<String>,
+}
+
+/// Which connection a read should use. Small reads (rows, headers, proofs)
+/// share one multiplexed connection; bulk parts are spread over several
+/// (see [`crate::Parallelism::connections`]). Backends without connections
+/// ignore it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Lane {
+    /// The shared connection.
+    #[default]
+    Small,
+    /// Bulk connection `n` (taken modulo the configured count).
+    Bulk(usize),
+}
+
+/// How one read goes out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// The object's length when known: the answer must agree.
+    pub total: Option<u64>,
+    /// The connection to use.
+    pub lane: Lane,
+}
+
+/// A backend of byte-range reads.
+///
+/// Every read is strict: exactly the bytes asked for, or an error naming the
+/// location and the range. Transient failures are retried inside, with the
+/// store's policy; what comes out is final.
+pub trait RangeRead: Send + Sync + Debug {
+    /// The object's length (and ETag, `x-amz-meta-sha256` where there are).
+    fn head<'a>(&'a self, location: &'a str) -> BoxFuture<'a, Result<Head>>;
+
+    /// Fills `dest` with the bytes `start..start + dest.len()` of the object
+    /// and returns the object's length. `dest` must not be empty.
+    fn read_into<'a>(
+        &'a self,
+        location: &'a str,
+        start: u64,
+        dest: &'a mut [u8],
+        opts: ReadOptions,
+    ) -> BoxFuture<'a, Result<u64>>;
+
+    /// The first `max` bytes of an object (all of it when it is shorter)
+    /// and its length, in one request where the backend can.
+    fn read_prefix<'a>(
+        &'a self,
+        location: &'a str,
+        max: u64,
+    ) -> BoxFuture<'a, Result<(Vec<u8>, u64)>>;
+
+    /// The largest read into memory this backend accepts.
+    fn max_read_bytes(&self) -> u64;
+
+    /// Bytes `start..=end` in a new buffer, refused before anything is sent
+    /// when the range is reversed or over [`RangeRead::max_read_bytes`].
+    fn read_vec<'a>(
+        &'a self,
+        location: &'a str,
+        start: u64,
+        end: u64,
+        opts: ReadOptions,
+    ) -> BoxFuture<'a, Result<Vec<u8>>> {
+        Box::pin(async move {
+            let len = check_read(location, start, end, self.max_read_bytes())?;
+            let mut out = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+            self.read_into(location, start, &mut out, opts).await?;
+            Ok(out)
+        })
+    }
+}
