@@ -374,7 +374,7 @@ impl HttpStore {
                     last = Failure {
                         timeout: true,
                         ..Failure::msg(format!(
-                            "bytes={start}-{end}: no complete answer within {:.1} s, the deadline for {bytes} bytes (--timeout {} s + {bytes} B at --min-throughput {} B/s); {got} bytes had arrived",
+                            "timed out: bytes={start}-{end}: no complete answer within {:.1} s, the deadline for {bytes} bytes (--timeout {} s + {bytes} B at --min-throughput {} B/s); {got} bytes had arrived",
                             deadline.as_secs_f64(),
                             self.config.timeout.as_secs_f64(),
                             self.config.min_throughput
@@ -404,7 +404,7 @@ impl HttpStore {
                     last = Failure {
                         timeout: true,
                         ..Failure::msg(format!(
-                            "HEAD: no answer within {:.1} s",
+                            "timed out: no answer to HEAD within {:.1} s",
                             self.config.timeout.as_secs_f64()
                         ))
                     }
