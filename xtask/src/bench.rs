@@ -27,6 +27,8 @@ pub(crate) enum Which {
     Decode,
     /// `--analyze` and `--spectral` times on the qwen2.5-0.5b shapes, and the preset with spectral k_proj against dense.
     Spectral,
+    /// A cold node ready at link speed: decode from a package behind a 100 MB/s link with 25 MB/s per response, against the sequential pull, curl --parallel and a local-file decode; warm restarts.
+    Coldstart,
 }
 
 pub(crate) fn bench_dir() -> PathBuf {
@@ -72,7 +74,7 @@ fn build() -> anyhow::Result<()> {
         "-p",
         "fixtures",
         "-p",
-        "gkq-reader",
+        "gkq-node",
         "-p",
         "gkq-decode",
     ]))
@@ -93,6 +95,31 @@ pub(crate) fn timed(cmd: &mut Command) -> anyhow::Result<(f64, Vec<u8>)> {
         bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     Ok((secs, out.stdout))
+}
+
+/// Wall time and peak RSS (KiB, from `/usr/bin/time -f %M`) of `program`
+/// with `args`, and its stdout.
+pub(crate) fn timed_rss(
+    program: &Path,
+    args: &[&std::ffi::OsStr],
+) -> anyhow::Result<(f64, u64, Vec<u8>)> {
+    let rss_file = bench_dir().join("rss.txt");
+    let (secs, stdout) = timed(
+        Command::new("/usr/bin/time")
+            .arg("-f")
+            .arg("%M")
+            .arg("-o")
+            .arg(&rss_file)
+            .arg(program)
+            .args(args),
+    )?;
+    let kib: u64 = std::fs::read_to_string(&rss_file)?
+        .trim()
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .context("peak RSS from /usr/bin/time")?;
+    Ok((secs, kib, stdout))
 }
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
@@ -359,5 +386,6 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Decode => crate::bench_decode::run(),
         Which::Spectral => crate::bench_spectral::run(reps),
         Which::Big => crate::bench_big::run(),
+        Which::Coldstart => crate::bench_coldstart::run(),
     }
 }

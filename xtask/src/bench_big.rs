@@ -9,31 +9,10 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
-use crate::bench::{bench_dir, dir_bytes, release_bin, timed};
+use crate::bench::{bench_dir, dir_bytes, release_bin, timed, timed_rss};
 use crate::root;
-
-/// Wall time and peak RSS (KiB, from `/usr/bin/time -f %M`) of `cmd`.
-fn timed_rss(program: &Path, args: &[&std::ffi::OsStr]) -> anyhow::Result<(f64, u64, Vec<u8>)> {
-    let rss_file = bench_dir().join("big-rss.txt");
-    let (secs, stdout) = timed(
-        Command::new("/usr/bin/time")
-            .arg("-f")
-            .arg("%M")
-            .arg("-o")
-            .arg(&rss_file)
-            .arg(program)
-            .args(args),
-    )?;
-    let kib: u64 = std::fs::read_to_string(&rss_file)?
-        .trim()
-        .lines()
-        .last()
-        .and_then(|l| l.trim().parse().ok())
-        .context("peak RSS from /usr/bin/time")?;
-    Ok((secs, kib, stdout))
-}
 
 pub(crate) fn run() -> anyhow::Result<()> {
     if !Path::new("/usr/bin/time").exists() {

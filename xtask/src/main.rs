@@ -8,6 +8,7 @@
 
 mod bench;
 mod bench_big;
+mod bench_coldstart;
 mod bench_decode;
 mod bench_reader;
 mod bench_spectral;

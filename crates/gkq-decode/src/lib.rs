@@ -378,6 +378,13 @@ pub struct Generation {
     pub load_ms: f64,
     /// From the start of the prefill to the first generated token.
     pub prefill_ms: f64,
+    /// When the first stage was opened (what the times above count from).
+    #[serde(skip)]
+    pub opened: Instant,
+    /// From each stage's open until all its blocks had arrived, in chain order.
+    pub stage_load_ms: Vec<f64>,
+    /// The knot id of the model (what `--knot-id` pins).
+    pub knot_id: String,
     /// Generated tokens after the first, per second.
     pub tokens_per_second: f64,
     /// Bytes fetched, per role, summed over the stages.
@@ -477,9 +484,11 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
     }
     let rest = start.elapsed().as_secs_f64() * 1e3 - prefill;
     let mut load_ms = 0.0f64;
+    let mut stage_load_ms = Vec::new();
     for s in stages.iter_mut() {
         let done = s.wait_loaded()?;
         load_ms = load_ms.max(done.duration_since(opened).as_secs_f64() * 1e3);
+        stage_load_ms.push(done.duration_since(s.opened()).as_secs_f64() * 1e3);
     }
     let mut bytes = RoleBytes::default();
     let mut resolutions = Vec::new();
@@ -494,6 +503,9 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
         time_to_first_token_ms: ttft,
         load_ms,
         prefill_ms: prefill,
+        opened,
+        stage_load_ms,
+        knot_id: stages[0].reader.knot_id(),
         tokens_per_second: if max_new > 1 && rest > 0.0 {
             (max_new - 1) as f64 / (rest / 1e3)
         } else {

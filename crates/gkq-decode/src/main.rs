@@ -260,9 +260,15 @@ fn run(a: &Args) -> anyhow::Result<()> {
     }
 }
 
+/// When this process started (for the time to first token from process start).
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
 fn report(a: &Args, g: Generation) -> anyhow::Result<()> {
+    let started = *STARTED.get_or_init(std::time::Instant::now);
+    let from_start =
+        g.time_to_first_token_ms + g.opened.saturating_duration_since(started).as_secs_f64() * 1e3;
     let mut text = format!(
-        "tokens {:?}\ntime to first token {:.1} ms from open (load {:.1} ms, prefill {:.1} ms), {:.2} tokens/s\nbytes: {} (total {})",
+        "tokens {:?}\ntime to first token {from_start:.1} ms from process start, {:.1} ms from open (load {:.1} ms, prefill {:.1} ms), {:.2} tokens/s\nbytes: {} (total {})",
         g.tokens,
         g.time_to_first_token_ms,
         g.load_ms,
@@ -287,10 +293,13 @@ fn report(a: &Args, g: Generation) -> anyhow::Result<()> {
     for (i, d) in g.logits_sha256.iter().enumerate() {
         text.push_str(&format!("\nstep {i} logits sha256 {d}"));
     }
-    emit(a, serde_json::to_value(&g)?, text)
+    let mut v = serde_json::to_value(&g)?;
+    v["time_to_first_token_from_start_ms"] = serde_json::json!(from_start);
+    emit(a, v, text)
 }
 
 fn main() -> ExitCode {
+    STARTED.get_or_init(std::time::Instant::now);
     gkq_node::init_logging();
     let args = Args::parse();
     match run(&args) {

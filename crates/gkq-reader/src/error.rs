@@ -30,7 +30,7 @@ pub enum ReaderError {
     Store(#[from] gkq_store::StoreError),
     /// `require_columnar` is set and the embedding would be read dense.
     #[error(
-        "--require-columnar: the embedding would be read from the dense block ({bytes} bytes) instead of the row file: {reason}"
+        "--require-columnar: the dense block ({bytes} bytes) would be read instead of the row file: {reason}"
     )]
     ColumnarRequired {
         /// Why the columnar path was not taken.

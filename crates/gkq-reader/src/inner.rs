@@ -297,7 +297,7 @@ impl Inner {
             .resident
             .get_or_try_init(|| async {
                 let (m, resolution, net) =
-                    lmhead::pull(&self.knot, l.index, &l.source, &self.store, self.disk()).await?;
+                    lmhead::pull(&self.knot, l.index, (&l.source, self.config.require_columnar), &self.store, self.disk()).await?;
                 l.fetched.fetch_add(net, Ordering::Relaxed);
                 tracing::info!(knot = %self.knot.location(), lm_head = %resolution.tensor, dtype = %m.dtype(), bytes = m.bytes().len(), "lm_head resident");
                 *lock(&l.resolution) = resolution;

@@ -315,7 +315,7 @@ pub(crate) async fn pull_row_file(
 pub(crate) async fn pull(
     knot: &KnotHandle,
     index: usize,
-    source: &LmSource,
+    (source, require): (&LmSource, bool),
     store: &Store,
     disk: Option<&DiskCache>,
 ) -> Result<(Matrix, Resolution, u64)> {
@@ -332,6 +332,12 @@ pub(crate) async fn pull(
             Ok((bytes, net)) => {
                 let m = Matrix::new(desc.dtype, rows, cols, bytes);
                 return Ok((m, source.resolution.clone(), net));
+            }
+            Err(e) if falls_back(&e) && require => {
+                return Err(ReaderError::ColumnarRequired {
+                    reason: e.to_string(),
+                    bytes: knot.header().payload_of(index).map_or(0, |p| p.len),
+                });
             }
             Err(e) if falls_back(&e) => {
                 let reason = format!("fell back to the dense block: {e}");

@@ -291,3 +291,137 @@ pub async fn read_parts(
         found,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+    use crate::local::LocalStore;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    fn file(len: usize) -> (tempfile::TempDir, String, Vec<u8>) {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let p = tmp.path().join("object");
+        std::fs::write(&p, &data).expect("write");
+        let loc = p.display().to_string();
+        (tmp, loc, data)
+    }
+
+    fn gate(part_size: u64) -> Gate {
+        Gate::new(Parallelism {
+            part_size,
+            max_parallel: 3,
+            connections: 2,
+        })
+    }
+
+    #[test]
+    fn parts_land_in_place_and_the_digest_follows_them() {
+        let (_t, loc, data) = file(100_003);
+        let store = LocalStore::new(1 << 30);
+        let want: [u8; 32] = Sha256::digest(&data[7..90_007]).into();
+        let got = rt()
+            .block_on(read_parts(
+                &store,
+                &gate(4096),
+                &loc,
+                (7, 90_000),
+                None,
+                Check::Sha256(want),
+            ))
+            .expect("verified");
+        assert!(got[..] == data[7..90_007]);
+        assert_eq!(part_size(gate(4096).config, &Check::None), 4096);
+    }
+
+    #[test]
+    fn a_wrong_digest_returns_nothing_and_names_both() {
+        let (_t, loc, _) = file(50_000);
+        let store = LocalStore::new(1 << 30);
+        let e = rt()
+            .block_on(read_parts(
+                &store,
+                &gate(8192),
+                &loc,
+                (0, 50_000),
+                None,
+                Check::Sha256([7; 32]),
+            ))
+            .expect_err("mismatch");
+        match &e {
+            StoreError::Digest {
+                start: 0,
+                end: 49_999,
+                expected,
+                found,
+                ..
+            } => {
+                assert_eq!(expected, &"07".repeat(32));
+                assert_eq!(found.len(), 64);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn parts_are_aligned_checked_and_a_failing_one_fetched_twice() {
+        let (_t, loc, data) = file(10_000);
+        let store = LocalStore::new(1 << 30);
+        let seen = Arc::new(AtomicU64::new(0));
+        let s = seen.clone();
+        let check = Check::Parts {
+            align: 1000,
+            check: Arc::new(move |off, bytes: &[u8]| {
+                s.fetch_add(1, Ordering::Relaxed);
+                assert!(off % 1000 == 0 && bytes.len() % 1000 == 0);
+                if off == 3000 {
+                    return Err("chunk 3 does not hash to its root".into());
+                }
+                Ok(())
+            }),
+        };
+        // part size 2500 rounds down to 2000: parts at 0, 2000, … 8000
+        assert_eq!(part_size(gate(2500).config, &check), 2000);
+        let e = rt()
+            .block_on(read_parts(&store, &gate(2500), &loc, (0, 10_000), None, check))
+            .expect_err("a bad part");
+        assert!(
+            matches!(e, StoreError::PartCheck { start: 2000, end: 3999, .. }),
+            "{e:?}"
+        );
+        let ok = Check::Parts {
+            align: 1000,
+            check: Arc::new(|_, _: &[u8]| Ok(())),
+        };
+        let got = rt()
+            .block_on(read_parts(&store, &gate(2500), &loc, (0, 10_000), None, ok))
+            .expect("read");
+        assert!(got[..] == data[..]);
+        // the bad part was checked twice, the others once (at least)
+        assert!(seen.load(Ordering::Relaxed) >= 6);
+    }
+
+    #[test]
+    fn empty_and_oversized_ranges() {
+        let (_t, loc, _) = file(10);
+        let store = LocalStore::new(1 << 20);
+        let empty: [u8; 32] = Sha256::digest([]).into();
+        let rt = rt();
+        let g = gate(4);
+        let got = rt.block_on(read_parts(&store, &g, &loc, (3, 0), None, Check::Sha256(empty)));
+        assert_eq!(got.expect("empty").len(), 0);
+        let e = rt.block_on(read_parts(&store, &g, &loc, (0, 2 << 20), None, Check::None));
+        assert!(matches!(e, Err(StoreError::TooLarge { .. })), "{e:?}");
+        let e = rt.block_on(read_parts(&store, &g, &loc, (5, 10), None, Check::None));
+        assert!(matches!(e, Err(StoreError::Io { .. })), "short file: {e:?}");
+    }
+}

@@ -34,6 +34,11 @@ use words::{Failure, describe, hint_from_body, root_cause};
 pub struct HttpStore {
     small: reqwest::Client,
     bulk: Vec<reqwest::Client>,
+    /// Whether each client (the small one first) has had an answer: until
+    /// then its requests go one at a time, so that concurrent first
+    /// requests do not each open a connection before ALPN has said the
+    /// origin speaks HTTP/2 (which then carries them all on one).
+    warm: Vec<tokio::sync::Mutex<bool>>,
     config: StoreConfig,
     counters: Arc<Counters>,
 }
@@ -139,25 +144,50 @@ impl HttpStore {
             b.build().map_err(|e| StoreError::Client(root_cause(&e)))
         };
         let small = build(false)?;
-        let bulk = (0..config.parallel.connections.max(1))
+        let bulk: Vec<reqwest::Client> = (0..config.parallel.connections.max(1))
             .map(|_| build(true))
             .collect::<Result<_>>()?;
+        let warm = (0..=bulk.len())
+            .map(|_| tokio::sync::Mutex::new(false))
+            .collect();
         Ok(HttpStore {
             small,
             bulk,
+            warm,
             config,
             counters,
         })
     }
 
-    fn client(&self, lane: Lane) -> &reqwest::Client {
+    /// The client of `lane`, and its index in `warm`.
+    fn client(&self, lane: Lane) -> (&reqwest::Client, usize) {
         match lane {
-            Lane::Small => &self.small,
-            Lane::Bulk(n) => self
-                .bulk
-                .get(n % self.bulk.len().max(1))
-                .unwrap_or(&self.small),
+            Lane::Small => (&self.small, 0),
+            Lane::Bulk(n) => {
+                let i = n % self.bulk.len().max(1);
+                (self.bulk.get(i).unwrap_or(&self.small), i + 1)
+            }
         }
+    }
+
+    /// Sends `req` on client `i`, one at a time until the client has had
+    /// an answer (see `warm`).
+    async fn send(
+        &self,
+        i: usize,
+        req: reqwest::RequestBuilder,
+    ) -> reqwest::Result<reqwest::Response> {
+        let Some(lock) = self.warm.get(i) else {
+            return req.send().await;
+        };
+        let mut first = lock.lock().await;
+        if *first {
+            drop(first);
+            return req.send().await;
+        }
+        let r = req.send().await;
+        *first = r.is_ok();
+        r
     }
 
     fn describe(&self, e: &reqwest::Error, url: &str) -> Failure {
@@ -212,7 +242,7 @@ impl HttpStore {
     }
 
     async fn head_once(&self, url: &str) -> Attempt<Head> {
-        let resp = match self.counted(self.small.head(url).send().await, url) {
+        let resp = match self.counted(self.send(0, self.small.head(url)).await, url) {
             Ok(r) => r,
             Err(e) => return Attempt::Retry(e),
         };
@@ -253,11 +283,9 @@ impl HttpStore {
         dest: &mut Dest<'_>,
         got: &mut u64,
     ) -> Attempt<u64> {
-        let req = self
-            .client(lane)
-            .get(url)
-            .header(RANGE, format!("bytes={start}-{end}"));
-        let mut resp = match self.counted(req.send().await, url) {
+        let (client, i) = self.client(lane);
+        let req = client.get(url).header(RANGE, format!("bytes={start}-{end}"));
+        let mut resp = match self.counted(self.send(i, req).await, url) {
             Ok(r) => r,
             Err(e) => return Attempt::Retry(e),
         };
