@@ -61,6 +61,9 @@ fn run(args: &[&str], tmp: &Path) -> String {
         .output()
         .expect("run gkq-verify");
     let mut s = normalise(&String::from_utf8_lossy(&o.stdout), tmp);
+    for l in String::from_utf8_lossy(&o.stderr).lines() {
+        s.push_str(&format!("stderr: {}\n", normalise(l, tmp)));
+    }
     s.push_str(&format!("exit {}\n", o.status.code().unwrap_or(-1)));
     s
 }
