@@ -171,13 +171,16 @@ fn bulk_ranges(pack: &Path) -> anyhow::Result<Vec<(String, u64, u64)>> {
         }
     };
     for (i, b) in h.blocks.iter().enumerate() {
-        if b.name.starts_with("model.layers.") || b.name == "model.norm.weight" {
-            if let Some(p) = knot.header().payload_of(i) {
-                push("model.knot", p.offset, p.len);
-            }
+        if (b.name.starts_with("model.layers.") || b.name == "model.norm.weight")
+            && let Some(p) = knot.header().payload_of(i)
+        {
+            push("model.knot", p.offset, p.len);
         }
     }
-    let lm = h.block_index(h.meta_str(gkq_format::keys::ROLE_LM_HEAD).context("lm_head")?);
+    let lm = h.block_index(
+        h.meta_str(gkq_format::keys::ROLE_LM_HEAD)
+            .context("lm_head")?,
+    );
     let lm = lm.context("lm_head block")?;
     let data = h.resolve(lm).context("lm_head data")?;
     let row = data.shape[1] * data.dtype.itemsize();
@@ -254,7 +257,11 @@ fn row(label: &str, m: &Measured, net: Net, floor: f64) {
         m.ttft_s(),
         m.ttft_s() / (link + floor).max(1e-9),
         target,
-        if m.ttft_s() <= target { "met" } else { "missed" },
+        if m.ttft_s() <= target {
+            "met"
+        } else {
+            "missed"
+        },
         m.rss_mib
     );
 }
@@ -269,8 +276,22 @@ fn header() {
 fn pipeline_args(hidden: &Path) -> [Vec<String>; 2] {
     let h = hidden.display().to_string();
     [
-        vec!["--roles".into(), "input".into(), "--layers".into(), format!("0..{SPLIT}"), "--hidden-out".into(), h.clone()],
-        vec!["--roles".into(), "output".into(), "--layers".into(), format!("{SPLIT}..{LAYERS}"), "--hidden-in".into(), h],
+        vec![
+            "--roles".into(),
+            "input".into(),
+            "--layers".into(),
+            format!("0..{SPLIT}"),
+            "--hidden-out".into(),
+            h.clone(),
+        ],
+        vec![
+            "--roles".into(),
+            "output".into(),
+            "--layers".into(),
+            format!("{SPLIT}..{LAYERS}"),
+            "--hidden-in".into(),
+            h,
+        ],
     ]
 }
 
@@ -284,11 +305,26 @@ fn package(site: &Site, net: Net, pack: &str) -> anyhow::Result<()> {
     let cold = remote(site, net, pack, &["--cache-dir", &c])?;
     let id = cold.json["knot_id"].as_str().map(str::to_owned);
     header();
-    row("whole model, cold (defaults: 16 parts of 8 MiB, 4 connections)", &cold, net, floor);
+    row(
+        "whole model, cold (defaults: 16 parts of 8 MiB, 4 connections)",
+        &cold,
+        net,
+        floor,
+    );
     let one = remote(site, net, pack, &["--no-cache", "--connections", "1"])?;
     row("whole model, cold, 1 connection", &one, net, floor);
-    let seq = remote(site, net, pack, &["--no-cache", "--max-parallel", "1", "--connections", "1"])?;
-    row("whole model, cold, sequential (--max-parallel 1)", &seq, net, floor);
+    let seq = remote(
+        site,
+        net,
+        pack,
+        &["--no-cache", "--max-parallel", "1", "--connections", "1"],
+    )?;
+    row(
+        "whole model, cold, sequential (--max-parallel 1)",
+        &seq,
+        net,
+        floor,
+    );
     let warm = remote(site, net, pack, &["--cache-dir", &c])?;
     row("whole model, warm restart", &warm, net, floor);
     let mut pinned_args = vec!["--cache-dir", c.as_str()];
@@ -357,8 +393,14 @@ pub(crate) fn run() -> anyhow::Result<()> {
     pack_with(&model, &bench_dir().join("pack-bf16"), &["bf16"])?;
     crate::bench_reader::packed()?;
     let packs: [(&str, &str); 2] = [
-        ("pack-bf16", "--dtype bf16 (tied lm_head = the bf16 embedding block)"),
-        (crate::bench_reader::PACK, "--dtype f32 --dtype bf16 (f32 blocks; the exact bf16 rows serve the lm_head)"),
+        (
+            "pack-bf16",
+            "--dtype bf16 (tied lm_head = the bf16 embedding block)",
+        ),
+        (
+            crate::bench_reader::PACK,
+            "--dtype f32 --dtype bf16 (f32 blocks; the exact bf16 rows serve the lm_head)",
+        ),
     ];
     for net in [SLOW, FAST] {
         let site = site(net)?;

@@ -23,6 +23,7 @@ pub mod layout;
 pub mod merkle;
 mod model;
 mod parse;
+pub mod progress;
 mod spectral;
 mod write;
 

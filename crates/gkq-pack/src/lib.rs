@@ -105,17 +105,7 @@ impl PackOptions {
     }
 }
 
-/// Progress sink (the binary shows a bar; the library prints nothing).
-pub trait Progress: Sync {
-    /// Total source bytes to process.
-    fn start(&self, _total: u64) {}
-    /// Source bytes processed since the last call.
-    fn advance(&self, _bytes: u64) {}
-}
-
-/// A [`Progress`] that shows nothing.
-pub struct NoProgress;
-impl Progress for NoProgress {}
+pub use gkq_format::progress::{NoProgress, Progress};
 
 /// A file written, for the report.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]

@@ -77,24 +77,49 @@ fn async_and_blocking_give_the_same_verified_bytes_cold_and_warm() {
     let e = blocking.embedding().expect("input");
     let rows: Vec<Vec<u8>> = {
         let r = e.rows(&IDS).expect("rows");
-        (0..r.len()).map(|i| r.bytes(i).expect("row").to_vec()).collect()
+        (0..r.len())
+            .map(|i| r.bytes(i).expect("row").to_vec())
+            .collect()
     };
-    let lm = blocking.lm_head().expect("output").matrix().expect("lm_head");
+    let lm = blocking
+        .lm_head()
+        .expect("output")
+        .matrix()
+        .expect("lm_head");
     assert!(blocking.net_stats().connections >= 1);
     runtime().block_on(async {
         let r = AsyncReader::open(&s.url("model.knot"), config(&s), Serve::ALL)
             .await
             .expect("async open");
         for round in ["cold", "warm"] {
-            let got = r.embedding().expect("input").rows(&IDS).await.expect("rows");
+            let got = r
+                .embedding()
+                .expect("input")
+                .rows(&IDS)
+                .await
+                .expect("rows");
             for (i, want) in rows.iter().enumerate() {
-                assert!(got.bytes(i).expect("row") == want.as_slice(), "{round} row {i}");
+                assert!(
+                    got.bytes(i).expect("row") == want.as_slice(),
+                    "{round} row {i}"
+                );
             }
-            let m = r.lm_head().expect("output").matrix().await.expect("lm_head");
+            let m = r
+                .lm_head()
+                .expect("output")
+                .matrix()
+                .await
+                .expect("lm_head");
             assert_eq!(m.dtype(), lm.dtype());
             assert!(m.bytes()[..] == lm.bytes()[..], "{round} lm_head");
         }
-        assert!(r.embedding().expect("input").resolution().reason.contains("bf16.rows"));
+        assert!(
+            r.embedding()
+                .expect("input")
+                .resolution()
+                .reason
+                .contains("bf16.rows")
+        );
     });
 }
 
@@ -123,10 +148,21 @@ fn sixty_four_tasks_on_one_reader_fetch_each_row_once() {
             answers.push((ids, values));
         }
         let stats = r.embedding().expect("input").cache_stats();
-        assert_eq!(stats.rows_fetched, seen.len() as u64, "each row fetched once: {stats:?}");
+        assert_eq!(
+            stats.rows_fetched,
+            seen.len() as u64,
+            "each row fetched once: {stats:?}"
+        );
         assert_eq!(stats.rows_rejected, 0);
         // and every answer is the row it asked for
-        let one = r.embedding().expect("input").rows(&[9u32]).await.expect("row").to_f32().expect("f32");
+        let one = r
+            .embedding()
+            .expect("input")
+            .rows(&[9u32])
+            .await
+            .expect("row")
+            .to_f32()
+            .expect("f32");
         for (ids, values) in answers {
             if let Some(k) = ids.iter().position(|&i| i == 9) {
                 assert_eq!(values[k * 64..(k + 1) * 64], one[..]);
@@ -173,7 +209,12 @@ fn a_dropped_future_cancels_its_requests_and_the_reader_stays_usable() {
         );
         assert!(!lm.is_resident());
         // still usable: rows, and the lm_head pulled afresh
-        let rows = r.embedding().expect("input").rows(&[1u32, 2]).await.expect("rows");
+        let rows = r
+            .embedding()
+            .expect("input")
+            .rows(&[1u32, 2])
+            .await
+            .expect("rows");
         assert_eq!(rows.len(), 2);
         let m = lm.matrix().await.expect("pulled again");
         assert_eq!((m.rows(), m.cols()), (512, 64));
@@ -189,7 +230,13 @@ fn the_blocking_api_inside_a_runtime_is_an_error_not_a_panic() {
     rt.block_on(async {
         let e = Reader::open(&url, ReaderConfig::default(), Serve::ALL).expect_err("refused");
         assert!(
-            matches!(&e, ReaderError::Store(StoreError::InsideRuntime { instead: "AsyncReader::open", .. })),
+            matches!(
+                &e,
+                ReaderError::Store(StoreError::InsideRuntime {
+                    instead: "AsyncReader::open",
+                    ..
+                })
+            ),
             "{e}"
         );
         assert!(e.to_string().contains("use AsyncReader::open"), "{e}");
@@ -200,7 +247,11 @@ fn the_blocking_api_inside_a_runtime_is_an_error_not_a_panic() {
             .rows(&[1u32])
             .expect_err("refused");
         assert!(e.to_string().contains("AsyncEmbedding::rows"), "{e}");
-        let e = outside.lm_head().expect("output").matrix().expect_err("refused");
+        let e = outside
+            .lm_head()
+            .expect("output")
+            .matrix()
+            .expect_err("refused");
         assert!(e.to_string().contains("AsyncLmHead::matrix"), "{e}");
         drop(outside); // dropping its runtime here does not panic either
     });
@@ -226,9 +277,14 @@ fn the_tokio_example_serves_concurrent_lookups_against_nginx() {
         .output()
         .expect("run the example");
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // each session's sum, as the blocking reader computes it
-    let r = Reader::open(&s.url("model.knot"), ReaderConfig::default(), Serve::INPUT).expect("open");
+    let r =
+        Reader::open(&s.url("model.knot"), ReaderConfig::default(), Serve::INPUT).expect("open");
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("session ")).collect();
     assert_eq!(lines.len(), 8, "{out}");
     for l in lines {
@@ -254,5 +310,9 @@ fn the_tokio_example_serves_concurrent_lookups_against_nginx() {
         .args([&s.url("model.knot"), "1,2,3"])
         .output()
         .expect("run the sync example");
-    assert!(sync.status.success(), "{}", String::from_utf8_lossy(&sync.stderr));
+    assert!(
+        sync.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sync.stderr)
+    );
 }

@@ -87,7 +87,10 @@ fn parallel_parts_cover_each_block_once_several_at_a_time() {
     assert_eq!(parts.len() as u64, len.div_ceil(8192), "{parts:?}");
     let mut next = offset;
     for p in &parts {
-        assert_eq!(p.2, next, "parts cover the block once, with no gap or overlap");
+        assert_eq!(
+            p.2, next,
+            "parts cover the block once, with no gap or overlap"
+        );
         next = p.3 + 1;
     }
     assert_eq!(next, offset + len);
@@ -96,7 +99,10 @@ fn parallel_parts_cover_each_block_once_several_at_a_time() {
         .map(|p| parts.iter().filter(|q| q.0 < p.1 && p.0 < q.1).count())
         .max()
         .unwrap_or(0);
-    assert!((2..=4).contains(&overlapping), "parts in flight at once: {overlapping}");
+    assert!(
+        (2..=4).contains(&overlapping),
+        "parts in flight at once: {overlapping}"
+    );
 }
 
 #[test]
@@ -136,11 +142,14 @@ fn a_corrupt_part_exposes_nothing() {
     let e = r.block_values(EMBED).expect_err("never the corrupt bytes");
     let msg = e.to_string();
     assert!(
-        matches!(e, ReaderError::Digest { .. }) && msg.contains(EMBED) && msg.contains("fetched twice"),
+        matches!(e, ReaderError::Digest { .. })
+            && msg.contains(EMBED)
+            && msg.contains("fetched twice"),
         "{msg}"
     );
     // another block, untouched, still comes through
-    r.block_values("model.norm.weight").expect("an intact block");
+    r.block_values("model.norm.weight")
+        .expect("an intact block");
 }
 
 /// The f32 + bf16 package of a bf16 source: the untied lm_head is pulled
@@ -159,7 +168,12 @@ fn a_corrupt_lm_head_row_chunk_exposes_nothing() {
     let server = FaultServer::start_dir(&out, fault).expect("server");
     let r = Reader::open(&server.url("model.knot"), config(16 * 128), Serve::OUTPUT).expect("open");
     let lm = r.lm_head().expect("output role");
-    assert_eq!(lm.resolution().path, ReadPath::Columnar, "{}", lm.resolution().reason);
+    assert_eq!(
+        lm.resolution().path,
+        ReadPath::Columnar,
+        "{}",
+        lm.resolution().reason
+    );
     let m = lm.matrix().expect("the dense block instead");
     assert_eq!(m.dtype(), DType::F32);
     assert!(m.bytes()[..] == want[..]);
@@ -214,7 +228,10 @@ fn corrupt_and_truncated_cache_entries_are_fetched_again() {
         assert!(values[..] == want[..], "{damage}");
         assert_eq!(r.disk_stats().corrupt, 1, "{damage}");
         assert!(r.net_stats().since(&before).payload_bytes >= want.len() as u64);
-        assert!(fs::read(&entry).expect("rewritten")[..] == want[..], "{damage}");
+        assert!(
+            fs::read(&entry).expect("rewritten")[..] == want[..],
+            "{damage}"
+        );
     }
 }
 
@@ -225,8 +242,12 @@ fn eviction_keeps_the_cache_within_its_bound() {
     let server = FaultServer::start_dir(&out, Fault::None).expect("server");
     let cache = tmp.path().join("cache");
     let bound = 100 << 10;
-    let r = Reader::open(&server.url("model.knot"), cached(&cache, bound), Serve::NONE)
-        .expect("open");
+    let r = Reader::open(
+        &server.url("model.knot"),
+        cached(&cache, bound),
+        Serve::NONE,
+    )
+    .expect("open");
     let names: Vec<String> = r
         .knot()
         .header()
@@ -295,8 +316,12 @@ fn a_pinned_warm_restart_needs_no_server_and_a_changed_knot_is_noticed() {
     let other = tmp.path().join("other");
     fs::create_dir_all(&other).expect("dir");
     let out2 = pack("llama-tiny-bf16", &[DType::F32, DType::BF16], &other);
-    let nginx2 = Nginx::start(&other.join("www"), &other.join("nginx"), &NginxOptions::default())
-        .expect("nginx");
+    let nginx2 = Nginx::start(
+        &other.join("www"),
+        &other.join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
     drop(nginx);
     // the pinned restart: the first server is gone, nothing is requested
     let warm = Reader::open(&format!("{base}/model.knot"), with(Some(&id)), Serve::ALL)
@@ -306,11 +331,21 @@ fn a_pinned_warm_restart_needs_no_server_and_a_changed_knot_is_noticed() {
     assert_eq!(warm.net_stats().requests, 0, "{:?}", warm.net_stats());
     // unpinned, the header is read again: the other model is noticed
     let moved = format!("{}/m/model.knot", nginx2.url());
-    let r = Reader::open(&moved, ReaderConfig { columnar_embed: None, ..with(None) }, Serve::INPUT)
-        .expect("open");
+    let r = Reader::open(
+        &moved,
+        ReaderConfig {
+            columnar_embed: None,
+            ..with(None)
+        },
+        Serve::INPUT,
+    )
+    .expect("open");
     let bytes2 = fs::read(out2.join("model.knot")).expect("knot");
     let knot2 = Knot::parse(&bytes2).expect("valid");
-    assert_eq!(r.knot_id(), gkq_format::hex(&knot2.header().preamble().header_sha256));
+    assert_eq!(
+        r.knot_id(),
+        gkq_format::hex(&knot2.header().preamble().header_sha256)
+    );
     assert_ne!(r.knot_id(), id);
     assert_eq!(
         r.knot().header().header().meta_str(keys::ARCHITECTURE),

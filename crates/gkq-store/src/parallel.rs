@@ -392,10 +392,24 @@ mod tests {
         // part size 2500 rounds down to 2000: parts at 0, 2000, … 8000
         assert_eq!(part_size(gate(2500).config, &check), 2000);
         let e = rt()
-            .block_on(read_parts(&store, &gate(2500), &loc, (0, 10_000), None, check))
+            .block_on(read_parts(
+                &store,
+                &gate(2500),
+                &loc,
+                (0, 10_000),
+                None,
+                check,
+            ))
             .expect_err("a bad part");
         assert!(
-            matches!(e, StoreError::PartCheck { start: 2000, end: 3999, .. }),
+            matches!(
+                e,
+                StoreError::PartCheck {
+                    start: 2000,
+                    end: 3999,
+                    ..
+                }
+            ),
             "{e:?}"
         );
         let ok = Check::Parts {
@@ -417,9 +431,23 @@ mod tests {
         let empty: [u8; 32] = Sha256::digest([]).into();
         let rt = rt();
         let g = gate(4);
-        let got = rt.block_on(read_parts(&store, &g, &loc, (3, 0), None, Check::Sha256(empty)));
+        let got = rt.block_on(read_parts(
+            &store,
+            &g,
+            &loc,
+            (3, 0),
+            None,
+            Check::Sha256(empty),
+        ));
         assert_eq!(got.expect("empty").len(), 0);
-        let e = rt.block_on(read_parts(&store, &g, &loc, (0, 2 << 20), None, Check::None));
+        let e = rt.block_on(read_parts(
+            &store,
+            &g,
+            &loc,
+            (0, 2 << 20),
+            None,
+            Check::None,
+        ));
         assert!(matches!(e, Err(StoreError::TooLarge { .. })), "{e:?}");
         let e = rt.block_on(read_parts(&store, &g, &loc, (5, 10), None, Check::None));
         assert!(matches!(e, Err(StoreError::Io { .. })), "short file: {e:?}");

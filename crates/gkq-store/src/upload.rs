@@ -138,17 +138,7 @@ pub struct ObjectReport {
     pub seconds: f64,
 }
 
-/// Progress sink.
-pub trait Progress: Send + Sync {
-    /// Total bytes to consider.
-    fn start(&self, _total: u64) {}
-    /// Bytes done (sent or skipped).
-    fn advance(&self, _bytes: u64) {}
-}
-
-/// A [`Progress`] that shows nothing.
-pub struct NoProgress;
-impl Progress for NoProgress {}
+pub use gkq_format::progress::{NoProgress, Progress};
 
 /// Publishes objects to one bucket.
 #[derive(Clone, Debug)]

@@ -11,7 +11,12 @@ use std::process::Command;
 
 use fixtures::servers::{Nginx, NginxOptions};
 
-fn pack(spec: &fixtures::Spec, dtypes: &[&str], dir: &Path, spectral: &[&str]) -> (PathBuf, PathBuf) {
+fn pack(
+    spec: &fixtures::Spec,
+    dtypes: &[&str],
+    dir: &Path,
+    spectral: &[&str],
+) -> (PathBuf, PathBuf) {
     let src = dir.join("model");
     fixtures::write_model(&src, spec).expect("fixture");
     let out = dir.join("www/out");
@@ -31,7 +36,9 @@ fn normalise(text: &str, tmp: &Path) -> String {
             .map_or(s.len(), |e| i + 10 + e);
         s.replace_range(i + 10..end, &"P".repeat(end - i - 10));
     }
-    let s = s.replace(&"P".repeat(5), "PORT").replace(&"P".repeat(4), "PORT");
+    let s = s
+        .replace(&"P".repeat(5), "PORT")
+        .replace(&"P".repeat(4), "PORT");
     let mut out = String::with_capacity(s.len());
     let mut rest = s.as_str();
     // "0.123s" and "\"seconds\": 0.0123…" become fixed strings
@@ -42,7 +49,9 @@ fn normalise(text: &str, tmp: &Path) -> String {
             .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == '-'))
             .unwrap_or(tail.len());
         let (num, after) = tail.split_at(n);
-        let timed = after.starts_with("s,") || after.starts_with("s)") || after.starts_with('s') && after[1..].starts_with(char::is_whitespace)
+        let timed = after.starts_with("s,")
+            || after.starts_with("s)")
+            || after.starts_with('s') && after[1..].starts_with(char::is_whitespace)
             || out.ends_with("\"seconds\": ");
         if timed && num.contains('.') {
             out.push_str("T");
@@ -69,7 +78,9 @@ fn run(args: &[&str], tmp: &Path) -> String {
 }
 
 fn pin(name: &str, got: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pinned").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/pinned")
+        .join(name);
     if std::env::var_os("GKQ_BLESS").is_some() {
         fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
         fs::write(&path, got).expect("bless");
@@ -77,7 +88,10 @@ fn pin(name: &str, got: &str) {
     }
     let want = fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (GKQ_BLESS=1 writes it)", path.display()));
-    assert!(want == got, "{name} changed:\n--- pinned\n{want}\n--- now\n{got}");
+    assert!(
+        want == got,
+        "{name} changed:\n--- pinned\n{want}\n--- now\n{got}"
+    );
 }
 
 fn s(p: &Path) -> &str {
@@ -97,20 +111,29 @@ fn local_outputs_are_pinned() {
     let spec = fixtures::preset("qwen2-tiny-bf16").expect("preset");
     let (src, out) = pack(&spec, &["f32", "bf16"], &t.join("a"), &[]);
     pin("clean.txt", &run(&[s(&out), "--source", s(&src)], t));
-    pin("clean.json", &run(&[s(&out), "--source", s(&src), "--json"], t));
+    pin(
+        "clean.json",
+        &run(&[s(&out), "--source", s(&src), "--json"], t),
+    );
     // a lossy cast: NOTE lines (f32 source, bf16 rows)
     let f32spec = fixtures::preset("llama-tiny-f32").expect("preset");
     let (src2, out2) = pack(&f32spec, &["bf16", "f32"], &t.join("b"), &[]);
     pin("notes.txt", &run(&[s(&out2), "--source", s(&src2)], t));
     // the wrong source: one failure per tensor
-    pin("wrong-source.txt", &run(&[s(&out), "--source", s(&src2)], t));
+    pin(
+        "wrong-source.txt",
+        &run(&[s(&out), "--source", s(&src2)], t),
+    );
     // a spectral block checked against its source
     let low = fixtures::Spec {
         low_rank: Some((16, 1e-4)),
         ..fixtures::Spec::tiny(fixtures::Arch::Qwen2, fixtures::FDtype::BF16)
     };
     let (src3, out3) = pack(&low, &["bf16"], &t.join("c"), &["*.q_proj.weight=rank:16"]);
-    pin("spectral.json", &run(&[s(&out3), "--source", s(&src3), "--json"], t));
+    pin(
+        "spectral.json",
+        &run(&[s(&out3), "--source", s(&src3), "--json"], t),
+    );
     // damage: a row byte, a payload byte, a missing row file, a proof byte
     flip(&out.join("token_embd.bf16.rows"), 128 * 5 + 3);
     pin("bad-row.txt", &run(&[s(&out)], t));
@@ -145,5 +168,8 @@ fn remote_outputs_are_pinned() {
     flip(&served, 256 * 511 + 9);
     pin("remote-bad-row.txt", &run(&[s(&local), "--url", &url], t));
     drop(nginx);
-    pin("remote-down.txt", &run(&[s(&local), "--url", &url, "--timeout", "2"], t));
+    pin(
+        "remote-down.txt",
+        &run(&[s(&local), "--url", &url, "--timeout", "2"], t),
+    );
 }

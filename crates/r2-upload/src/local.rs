@@ -65,17 +65,12 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
     let dir = knot_path
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let file = File::open(&knot_path).map_err(|e| UploadError::NoKnot {
+    let map = gkq_verify::KnotMap::open(&knot_path).map_err(|e| UploadError::NoKnot {
         path: knot_path.clone(),
         reason: e.to_string(),
     })?;
-    // SAFETY: read-only map of a published artefact this process does not modify.
-    #[allow(unsafe_code)]
-    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| UploadError::NoKnot {
-        path: knot_path.clone(),
-        reason: e.to_string(),
-    })?;
-    let knot = Knot::parse(&bytes).map_err(|e| UploadError::NoKnot {
+    let bytes = map.bytes();
+    let knot = Knot::parse(bytes).map_err(|e| UploadError::NoKnot {
         path: knot_path.clone(),
         reason: format!("not a valid knot: {e}"),
     })?;

@@ -284,7 +284,9 @@ impl HttpStore {
         got: &mut u64,
     ) -> Attempt<u64> {
         let (client, i) = self.client(lane);
-        let req = client.get(url).header(RANGE, format!("bytes={start}-{end}"));
+        let req = client
+            .get(url)
+            .header(RANGE, format!("bytes={start}-{end}"));
         let mut resp = match self.counted(self.send(i, req).await, url) {
             Ok(r) => r,
             Err(e) => return Attempt::Retry(e),

@@ -1,0 +1,301 @@
+//! The `columnar` check: each row file of a block, read alongside the
+//! block's payload (one pass, see [`super::knot`]): its length, its digest,
+//! every row against the block after the documented cast, its
+//! `BLOCK_EXACT` claim, and its proof object rebuilt from the rows' Merkle
+//! leaves and compared byte for byte (FORMAT.md 7a).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use gkq_format::{Block, ColumnarDescriptor, RowProof, cast_row, hex, merkle};
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::files::open_regular;
+use crate::report::{Acc, Differ, Finding};
+
+/// Mismatching rows listed per file before summarising.
+const MAX_LISTED: usize = 5;
+
+/// Lists rows of `a` and `b` (whole rows of `row_bytes`, starting at row
+/// `first_row`) that differ, up to `room` of them; returns how many differ.
+pub(crate) fn diff_rows(
+    a: &[u8],
+    b: &[u8],
+    row_bytes: usize,
+    first_row: u64,
+    listed: &mut Vec<u64>,
+    room: usize,
+) -> u64 {
+    if a == b {
+        return 0;
+    }
+    let mut n = 0;
+    for (i, (x, y)) in a
+        .chunks(row_bytes.max(1))
+        .zip(b.chunks(row_bytes.max(1)))
+        .enumerate()
+    {
+        if x != y {
+            n += 1;
+            if listed.len() < room {
+                listed.push(first_row + i as u64);
+            }
+        }
+    }
+    n
+}
+
+/// One row file while its block's payload streams by.
+pub(crate) struct RowFile<'d> {
+    d: &'d ColumnarDescriptor,
+    file: File,
+    hasher: Sha256,
+    diff: u64,
+    listed: Vec<u64>,
+    len: u64,
+    leaves: Vec<merkle::Hash>,
+    /// First row that breaks the descriptor's BLOCK_EXACT claim.
+    not_block_exact: Option<u64>,
+    /// A read failed: nothing more is checked.
+    broken: bool,
+    buf: Vec<u8>,
+    converted: Vec<u8>,
+}
+
+/// Opens the row files of `block` that can be checked; the others are
+/// reported into `cols`.
+pub(crate) fn open_all<'b>(block: &'b Block, dir: &Path, cols: &mut Acc) -> Vec<RowFile<'b>> {
+    let mut files = Vec::new();
+    for d in &block.columnar {
+        let path = dir.join(&d.object);
+        let shown = path.display().to_string();
+        match open_regular(&path) {
+            Err(error) => cols.fail(
+                shown,
+                Finding::RowFileUnreadable {
+                    block: block.name.clone(),
+                    dtype: d.dtype,
+                    error,
+                },
+            ),
+            Ok((_, len)) if len != d.byte_len => {
+                if let Err(e) = gkq_format::check_row_file_len(d, len) {
+                    cols.fail(shown, e);
+                }
+            }
+            Ok((file, len)) => files.push(RowFile {
+                d,
+                file,
+                hasher: Sha256::new(),
+                diff: 0,
+                listed: Vec::new(),
+                len,
+                leaves: Vec::new(),
+                not_block_exact: None,
+                broken: false,
+                buf: Vec::new(),
+                converted: Vec::new(),
+            }),
+        }
+    }
+    files
+}
+
+impl RowFile<'_> {
+    /// The row file's name.
+    pub(crate) fn object(&self) -> &str {
+        &self.d.object
+    }
+
+    /// Whether a read failed (nothing more is checked).
+    pub(crate) fn broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Reads the rows of `chunk` (the block's rows from `first_row`) from
+    /// the row file and checks them: digest, against the block, Merkle
+    /// leaves, BLOCK_EXACT. The digest runs alongside the rest. Returns the
+    /// bytes read.
+    pub(crate) fn take(
+        &mut self,
+        block: &Block,
+        chunk: &[u8],
+        first_row: u64,
+        rows: usize,
+    ) -> Result<u64, Finding> {
+        let rb = self.d.row_bytes as usize;
+        let RowFile {
+            d,
+            file,
+            hasher,
+            diff,
+            listed,
+            leaves,
+            not_block_exact,
+            buf,
+            converted,
+            broken,
+            ..
+        } = self;
+        buf.resize(rows * rb, 0);
+        if let Err(error) = file.read_exact_at(buf, first_row * rb as u64) {
+            *broken = true;
+            return Err(Finding::RowFileRead {
+                row: first_row,
+                error,
+            });
+        }
+        let buf = &buf[..];
+        rayon::join(
+            || hasher.update(buf),
+            || {
+                let expected: &[u8] = if d.dtype == block.dtype {
+                    chunk
+                } else {
+                    converted.clear();
+                    cast_row(chunk, block.dtype, d.dtype, converted)
+                        .expect("descriptor dtypes are validated castable");
+                    converted
+                };
+                *diff += diff_rows(expected, buf, rb, first_row, listed, MAX_LISTED);
+                if d.proof.is_some() {
+                    leaves.par_extend(buf.par_chunks(rb.max(1)).map(merkle::leaf_hash));
+                }
+                if d.is_block_exact()
+                    && not_block_exact.is_none()
+                    && let Some(i) = gkq_format::first_inexact(buf, d.dtype, chunk, block.dtype)
+                {
+                    let cols = block.shape.get(1).copied().unwrap_or(1).max(1);
+                    *not_block_exact = Some(first_row + i as u64 / cols);
+                }
+            },
+        );
+        Ok(buf.len() as u64)
+    }
+
+    /// The checks that need the whole file: digest, BLOCK_EXACT, proof
+    /// object, rows that differed.
+    pub(crate) fn finish(self, block: &Block, dir: &Path, cols: &mut Acc) {
+        if self.broken {
+            return; // reported when the read failed
+        }
+        let path = dir.join(&self.d.object).display().to_string();
+        let digest: [u8; 32] = self.hasher.finalize().into();
+        if let Err(error) = gkq_format::check_row_file_digest(self.d, digest) {
+            cols.fail(
+                path.clone(),
+                Finding::RowFileDigest {
+                    error,
+                    len: self.len,
+                },
+            );
+        }
+        if let Some(row) = self.not_block_exact {
+            let e = gkq_format::Error::ExactnessClaim {
+                object: self.d.object.clone(),
+                flag: "BLOCK_EXACT",
+                reason: format!(
+                    "row {row} does not cast back to block {:?} ({}) bit for bit",
+                    block.name, block.dtype
+                ),
+            };
+            cols.fail(path.clone(), e);
+        }
+        if let Some(proof) = self.d.proof {
+            let ppath = dir.join(merkle::proof_object_name(&self.d.object));
+            match check_proof_file(&ppath, &self.leaves, proof) {
+                Err(f) => cols.fail(ppath.display().to_string(), f),
+                Ok(()) => {
+                    cols.bytes += merkle::layout_of(self.d)
+                        .and_then(|l| l.object_len())
+                        .unwrap_or(0)
+                }
+            }
+        }
+        if self.diff > 0 {
+            let error = gkq_format::Error::RowMismatch {
+                object: self.d.object.clone(),
+                block: block.name.clone(),
+                dtype: self.d.dtype,
+                count: self.diff,
+                first_row: self.listed.first().copied().unwrap_or(0),
+            };
+            let rows = Differ::Rows {
+                listed: self.listed,
+                total: self.diff,
+                row_bytes: self.d.row_bytes,
+            };
+            cols.fail(path, Finding::RowsDiffer { error, rows });
+        }
+    }
+}
+
+/// A `Write` that compares what is written with a file, byte for byte.
+struct Compare {
+    file: std::io::BufReader<File>,
+    at: u64,
+    first_diff: Option<u64>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for Compare {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        use std::io::Read;
+        self.buf.resize(data.len(), 0);
+        let mut got = 0;
+        while got < data.len() {
+            match self.file.read(&mut self.buf[got..])? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        if self.first_diff.is_none()
+            && let Some(i) = data.iter().zip(&self.buf[..got]).position(|(a, b)| a != b)
+        {
+            self.first_diff = Some(self.at + i as u64);
+        }
+        if got < data.len() && self.first_diff.is_none() {
+            self.first_diff = Some(self.at + got as u64);
+        }
+        self.at += data.len() as u64;
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Checks a proof object (FORMAT.md 7a) against the one computed from the
+/// row file's leaves, and the root against the descriptor's.
+fn check_proof_file(path: &Path, leaves: &[merkle::Hash], proof: RowProof) -> Result<(), Finding> {
+    let expected = merkle::ProofLayout::new(leaves.len() as u64, proof.height)
+        .and_then(|l| l.object_len())
+        .unwrap_or(0);
+    let (file, len) = open_regular(path).map_err(Finding::ProofUnreadable)?;
+    if len != expected {
+        return Err(Finding::ProofLength {
+            len,
+            expected,
+            height: proof.height,
+        });
+    }
+    let mut cmp = Compare {
+        file: std::io::BufReader::with_capacity(1 << 20, file),
+        at: 0,
+        first_diff: None,
+        buf: Vec::new(),
+    };
+    let root = merkle::write_proof(leaves, proof.height, &mut cmp).map_err(Finding::ProofRead)?;
+    if root != Some(proof.root) {
+        return Err(Finding::MerkleRoot {
+            found: root.map(|r| hex(&r)).unwrap_or_default(),
+            recorded: hex(&proof.root),
+        });
+    }
+    match cmp.first_diff {
+        Some(at) => Err(Finding::ProofDiffers { at }),
+        None => Ok(()),
+    }
+}

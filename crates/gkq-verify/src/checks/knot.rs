@@ -1,0 +1,136 @@
+//! The `knot` check: the structure rules (the parser's), and each block's
+//! payload against its digest, in one pass that also feeds the block's row
+//! files to the `columnar` check ([`super::columnar`]); spectral blocks
+//! must decode to finite values.
+
+use std::path::Path;
+
+use gkq_format::{Block, Encoding, Knot};
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use super::columnar;
+use crate::Progress;
+use crate::files::Pages;
+use crate::report::{Acc, Finding};
+
+/// Bytes read per step.
+const CHUNK: usize = 8 << 20;
+
+/// A spectral block's factors decode (FORMAT.md section 5) and reconstruct
+/// to finite values in the block's dtype.
+fn check_spectral_decodes(block: &Block, payload: &[u8]) -> Result<(), Finding> {
+    if !matches!(block.encoding, Encoding::Spectral { .. }) {
+        return Ok(());
+    }
+    let w = gkq_format::reconstruct_spectral(block, payload)?;
+    let mut v = Vec::new();
+    gkq_format::decode_f32(&w, block.dtype, &mut v);
+    match v.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => {
+            let cols = block.shape.get(1).copied().unwrap_or(1).max(1) as usize;
+            Err(Finding::SpectralNotFinite {
+                value: v[i],
+                row: i / cols,
+                col: i % cols,
+            })
+        }
+    }
+}
+
+/// The knot and columnar findings of one block.
+pub(crate) struct BlockChecked {
+    pub(crate) knot: Acc,
+    pub(crate) columnar: Acc,
+}
+
+/// Hashes a block's payload; for a columnar block, also checks each row
+/// file in the same pass.
+pub(crate) fn check_block(
+    knot: &Knot<'_>,
+    pages: &Pages<'_>,
+    dir: &Path,
+    index: usize,
+    progress: &dyn Progress,
+) -> BlockChecked {
+    let (mut acc, mut cols) = (Acc::default(), Acc::default());
+    let block = &knot.blocks()[index];
+    let (Some(payload), Some(p)) = (knot.payload(index), block.encoding.payload()) else {
+        return BlockChecked {
+            knot: acc,
+            columnar: cols,
+        };
+    };
+    let mut files = columnar::open_all(block, dir, &mut cols);
+    let mut hasher = Sha256::new();
+    let src_row =
+        block.shape.get(1).copied().unwrap_or(1) as usize * block.dtype.itemsize() as usize;
+    let step = CHUNK
+        .checked_div(src_row)
+        .map_or(CHUNK, |n| n.max(1) * src_row);
+    let mut at = 0usize;
+    for chunk in payload.chunks(step.max(1)) {
+        acc.bytes += chunk.len() as u64;
+        progress.advance(chunk.len() as u64);
+        let first_row = at.checked_div(src_row).unwrap_or(0) as u64;
+        let rows = chunk.len().checked_div(src_row).unwrap_or(0);
+        // the payload's digest and every row file's checks, all at once
+        let ((), taken) = rayon::join(
+            || hasher.update(chunk),
+            || {
+                files
+                    .par_iter_mut()
+                    .filter(|rf| !rf.broken())
+                    .map(|rf| {
+                        (
+                            rf.object().to_owned(),
+                            rf.take(block, chunk, first_row, rows),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            },
+        );
+        for (object, r) in taken {
+            match r {
+                Ok(n) => cols.bytes += n,
+                Err(f) => cols.fail(dir.join(&object).display().to_string(), f),
+            }
+        }
+        at += chunk.len();
+        pages.release(chunk);
+    }
+    let digest: [u8; 32] = hasher.finalize().into();
+    let shown = format!("block {}", block.name);
+    if let Err(e) = gkq_format::check_payload_digest(knot.header().header(), index, p, digest) {
+        acc.fail(shown, e);
+    } else if let Err(f) = check_spectral_decodes(block, payload) {
+        acc.fail(shown, f);
+    }
+    for rf in files {
+        rf.finish(block, dir, &mut cols);
+    }
+    BlockChecked {
+        knot: acc,
+        columnar: cols,
+    }
+}
+
+/// The `knot` line's summary.
+pub(crate) fn summary(knot: &Knot<'_>) -> String {
+    let header = knot.header().header();
+    let spectral = header
+        .blocks
+        .iter()
+        .filter(|b| matches!(b.encoding, Encoding::Spectral { .. }))
+        .count();
+    let decoded = if spectral > 0 {
+        format!(", {spectral} spectral blocks decoded")
+    } else {
+        String::new()
+    };
+    format!(
+        "{} blocks, header and payload digests{decoded}",
+        header.blocks.len()
+    )
+}

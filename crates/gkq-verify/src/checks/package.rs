@@ -1,0 +1,47 @@
+//! The `package` check: the companion files (`package.files`: config,
+//! tokenizer) present, regular, and hashing to the digests the knot records.
+
+use std::path::Path;
+
+use gkq_format::{Knot, hex, keys};
+use sha2::{Digest, Sha256};
+
+use crate::files::open_regular;
+use crate::report::{Acc, Finding};
+
+/// The findings, and how many files the knot lists; `None` when it lists none.
+pub(crate) fn check(knot: &Knot<'_>, dir: &Path) -> Option<(Acc, usize)> {
+    let h = knot.header().header();
+    let files = h.meta_list(keys::PACKAGE_FILES)?;
+    let mut acc = Acc::default();
+    for (name, want) in h.package_files() {
+        let path = dir.join(name);
+        let shown = path.display().to_string();
+        let mut f = match open_regular(&path) {
+            Ok((f, _)) => f,
+            Err(e) => {
+                acc.fail(shown, Finding::CompanionUnreadable(e));
+                continue;
+            }
+        };
+        let mut hasher = Sha256::new();
+        match std::io::copy(&mut f, &mut hasher) {
+            Ok(n) => acc.bytes += n,
+            Err(e) => {
+                acc.fail(shown, e);
+                continue;
+            }
+        }
+        let found = hex(&hasher.finalize());
+        if found != *want {
+            acc.fail(
+                shown,
+                Finding::Digest {
+                    found,
+                    recorded: want.to_owned(),
+                },
+            );
+        }
+    }
+    Some((acc, files.len()))
+}

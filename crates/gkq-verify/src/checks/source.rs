@@ -1,0 +1,333 @@
+//! The `source` check (`--source`): every tensor of the original model
+//! bit-identical to its block after the documented cast (a spectral block's
+//! reconstruction error as recorded), every exactness claim, every source
+//! file's digest, and every block and listed file accounted for. Each
+//! source file is hashed on one core while its tensors are compared on the
+//! other.
+
+use gkq_format::{Block, Encoding, Knot, cast_row, hex, keys};
+use gkq_source::{SourceModel, SourceTensor};
+use sha2::{Digest, Sha256};
+
+use super::columnar::diff_rows;
+use super::spectral::SpectralCheck;
+use crate::Progress;
+use crate::files::Pages;
+use crate::report::{Acc, Differ, Finding, Note};
+
+/// Bytes read per step.
+const CHUNK: usize = 8 << 20;
+/// Mismatching rows listed per tensor before summarising.
+const MAX_LISTED: usize = 5;
+
+/// One source tensor against its block, chunk by chunk.
+struct TensorCheck<'k> {
+    t: &'k SourceTensor,
+    /// The dense block and its payload.
+    target: Option<(&'k Block, &'k [u8])>,
+    spectral: Option<SpectralCheck<'k>>,
+    /// Bytes per source row, and per block row.
+    row: u64,
+    out_row: u64,
+    diff: u64,
+    listed: Vec<u64>,
+    /// Row files whose SOURCE_EXACT claim fails, and the first element.
+    not_source_exact: Vec<(String, u64)>,
+    /// The largest |source - block| of a narrowing block (lossy by choice).
+    loss: Option<f64>,
+    converted: Vec<u8>,
+}
+
+impl<'k> TensorCheck<'k> {
+    /// The check of `t`, and what is wrong before any value is read.
+    fn new(knot: &'k Knot<'k>, t: &'k SourceTensor, name: &str, acc: &mut Acc) -> TensorCheck<'k> {
+        let header = knot.header().header();
+        let index = header.block_index(&t.name);
+        let target: Option<(&Block, &[u8])> =
+            index.and_then(|i| Some((header.resolve(i)?, knot.payload(i)?)));
+        let spectral = target
+            .filter(|(b, _)| matches!(b.encoding, Encoding::Spectral { .. }) && b.shape == t.shape)
+            .and_then(|(block, payload)| SpectralCheck::new(block, payload));
+        let target = target.filter(|(b, _)| matches!(b.encoding, Encoding::Dense(_)));
+        if index.is_none() {
+            acc.fail(
+                name,
+                Finding::TensorNotInKnot {
+                    tensor: t.name.clone(),
+                },
+            );
+        }
+        if let Some((b, _)) = target
+            && (b.shape != t.shape
+                || (b.dtype != t.dtype
+                    && !(b.dtype.is_castable_float() && t.dtype.is_castable_float())))
+        {
+            acc.fail(
+                name,
+                Finding::TensorShape {
+                    tensor: t.name.clone(),
+                    source_dtype: t.dtype,
+                    source_shape: t.shape.clone(),
+                    block: b.name.clone(),
+                    block_dtype: b.dtype,
+                    block_shape: b.shape.clone(),
+                },
+            );
+        }
+        let cols = t.shape.get(1).copied().unwrap_or(1).max(1);
+        TensorCheck {
+            t,
+            target,
+            spectral,
+            row: cols * t.dtype.itemsize(),
+            out_row: cols * target.map_or(1, |(b, _)| b.dtype.itemsize()),
+            diff: 0,
+            listed: Vec::new(),
+            not_source_exact: Vec::new(),
+            loss: None,
+            converted: Vec::new(),
+        }
+    }
+
+    /// Bytes of the tensor per read: whole rows of a 2-D tensor.
+    fn step(&self) -> u64 {
+        if self.t.shape.len() == 2 {
+            (CHUNK as u64 / self.row).max(1) * self.row
+        } else {
+            CHUNK as u64
+        }
+    }
+
+    /// Compares `chunk` (the tensor's bytes from `at`) with the block;
+    /// false when the chunk cannot be cast (nothing more to compare).
+    fn compare(&mut self, chunk: &[u8], at: u64, pages: &Pages<'_>) -> bool {
+        let t = self.t;
+        if let Some(sc) = &mut self.spectral {
+            sc.add(chunk, t.dtype, at / self.row);
+        }
+        let Some((b, payload)) = self.target.filter(|(b, _)| b.shape == t.shape) else {
+            return true;
+        };
+        let expected: &[u8] = if b.dtype == t.dtype {
+            chunk
+        } else {
+            self.converted.clear();
+            if cast_row(chunk, t.dtype, b.dtype, &mut self.converted).is_none() {
+                return false;
+            }
+            &self.converted
+        };
+        // the chunk starts at element at/itemsize, whatever the shape
+        let first_elem = at / t.dtype.itemsize();
+        let start = (first_elem * b.dtype.itemsize()) as usize;
+        let got = payload
+            .get(start..start + expected.len())
+            .unwrap_or_default();
+        let (rb, first_row) = if t.shape.len() == 2 {
+            (self.out_row as usize, at / self.row)
+        } else {
+            // element offsets for tensors that are not 2-D
+            (b.dtype.itemsize() as usize, first_elem)
+        };
+        self.diff += diff_rows(expected, got, rb, first_row, &mut self.listed, MAX_LISTED);
+        self.check_source_exact(b, chunk, got, first_elem);
+        if b.dtype != t.dtype
+            && b.dtype.itemsize() < t.dtype.itemsize()
+            && let Some(e) = gkq_format::max_abs_diff(chunk, t.dtype, got, b.dtype)
+        {
+            self.loss = Some(self.loss.map_or(e, |l| l.max(e)));
+        }
+        pages.release(got);
+        true
+    }
+
+    /// The SOURCE_EXACT claims of the block's row files over this chunk.
+    /// The block's values are cast to the source's dtype once: it is what
+    /// the rows of a descriptor in the block's or the source's dtype give
+    /// when cast to the source's.
+    fn check_source_exact(&mut self, b: &Block, chunk: &[u8], got: &[u8], first_elem: u64) {
+        let t = self.t;
+        let mut as_source: Option<Vec<u8>> = None;
+        for d in b.columnar.iter().filter(|d| d.is_source_exact()) {
+            if self.not_source_exact.iter().any(|(o, _)| *o == d.object) {
+                continue;
+            }
+            let inexact = if d.dtype == b.dtype || d.dtype == t.dtype {
+                let v = as_source.get_or_insert_with(|| {
+                    let mut v = Vec::with_capacity(chunk.len());
+                    let _ = cast_row(got, b.dtype, t.dtype, &mut v);
+                    v
+                });
+                gkq_format::first_inexact(v, t.dtype, chunk, t.dtype)
+            } else {
+                self.converted.clear();
+                if cast_row(got, b.dtype, d.dtype, &mut self.converted).is_none() {
+                    continue;
+                }
+                gkq_format::first_inexact(&self.converted, d.dtype, chunk, t.dtype)
+            };
+            if let Some(i) = inexact {
+                self.not_source_exact
+                    .push((d.object.clone(), first_elem + i as u64));
+            }
+        }
+    }
+
+    /// What the whole tensor showed: the spectral error, the loss note,
+    /// exactness claims that failed, rows that differ.
+    fn finish(self, knot: &Knot<'_>, name: &str, acc: &mut Acc) {
+        let t = self.t;
+        if let Some(sc) = self.spectral {
+            sc.finish(knot, &t.name, name, acc);
+        }
+        if let Some(max_error) = self.loss {
+            let block = self
+                .target
+                .map(|(b, _)| b.dtype.to_string())
+                .unwrap_or_default();
+            let note = Note::Lossy {
+                tensor: t.name.clone(),
+                block,
+                source: t.dtype,
+                max_error,
+            };
+            acc.note(name, note);
+        }
+        let cols = t.shape.get(1).copied().unwrap_or(1).max(1);
+        for (object, elem) in self.not_source_exact {
+            let e = gkq_format::Error::ExactnessClaim {
+                object,
+                flag: "SOURCE_EXACT",
+                reason: format!(
+                    "row {} col {} does not cast back to tensor {:?}'s {} bits",
+                    elem / cols,
+                    elem % cols,
+                    t.name,
+                    t.dtype
+                ),
+            };
+            acc.fail(name, e);
+        }
+        if self.diff > 0 {
+            let differ = if t.shape.len() == 2 {
+                Differ::Rows {
+                    listed: self.listed,
+                    total: self.diff,
+                    row_bytes: self.out_row,
+                }
+            } else {
+                Differ::Elements {
+                    count: self.diff,
+                    first: self.listed.first().copied().unwrap_or(0),
+                }
+            };
+            acc.fail(
+                name,
+                Finding::TensorDiffers {
+                    tensor: t.name.clone(),
+                    differ,
+                },
+            );
+        }
+    }
+}
+
+/// Compares every tensor of source file `file` with the knot, hashing the
+/// file in the same pass.
+pub(crate) fn check_file(
+    knot: &Knot<'_>,
+    pages: &Pages<'_>,
+    src: &SourceModel,
+    file: usize,
+    progress: &dyn Progress,
+) -> Acc {
+    let mut acc = Acc::default();
+    let name = src.files[file].path.display().to_string();
+    let mut hasher = Sha256::new();
+    match src.read_header(file) {
+        Ok(h) => hasher.update(h),
+        Err(e) => {
+            acc.fail(name, e);
+            return acc;
+        }
+    }
+    let mut buf = vec![0u8; CHUNK];
+    for t in src.tensors.iter().filter(|t| t.file == file) {
+        let mut tc = TensorCheck::new(knot, t, &name, &mut acc);
+        let step = tc.step();
+        let mut at = 0u64;
+        while at < t.len {
+            let n = (t.len - at).min(step) as usize;
+            if buf.len() < n {
+                buf.resize(n, 0);
+            }
+            let chunk = &mut buf[..n];
+            if let Err(e) = src.read(t, at, chunk) {
+                acc.fail(name, e);
+                return acc;
+            }
+            let chunk: &[u8] = chunk;
+            acc.bytes += n as u64;
+            progress.advance(n as u64);
+            // the file's digest on one core, the comparisons on the other
+            let ((), whole) = rayon::join(|| hasher.update(chunk), || tc.compare(chunk, at, pages));
+            if !whole {
+                break;
+            }
+            at += n as u64;
+        }
+        tc.finish(knot, &name, &mut acc);
+    }
+    check_file_digest(
+        knot,
+        &src.files[file].name,
+        &hex(&hasher.finalize()),
+        &name,
+        &mut acc,
+    );
+    acc
+}
+
+/// The file's digest against `source.sha256`.
+fn check_file_digest(knot: &Knot<'_>, file: &str, digest: &str, name: &str, acc: &mut Acc) {
+    let header = knot.header().header();
+    let files = header.meta_list(keys::SOURCE_FILES).unwrap_or_default();
+    let hashes = header.meta_list(keys::SOURCE_SHA256).unwrap_or_default();
+    match files.iter().position(|n| *n == file) {
+        None => acc.fail(name, Finding::SourceFileNotListed),
+        Some(i) if hashes.get(i).map(String::as_str) != Some(digest) => acc.fail(
+            name,
+            Finding::Digest {
+                found: digest.to_owned(),
+                recorded: hashes.get(i).map_or("nothing", String::as_str).to_owned(),
+            },
+        ),
+        Some(_) => {}
+    }
+}
+
+/// Every knot block comes from the source, and every file the knot lists
+/// is in it.
+pub(crate) fn check_model(knot: &Knot<'_>, src: &SourceModel, acc: &mut Acc) {
+    let header = knot.header().header();
+    for b in &header.blocks {
+        let aliased = matches!(b.encoding, Encoding::Alias { .. });
+        if src.tensor(&b.name).is_none() && !aliased {
+            acc.fail(b.name.clone(), Finding::BlockNotInSource);
+        }
+    }
+    for name in header.meta_list(keys::SOURCE_FILES).unwrap_or_default() {
+        if !src.files.iter().any(|f| &f.name == name) {
+            acc.fail(name.clone(), Finding::ListedFileMissing);
+        }
+    }
+}
+
+/// Bytes of the source's tensors in file `file`.
+pub(crate) fn tensor_bytes(src: &SourceModel, file: usize) -> u64 {
+    src.tensors
+        .iter()
+        .filter(|t| t.file == file)
+        .map(|t| t.len)
+        .sum()
+}
