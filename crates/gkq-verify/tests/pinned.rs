@@ -54,7 +54,7 @@ fn normalise(text: &str, tmp: &Path) -> String {
             || after.starts_with('s') && after[1..].starts_with(char::is_whitespace)
             || out.ends_with("\"seconds\": ");
         if timed && num.contains('.') {
-            out.push_str("T");
+            out.push('T');
         } else {
             out.push_str(num);
         }
