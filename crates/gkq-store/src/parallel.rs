@@ -382,7 +382,7 @@ mod tests {
             align: 1000,
             check: Arc::new(move |off, bytes: &[u8]| {
                 s.fetch_add(1, Ordering::Relaxed);
-                assert!(off % 1000 == 0 && bytes.len() % 1000 == 0);
+                assert!(off.is_multiple_of(1000) && bytes.len().is_multiple_of(1000));
                 if off == 3000 {
                     return Err("chunk 3 does not hash to its root".into());
                 }
