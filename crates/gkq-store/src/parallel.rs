@@ -383,8 +383,8 @@ mod tests {
             check: Arc::new(move |off, bytes: &[u8]| {
                 s.fetch_add(1, Ordering::Relaxed);
                 assert!(off.is_multiple_of(1000) && bytes.len().is_multiple_of(1000));
-                if off == 3000 {
-                    return Err("chunk 3 does not hash to its root".into());
+                if off == 2000 {
+                    return Err("chunk 2 does not hash to its root".into());
                 }
                 Ok(())
             }),
