@@ -1,12 +1,10 @@
 //! `cargo xtask upload`: flags and reporting; the work is in `r2-upload`.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
-use r2_upload::{Progress, UploadOptions, Uploader};
+use r2_upload::{UploadOptions, Uploader};
 use serde_json::json;
 
 /// Publish a packed model directory to R2 (or any S3-compatible store).
@@ -50,16 +48,6 @@ pub(crate) struct UploadArgs {
     /// Print one JSON object per object on stdout.
     #[arg(long)]
     json: bool,
-}
-
-struct Bar(ProgressBar);
-impl Progress for Bar {
-    fn start(&self, total: u64) {
-        self.0.set_length(total);
-    }
-    fn advance(&self, bytes: u64) {
-        self.0.inc(bytes);
-    }
 }
 
 fn env(k: &str) -> Option<String> {
@@ -110,20 +98,9 @@ pub(crate) fn run(a: UploadArgs) -> anyhow::Result<()> {
             },
         );
         up.check_bucket().await?;
-        let bar = if !a.json && std::io::stderr().is_terminal() {
-            let b = ProgressBar::new(0);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-                )
-                .context("template")?,
-            );
-            Bar(b)
-        } else {
-            Bar(ProgressBar::hidden())
-        };
+        let bar = gkq_cli::Bar::new("", !a.json);
         let r = up.publish(&objects, &bar).await;
-        bar.0.finish_and_clear();
+        bar.finish();
         anyhow::Ok(r?)
     })?;
     for r in &reports {

@@ -37,7 +37,7 @@ a network failure); 2 usage error (flags, or a request the model cannot hold).";
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-decode",
-    version = gkq_node::version(),
+    version = version(),
     after_long_help = EXAMPLES,
     after_help = "Run with --help for examples, where the output goes, and the exit codes."
 )]
@@ -260,6 +260,12 @@ fn run(a: &Args) -> anyhow::Result<()> {
     }
 }
 
+/// The `--version` line: the version and this build's features.
+fn version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| gkq_cli::version(gkq_store::FEATURES))
+}
+
 /// When this process started (for the time to first token from process start).
 static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
@@ -300,7 +306,7 @@ fn report(a: &Args, g: Generation) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     STARTED.get_or_init(std::time::Instant::now);
-    gkq_node::init_logging();
+    gkq_cli::init_logging();
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -308,6 +314,6 @@ fn main() -> ExitCode {
             eprintln!("gkq-decode: usage: {e:#}");
             ExitCode::from(2)
         }
-        Err(e) => gkq_node::exit("gkq-decode", Err(e)),
+        Err(e) => gkq_cli::exit("gkq-decode", Err(e)),
     }
 }

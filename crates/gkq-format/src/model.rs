@@ -275,6 +275,14 @@ impl Role {
         }
     }
 
+    /// The role in words, for messages (`token embedding`, `lm_head`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Role::TokenEmbd => "token embedding",
+            Role::LmHead => "lm_head",
+        }
+    }
+
     /// The metadata key naming the role's block (`role.token_embd`, `role.lm_head`).
     pub fn key(self) -> &'static str {
         match self {

@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use gkq_format::DType;
+use gkq_format::{DType, Role};
 use gkq_source::{SourceModel, hub};
 use serde::Serialize;
 
@@ -169,9 +169,9 @@ pub fn analyze(model_dir: &Path, progress: &dyn crate::Progress) -> Result<Analy
         let mut a = analyze_spectrum(&t.name, t.dtype, (m, n), sigma);
         a.role = roles.as_ref().and_then(|r| {
             if t.name == r.embed {
-                Some("token_embd".to_owned())
+                Some(Role::TokenEmbd.as_str().to_owned())
             } else if r.lm_head.as_deref() == Some(t.name.as_str()) {
-                Some("lm_head".to_owned())
+                Some(Role::LmHead.as_str().to_owned())
             } else {
                 None
             }

@@ -1,4 +1,8 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// Why the embedding and the lm_head are never spectral (FORMAT.md 5): the
+/// measured failures of the proposal and of the LM-head router study.
+pub(crate) const REFUSAL: &str = "the token embedding and the lm_head are never spectral: a rank-256 SVD of Qwen2.5-0.5B's embedding gave gibberish, and an SVD lm_head router reached recall@50 of only 11.7 % at rank 256; they are packed dense with columnar row files";
 
 /// `Result` with [`PackError`].
 pub type Result<T, E = PackError> = std::result::Result<T, E>;
@@ -9,10 +13,10 @@ pub type Result<T, E = PackError> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum PackError {
     /// Role detection failed.
-    #[error("cannot decide which tensor is the {role}: {reason}; candidates (2-D, first dim = vocab_size {vocab}): {}; pass --{flag} NAME", if candidates.is_empty() { "none".to_string() } else { candidates.join(", ") })]
+    #[error("cannot decide which tensor is the {}: {reason}; candidates (2-D, first dim = vocab_size {vocab}): {}; pass --{flag} NAME", role.describe(), if candidates.is_empty() { "none".to_string() } else { candidates.join(", ") })]
     RoleUndecided {
         /// `token embedding` or `lm_head`.
-        role: &'static str,
+        role: gkq_format::Role,
         /// Why.
         reason: String,
         /// vocab_size from config.
@@ -33,12 +37,12 @@ pub enum PackError {
         dir: PathBuf,
     },
     /// The embedding or lm_head is not 2-D.
-    #[error("{path}: {role} tensor {tensor:?} has shape {shape:?}, expected 2-D [vocab, hidden]")]
+    #[error("{path}: {} tensor {tensor:?} has shape {shape:?}, expected 2-D [vocab, hidden]", role.describe())]
     NotTwoD {
         /// The file.
         path: PathBuf,
         /// Role.
-        role: &'static str,
+        role: gkq_format::Role,
         /// The tensor.
         tensor: String,
         /// Its shape.
@@ -128,8 +132,9 @@ pub enum PackError {
     },
     /// A `--spectral` pattern that matches the embedding or the lm_head.
     #[error(
-        "--spectral {arg} matches {tensor:?}, the {role}: refused; {}",
-        crate::spectral::REFUSAL
+        "--spectral {arg} matches {tensor:?}, the {}: refused; {}",
+        role.describe(),
+        REFUSAL
     )]
     SpectralRefused {
         /// The argument.
@@ -137,7 +142,7 @@ pub enum PackError {
         /// The tensor.
         tensor: String,
         /// `token embedding` or `lm_head`.
-        role: &'static str,
+        role: gkq_format::Role,
     },
     /// A `--spectral` pattern that matches no tensor.
     #[error(
@@ -177,6 +182,20 @@ pub enum PackError {
     /// The model directory (config, safetensors, the Hugging Face cache).
     #[error(transparent)]
     Source(#[from] gkq_source::SourceError),
+}
+
+/// A gkq-format error while writing the knot at `path`.
+pub(crate) fn format_err(path: &Path, source: gkq_format::Error) -> PackError {
+    match source {
+        gkq_format::Error::Io(error) => PackError::Io {
+            path: path.to_owned(),
+            error,
+        },
+        error => PackError::Format {
+            path: path.to_owned(),
+            error: Box::new(error),
+        },
+    }
 }
 
 /// Attaches a path to an I/O error.

@@ -1,14 +1,13 @@
 //! `gkq-pack`: flags in, report out. The work is in the library.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 use gkq_format::DType;
-use gkq_pack::{PackOptions, PackReport, Progress};
-use indicatif::{ProgressBar, ProgressStyle};
+use gkq_pack::{PackOptions, PackReport};
 
 /// Pack a Hugging Face model directory into a GKQ v2 knot and columnar row files.
 #[derive(Parser, Debug)]
@@ -80,17 +79,6 @@ struct Args {
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
     DType::parse_float(s)
-}
-
-struct Bar(ProgressBar);
-
-impl Progress for Bar {
-    fn start(&self, total: u64) {
-        self.0.set_length(total);
-    }
-    fn advance(&self, bytes: u64) {
-        self.0.inc(bytes);
-    }
 }
 
 fn human(r: &PackReport) {
@@ -252,21 +240,9 @@ fn run(args: Args) -> anyhow::Result<()> {
             .map(|s| s.parse())
             .collect::<Result<_, _>>()?,
     };
-    let show_bar = !args.quiet && !args.json && std::io::stderr().is_terminal();
-    let bar = if show_bar {
-        let b = ProgressBar::new(0);
-        b.set_style(
-            ProgressStyle::with_template(
-                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .context("progress template")?,
-        );
-        Bar(b)
-    } else {
-        Bar(ProgressBar::hidden())
-    };
+    let bar = gkq_cli::Bar::new("", !args.quiet && !args.json);
     let report = gkq_pack::pack(&opts, &bar)?;
-    bar.0.finish_and_clear();
+    bar.finish();
     if args.json {
         let mut out = std::io::stdout().lock();
         let written = writeln!(out, "{}", serde_json::to_string_pretty(&report)?);

@@ -264,3 +264,28 @@ pub(crate) fn flush_file(w: BufWriter<File>, path: &Path) -> Result<File> {
 pub(crate) fn write_all(w: &mut impl Write, bytes: &[u8], path: &Path) -> Result<()> {
     w.write_all(bytes).at(path)
 }
+
+/// Refuses an output directory inside the model directory (packing would
+/// read its own output next time, and `--force` could delete source files).
+pub(crate) fn check_out_outside(model: &Path, out: &Path) -> Result<()> {
+    let abs = |p: &Path| {
+        p.canonicalize().unwrap_or_else(|_| {
+            std::env::current_dir()
+                .map(|c| c.join(p))
+                .unwrap_or_else(|_| p.to_path_buf())
+        })
+    };
+    let (m, o) = (abs(model), abs(out));
+    // `out` may not exist yet: compare its nearest existing ancestor too
+    let o_parent = out
+        .ancestors()
+        .find(|a| !a.as_os_str().is_empty() && a.exists())
+        .map(abs);
+    if o.starts_with(&m) || o_parent.is_some_and(|p| p.starts_with(&m)) {
+        return Err(PackError::OutInsideModel {
+            out: out.to_path_buf(),
+            model: model.to_path_buf(),
+        });
+    }
+    Ok(())
+}

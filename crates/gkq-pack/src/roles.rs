@@ -1,12 +1,14 @@
 //! Which tensor is the token embedding, which the lm_head, and whether they are tied.
 
+use gkq_format::Role;
+
 use crate::error::{PackError, Result};
 use gkq_source::ModelConfig;
 use gkq_source::{SourceModel, SourceTensor};
 
 /// The decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Roles {
+pub struct RolePlan {
     /// Source tensor name of the token embedding.
     pub embed: String,
     /// Source tensor name of an untied lm_head.
@@ -29,12 +31,7 @@ fn candidates(src: &SourceModel, vocab: u64) -> Vec<String> {
     c
 }
 
-fn check_shape(
-    cfg: &ModelConfig,
-    src: &SourceModel,
-    t: &SourceTensor,
-    role: &'static str,
-) -> Result<()> {
+fn check_shape(cfg: &ModelConfig, src: &SourceModel, t: &SourceTensor, role: Role) -> Result<()> {
     let [rows, cols] = t.shape.as_slice() else {
         return Err(PackError::NotTwoD {
             path: src.file_of(t).path.clone(),
@@ -96,7 +93,7 @@ fn find_embed<'s>(
         });
     }
     let undecided = |reason: String| PackError::RoleUndecided {
-        role: "token embedding",
+        role: Role::TokenEmbd,
         reason,
         vocab,
         candidates: candidates(src, vocab),
@@ -121,14 +118,14 @@ fn find_embed<'s>(
 }
 
 /// Decides the roles from the config's family (or the overrides).
-pub fn decide(
+pub(crate) fn decide(
     cfg: &ModelConfig,
     src: &SourceModel,
     embed_override: Option<&str>,
     lm_head_override: Option<&str>,
-) -> Result<Roles> {
+) -> Result<RolePlan> {
     let embed = find_embed(cfg, src, embed_override)?;
-    check_shape(cfg, src, embed, "token embedding")?;
+    check_shape(cfg, src, embed, Role::TokenEmbd)?;
     let lm_names: &[&str] = cfg
         .family
         .map_or(&["lm_head.weight"], |f| f.lm_head_names());
@@ -145,7 +142,7 @@ pub fn decide(
         // architecture has one and ties it; a bare encoder (BertModel,
         // sentence-transformers) has no output projection at all.
         if !(cfg.tie_word_embeddings && cfg.has_lm_head()) {
-            return Ok(Roles {
+            return Ok(RolePlan {
                 embed: embed.name.clone(),
                 lm_head: None,
                 tied: false,
@@ -157,16 +154,16 @@ pub fn decide(
             .copied()
             .unwrap_or("lm_head.weight")
             .to_owned();
-        return Ok(Roles {
+        return Ok(RolePlan {
             embed: embed.name.clone(),
             lm_head: None,
             tied: true,
             lm_head_block: Some(lm_head_block),
         });
     };
-    check_shape(cfg, src, lm, "lm_head")?;
+    check_shape(cfg, src, lm, Role::LmHead)?;
     if identical(src, embed, lm)? {
-        return Ok(Roles {
+        return Ok(RolePlan {
             embed: embed.name.clone(),
             lm_head: None,
             tied: true,
@@ -180,7 +177,7 @@ pub fn decide(
             lm_head: lm.name.clone(),
         });
     }
-    Ok(Roles {
+    Ok(RolePlan {
         embed: embed.name.clone(),
         lm_head: Some(lm.name.clone()),
         tied: false,

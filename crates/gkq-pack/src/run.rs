@@ -10,16 +10,22 @@ use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 
-use gkq_format::{CastReport, DType, Header, KNOT_NAME, KnotWriter, Value};
+use gkq_format::{CastReport, DType, Header, KNOT_NAME, KnotWriter, Role, Value};
 use gkq_source::{SourceModel, SourceTensor};
 use sha2::{Digest, Sha256};
 
-use crate::error::{IoContext, PackError, Result};
+use crate::Progress;
+use crate::error::{IoContext, PackError, Result, format_err};
+use crate::options::PackOptions;
 use crate::output::{Output, flush_file};
-use crate::{
-    CHUNK, CastSummary, ColumnarReport, FileReport, PackOptions, Progress, RoleOut, RowSink,
-    WRITEBACK_STEP, cast_rows, finish_row_file, format_err, overflow_error, prefetch,
-};
+use crate::prefetch;
+use crate::report::{CastSummary, ColumnarReport, FileReport};
+use crate::rows::{RoleOut, RowSink, cast_rows, finish_row_file, overflow_error};
+
+/// Bytes of source read per step.
+const CHUNK: usize = 8 << 20;
+/// Source bytes between two background writeback requests.
+const WRITEBACK_STEP: u64 = 128 << 20;
 
 /// Background writeback: every [`WRITEBACK_STEP`] bytes a thread syncs the
 /// files written so far, so the final fsync before commit has little left
@@ -147,9 +153,9 @@ fn role_outs(header: &Header, embed: &str, out: &mut Output) -> Result<Vec<RoleO
         roles.push(RoleOut {
             block: i,
             role: if b.name == embed {
-                "token_embd"
+                Role::TokenEmbd
             } else {
-                "lm_head"
+                Role::LmHead
             },
             files,
             casts: Vec::new(),
@@ -388,7 +394,7 @@ impl<'a> Run<'a> {
                 files.extend(synced);
                 columnar.push(ColumnarReport {
                     tensor: block_name.clone(),
-                    role: r.role.to_owned(),
+                    role: r.role.as_str().to_owned(),
                     path: out_dir.join(&report.path),
                     proof: FileReport {
                         path: out_dir.join(&report.proof.path),

@@ -16,6 +16,7 @@
 
 use std::time::Instant;
 
+use gkq_format::Role;
 use gkq_format::{
     Block, DType, Encoding, FrobeniusError, Payload, Quant, SpectralParts, decode_f32,
     reconstruct_spectral,
@@ -25,11 +26,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::{PackError, Result};
-use crate::roles::Roles;
-
-/// Why the embedding and lm_head are never spectral (the columnar-embed
-/// proposal's measurements, quoted by the refusal).
-pub const REFUSAL: &str = "the token embedding and the lm_head are never spectral: a rank-256 SVD of Qwen2.5-0.5B's embedding gave gibberish, and an SVD lm_head router reached recall@50 of only 11.7 % at rank 256; they are packed dense with columnar row files";
+use crate::roles::RolePlan;
 
 /// How many singular triplets to keep.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -163,7 +160,7 @@ pub(crate) struct Factored {
 /// at least one, none is the embedding or lm_head, none is matched twice.
 fn matches<'s>(
     src: &'s SourceModel,
-    roles: &Roles,
+    roles: &RolePlan,
     specs: &'s [SpectralSpec],
 ) -> Result<Vec<(&'s SourceTensor, &'s SpectralSpec)>> {
     let mut out: Vec<(&SourceTensor, &SpectralSpec)> = Vec::new();
@@ -194,11 +191,11 @@ fn matches<'s>(
         }
         for t in matrices {
             let role = if t.name == roles.embed {
-                Some("token embedding")
+                Some(Role::TokenEmbd)
             } else if roles.lm_head.as_deref() == Some(t.name.as_str())
                 || roles.lm_head_block.as_deref() == Some(t.name.as_str())
             {
-                Some("lm_head")
+                Some(Role::LmHead)
             } else {
                 None
             };
@@ -228,7 +225,7 @@ fn matches<'s>(
 /// Factorises every tensor the specs match, several at once, in source order.
 pub(crate) fn factor_all(
     src: &SourceModel,
-    roles: &Roles,
+    roles: &RolePlan,
     specs: &[SpectralSpec],
 ) -> Result<Vec<Factored>> {
     if specs.is_empty() {
@@ -247,7 +244,11 @@ pub(crate) fn factor_all(
 
 /// The thin SVD of a row-major `m × n` matrix in f64 on one thread:
 /// `(U m×d, σ d, V n×d)` with `d = min(m, n)`, σ non-increasing.
-pub fn thin_svd(values: &[f64], m: usize, n: usize) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+pub(crate) fn thin_svd(
+    values: &[f64],
+    m: usize,
+    n: usize,
+) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
     let mat = faer::Mat::<f64>::from_fn(m, n, |i, j| values[i * n + j]);
     let svd = mat
         .thin_svd()

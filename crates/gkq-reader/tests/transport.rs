@@ -53,15 +53,16 @@ fn parallel_parts_cover_each_block_once_several_at_a_time() {
         &tmp.path().join("www"),
         &tmp.path().join("nginx"),
         &NginxOptions {
-            // each 8 KiB part takes about 0.1 s, so parts in flight overlap
-            extra: "limit_rate 80k;".into(),
+            // nginx sends a response's first second at once, then paces it:
+            // each 32 KiB part takes about a second, so parts in flight overlap
+            extra: "limit_rate 16k;".into(),
             log_format: Some("$msec $request_time $status $http_range $uri".into()),
             ..NginxOptions::default()
         },
     )
     .expect("nginx (scripts/install-test-deps.sh)");
     let url = format!("{}/m/model.knot", nginx.url());
-    let r = Reader::open(&url, config(8192), Serve::NONE).expect("open");
+    let r = Reader::open(&url, config(32 << 10), Serve::NONE).expect("open");
     let (block, values) = r.block_values(EMBED).expect("pulled");
     let (offset, len, want) = local_block(&out, EMBED);
     assert!(values[..] == want[..] && block.name == EMBED);
@@ -84,7 +85,7 @@ fn parallel_parts_cover_each_block_once_several_at_a_time() {
         }
     }
     parts.sort_by_key(|p| p.2);
-    assert_eq!(parts.len() as u64, len.div_ceil(8192), "{parts:?}");
+    assert_eq!(parts.len() as u64, len.div_ceil(32 << 10), "{parts:?}");
     let mut next = offset;
     for p in &parts {
         assert_eq!(
@@ -335,6 +336,7 @@ fn a_pinned_warm_restart_needs_no_server_and_a_changed_knot_is_noticed() {
         &moved,
         ReaderConfig {
             columnar_embed: None,
+            require_columnar: false,
             ..with(None)
         },
         Serve::INPUT,
@@ -351,7 +353,10 @@ fn a_pinned_warm_restart_needs_no_server_and_a_changed_knot_is_noticed() {
         r.knot().header().header().meta_str(keys::ARCHITECTURE),
         Some("LlamaForCausalLM")
     );
-    let e = Reader::open(&moved, with(Some(&id)), Serve::INPUT).expect_err("pinned to the first");
-    assert!(matches!(e, ReaderError::KnotId { .. }), "{e}");
+    // pinned to the first model, the node keeps using it: from the cache,
+    // whatever the URL serves now (a block it lacked would fail its digest)
+    let pinned = Reader::open(&moved, with(Some(&id)), Serve::INPUT).expect("from the cache");
+    assert_eq!(pinned.knot_id(), id);
+    assert!(pinned.knot().header_from_cache());
     let _ = out;
 }

@@ -11,8 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use gkq_verify::{Progress, VerifyOptions, VerifyReport};
-use indicatif::{ProgressBar, ProgressStyle};
+use gkq_verify::{VerifyOptions, VerifyReport};
 
 /// Verify a packed GKQ model before release.
 #[derive(Parser, Debug)]
@@ -49,32 +48,6 @@ struct Args {
     /// Print only failures (and no progress bar).
     #[arg(long)]
     quiet: bool,
-}
-
-struct Bar(ProgressBar);
-
-impl Progress for Bar {
-    fn start(&self, total: u64) {
-        self.0.set_length(total);
-    }
-    fn advance(&self, bytes: u64) {
-        self.0.inc(bytes);
-    }
-}
-
-/// A bar on stderr when it is a terminal, and neither --json nor --quiet.
-fn bar(json: bool, quiet: bool) -> Bar {
-    use std::io::IsTerminal;
-    if json || quiet || !std::io::stderr().is_terminal() {
-        return Bar(ProgressBar::hidden());
-    }
-    let b = ProgressBar::new(0);
-    if let Ok(style) = ProgressStyle::with_template(
-        "verify {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-    ) {
-        b.set_style(style);
-    }
-    Bar(b)
 }
 
 fn print_lines(out: &mut impl Write, r: &VerifyReport, quiet: bool) -> std::io::Result<()> {
@@ -141,9 +114,9 @@ fn main() -> ExitCode {
         timeout: Duration::from_secs_f64(args.timeout),
         ca_certs: args.ca_certs,
     };
-    let bar = bar(args.json, args.quiet);
+    let bar = gkq_cli::Bar::new("verify ", !args.json && !args.quiet);
     let result = gkq_verify::verify_with(&opts, &bar);
-    bar.0.finish_and_clear();
+    bar.finish();
     match result {
         Ok(report) => {
             if let Err(e) = emit(&report, args.json, args.quiet) {

@@ -221,6 +221,6 @@ fn run(a: &Args) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    gkq_node::init_logging();
-    gkq_node::exit("gkq-inspect", run(&Args::parse()))
+    gkq_cli::init_logging();
+    gkq_cli::exit("gkq-inspect", run(&Args::parse()))
 }

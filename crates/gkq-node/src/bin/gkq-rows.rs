@@ -298,6 +298,6 @@ fn run(a: Args) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    gkq_node::init_logging();
-    gkq_node::exit("gkq-rows", run(Args::parse()))
+    gkq_cli::init_logging();
+    gkq_cli::exit("gkq-rows", run(Args::parse()))
 }

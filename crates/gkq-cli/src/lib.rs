@@ -1,0 +1,92 @@
+//! What the gkq binaries share around `main` (the libraries print nothing;
+//! this is where printing is decided): the progress bar on a terminal, the
+//! `--version` line with the build's features, the subscriber that shows
+//! the libraries' `tracing` events, and the exit on error.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use gkq_format::progress::Progress;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// A progress bar on stderr, or nothing (see [`Bar::new`]).
+#[derive(Debug)]
+pub struct Bar(ProgressBar);
+
+impl Bar {
+    /// A bar labelled `label` when `shown` and stderr is a terminal; a
+    /// hidden one otherwise (`--json`, `--quiet`, a pipe).
+    pub fn new(label: &str, shown: bool) -> Bar {
+        if !shown || !std::io::stderr().is_terminal() {
+            return Bar(ProgressBar::hidden());
+        }
+        let b = ProgressBar::new(0);
+        let template =
+            format!("{label}{{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} eta {{eta}}");
+        if let Ok(style) = ProgressStyle::with_template(&template) {
+            b.set_style(style);
+        }
+        Bar(b)
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+impl Progress for Bar {
+    fn start(&self, total: u64) {
+        self.0.set_length(total);
+    }
+    fn advance(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+}
+
+/// `0.1.0 (features: s3)`: the version and the features of this build,
+/// for `--version` (an `s3://` URL needs `s3`).
+pub fn version(features: &[&str]) -> String {
+    format!(
+        "{} (features: {})",
+        env!("CARGO_PKG_VERSION"),
+        if features.is_empty() {
+            "none; no s3:// URLs".to_owned()
+        } else {
+            features.join(", ")
+        }
+    )
+}
+
+/// Sends the libraries' `tracing` events to stderr: warnings by default
+/// (a dense fallback, retries, cache entries that failed verification),
+/// more with `GKQ_LOG=info` or `GKQ_LOG=debug`.
+pub fn init_logging() {
+    let level = std::env::var("GKQ_LOG")
+        .ok()
+        .and_then(|v| v.parse::<tracing_subscriber::filter::LevelFilter>().ok())
+        .unwrap_or(tracing_subscriber::filter::LevelFilter::WARN);
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Exit 0 on success and when the reader of stdout went away (`| head`);
+/// otherwise print the error chain on one line as `NAME: error: …` and exit 1.
+pub fn exit(name: &str, result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{name}: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

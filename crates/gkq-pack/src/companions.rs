@@ -1,0 +1,100 @@
+//! The companion files (`package.files`: config, tokenizer): found in the
+//! model directory, hashed for the header, and copied into the package,
+//! checked again on the way.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{IoContext, PackError, Result};
+use crate::options::COMPANION_FILES;
+use crate::output::{Output, flush_file, write_all};
+use crate::report::CompanionReport;
+
+/// Bytes read per step.
+const CHUNK: usize = 8 << 20;
+
+/// A companion file of the model directory.
+pub(crate) struct Companion {
+    pub(crate) name: String,
+    path: PathBuf,
+    bytes: u64,
+    pub(crate) sha256: String,
+}
+
+/// The companion files present in `dir` (regular files only), hashed.
+pub(crate) fn find_companions(dir: &Path) -> Result<Vec<Companion>> {
+    let mut out = Vec::new();
+    for name in COMPANION_FILES {
+        let path = dir.join(name);
+        // a snapshot's files are symlinks into blobs/: follow them
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => {
+                let (bytes, sha256) = hash_file(&path)?;
+                out.push(Companion {
+                    name: (*name).to_owned(),
+                    path,
+                    bytes,
+                    sha256,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Copies a companion file into the package, checking that it did not
+/// change since it was hashed for the header.
+pub(crate) fn copy_companion(out: &mut Output, c: &Companion) -> Result<(File, PathBuf)> {
+    let (path, mut w) = out.create(&c.name)?;
+    let mut src = File::open(&c.path).at(&c.path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = src.read(&mut buf).at(&c.path)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        write_all(&mut w, &buf[..n], &path)?;
+    }
+    let digest = gkq_format::hex(&h.finalize());
+    if digest != c.sha256 {
+        return Err(PackError::Changed {
+            path: c.path.clone(),
+        });
+    }
+    Ok((flush_file(w, &path)?, path))
+}
+
+pub(crate) fn hash_file(path: &Path) -> Result<(u64, String)> {
+    let mut f = File::open(path).at(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        let n = f.read(&mut buf).at(path)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((total, gkq_format::hex(&h.finalize())))
+}
+
+/// The companion files' lines of the report.
+pub(crate) fn companion_reports(companions: &[Companion], out_dir: &Path) -> Vec<CompanionReport> {
+    companions
+        .iter()
+        .map(|c| CompanionReport {
+            name: c.name.clone(),
+            path: out_dir.join(&c.name),
+            bytes: c.bytes,
+            sha256: c.sha256.clone(),
+        })
+        .collect()
+}

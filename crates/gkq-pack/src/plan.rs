@@ -1,0 +1,182 @@
+//! The plan of a knot before a byte is written: the block table (every
+//! tensor dense in its dtype, the role tensors in the first `--dtype` with
+//! their row files, a tied lm_head as an alias, the `--spectral` tensors as
+//! their factored blocks) and the metadata (docs/FORMAT.md 3.1).
+
+use gkq_format::{
+    Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, DType, Encoding, Header, Metadata, Role, Value,
+    keys, rows_object_name,
+};
+use gkq_source::{ModelConfig, SourceModel};
+
+use crate::companions::Companion;
+use crate::error::{PackError, Result};
+use crate::options::TOOL;
+use crate::roles::RolePlan;
+use crate::spectral;
+
+/// Builds the knot header (payload lengths set; offsets and digests come
+/// from the writer).
+pub(crate) fn plan(
+    cfg: &ModelConfig,
+    src: &SourceModel,
+    roles: &RolePlan,
+    dtypes: &[DType],
+    identity: (Option<&str>, Option<&str>),
+    companions: &[Companion],
+    factored: &[spectral::Factored],
+) -> Result<Header> {
+    // Digests of the source files are only known at the end; the header's
+    // size does not depend on their values, so plan with placeholders.
+    let placeholder = vec!["0".repeat(64); src.files.len()];
+    let mut metadata = plan_metadata(cfg, src, roles, &placeholder, identity, companions);
+    if !factored.is_empty() {
+        let list = |f: &dyn Fn(&spectral::SpectralReport) -> String| {
+            Value::StrList(factored.iter().map(|x| f(&x.report)).collect())
+        };
+        metadata.insert(keys::SPECTRAL_BLOCKS.into(), list(&|r| r.tensor.clone()));
+        metadata.insert(
+            keys::SPECTRAL_REL_ERROR.into(),
+            list(&|r| gkq_format::decimal(r.rel_frobenius_error)),
+        );
+        metadata.insert(
+            keys::SPECTRAL_ENERGY.into(),
+            list(&|r| gkq_format::decimal(r.energy_kept)),
+        );
+    }
+    Ok(Header {
+        blocks: plan_blocks(src, roles, dtypes, factored)?,
+        metadata,
+    })
+}
+
+/// The block table: every tensor dense in its dtype, the role tensors in
+/// the first `--dtype` with their row files, a tied lm_head as an alias,
+/// the `--spectral` tensors as their factored blocks.
+fn plan_blocks(
+    src: &SourceModel,
+    roles: &RolePlan,
+    dtypes: &[DType],
+    factored: &[spectral::Factored],
+) -> Result<Vec<Block>> {
+    let d0 = dtypes[0];
+    let mut blocks = Vec::new();
+    let mut embed_index = 0u32;
+    for t in &src.tensors {
+        let is_embed = t.name == roles.embed;
+        let is_lm = roles.lm_head.as_deref() == Some(t.name.as_str());
+        if roles.tied && roles.lm_head_block.as_deref() == Some(t.name.as_str()) {
+            continue; // identical lm_head: recorded as the alias below
+        }
+        if let Some(f) = factored.iter().find(|f| f.block.name == t.name) {
+            blocks.push(f.block.clone());
+            continue;
+        }
+        if !(is_embed || is_lm) {
+            blocks.push(
+                Block::dense(t.name.clone(), t.dtype, t.shape.clone()).ok_or_else(|| {
+                    PackError::Source(gkq_source::SourceError::Safetensors {
+                        path: src.file_of(t).path.clone(),
+                        reason: format!("tensor {:?}: shape {:?} overflows", t.name, t.shape),
+                    })
+                })?,
+            );
+            continue;
+        }
+        if !t.dtype.is_castable_float() {
+            return Err(PackError::NotCastable {
+                tensor: t.name.clone(),
+                from: t.dtype.to_string(),
+                to: d0.to_string(),
+            });
+        }
+        let role = if is_embed {
+            Role::TokenEmbd
+        } else {
+            Role::LmHead
+        };
+        let mut b =
+            Block::dense(t.name.clone(), d0, t.shape.clone()).expect("2-D shape checked by roles");
+        b.flags = COLUMNAR_ELIGIBLE;
+        let (rows, cols) = (t.shape[0], t.shape[1]);
+        for &d in dtypes {
+            b.columnar.push(
+                ColumnarDescriptor::for_shape(rows, cols, d, rows_object_name(role, d))
+                    .expect("shape checked"),
+            );
+        }
+        if is_embed {
+            embed_index = u32::try_from(blocks.len()).expect("block count is limited");
+        }
+        blocks.push(b);
+    }
+    if let (true, Some(lm_head_block)) = (roles.tied, &roles.lm_head_block) {
+        let e = &blocks[embed_index as usize];
+        blocks.push(Block {
+            name: lm_head_block.clone(),
+            dtype: e.dtype,
+            flags: e.flags,
+            shape: e.shape.clone(),
+            encoding: Encoding::Alias {
+                target: embed_index,
+            },
+            columnar: Vec::new(),
+        });
+    }
+    Ok(blocks)
+}
+
+/// The metadata section (docs/FORMAT.md 3.1).
+fn plan_metadata(
+    cfg: &ModelConfig,
+    src: &SourceModel,
+    roles: &RolePlan,
+    source_sha: &[String],
+    identity: (Option<&str>, Option<&str>),
+    companions: &[Companion],
+) -> Metadata {
+    let embed = src.tensor(&roles.embed).expect("role tensor exists");
+    let mut md = Metadata::new();
+    md.insert(keys::TOOL.into(), Value::Str(TOOL.into()));
+    md.insert(
+        keys::ARCHITECTURE.into(),
+        Value::Str(cfg.architecture.clone()),
+    );
+    md.insert(keys::MODEL_TYPE.into(), Value::Str(cfg.model_type.clone()));
+    md.insert(keys::VOCAB_SIZE.into(), Value::U64(embed.shape[0]));
+    md.insert(keys::HIDDEN_SIZE.into(), Value::U64(embed.shape[1]));
+    md.insert(
+        keys::ROLE_TOKEN_EMBD.into(),
+        Value::Str(roles.embed.clone()),
+    );
+    // A model without an output projection has no lm_head role at all.
+    if let Some(lm_head_block) = &roles.lm_head_block {
+        md.insert(keys::TIE_WORD_EMBEDDINGS.into(), Value::Bool(roles.tied));
+        md.insert(keys::ROLE_LM_HEAD.into(), Value::Str(lm_head_block.clone()));
+    }
+    if let Some(id) = identity.0 {
+        md.insert(keys::SOURCE_MODEL_ID.into(), Value::Str(id.to_owned()));
+    }
+    if let Some(rev) = identity.1 {
+        md.insert(keys::SOURCE_REVISION.into(), Value::Str(rev.to_owned()));
+    }
+    md.insert(
+        keys::SOURCE_FILES.into(),
+        Value::StrList(src.files.iter().map(|f| f.name.clone()).collect()),
+    );
+    md.insert(
+        keys::SOURCE_SHA256.into(),
+        Value::StrList(source_sha.to_vec()),
+    );
+    if !companions.is_empty() {
+        md.insert(
+            keys::PACKAGE_FILES.into(),
+            Value::StrList(companions.iter().map(|c| c.name.clone()).collect()),
+        );
+        md.insert(
+            keys::PACKAGE_SHA256.into(),
+            Value::StrList(companions.iter().map(|c| c.sha256.clone()).collect()),
+        );
+    }
+    md
+}

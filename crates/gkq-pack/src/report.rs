@@ -1,0 +1,141 @@
+//! What [`crate::pack`] reports (the `--json` output): the knot, each row
+//! file with its exactness and proof, the companion files, the casts.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::spectral;
+
+/// A file written, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FileReport {
+    /// Path.
+    pub path: PathBuf,
+    /// Length.
+    pub bytes: u64,
+    /// Hex SHA-256.
+    pub sha256: String,
+}
+
+/// The knot, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct KnotFile {
+    /// Path.
+    pub path: PathBuf,
+    /// Length.
+    pub bytes: u64,
+}
+
+/// A columnar row file, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ColumnarReport {
+    /// Block name.
+    pub tensor: String,
+    /// `token_embd` or `lm_head`.
+    pub role: String,
+    /// Row dtype.
+    pub dtype: String,
+    /// Path.
+    pub path: PathBuf,
+    /// Rows.
+    pub rows: u64,
+    /// Bytes per row.
+    pub row_bytes: u64,
+    /// Length.
+    pub bytes: u64,
+    /// Hex SHA-256.
+    pub sha256: String,
+    /// Largest `|source - row value|` over finite values: the loss of this
+    /// row file against the source tensor (not against the knot's block).
+    pub max_abs_error_vs_source: f64,
+    /// `SOURCE_EXACT`: every value casts back to the source's bits.
+    pub source_exact: bool,
+    /// `BLOCK_EXACT`: every value casts to the block's dtype bit for bit, so
+    /// a node may fetch these rows instead of the block's.
+    pub block_exact: bool,
+    /// Hex of the Merkle root over the rows (FORMAT.md 7a).
+    pub merkle_root: String,
+    /// The proof object next to the row file.
+    pub proof: FileReport,
+    /// `proof_height`: 32 × this many bytes of proof per row fetched.
+    pub proof_height: u8,
+}
+
+/// A companion file copied into the package, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct CompanionReport {
+    /// File name (the same in the model directory and the package).
+    pub name: String,
+    /// Path in the package.
+    pub path: PathBuf,
+    /// Length.
+    pub bytes: u64,
+    /// Hex SHA-256 (recorded in `package.sha256`).
+    pub sha256: String,
+}
+
+/// A cast that was performed, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CastSummary {
+    /// Tensor.
+    pub tensor: String,
+    /// From dtype.
+    pub from: String,
+    /// To dtype.
+    pub to: String,
+    /// Largest absolute rounding error (0 for widening casts).
+    pub max_abs_error: f64,
+    /// Whether any finite value became infinite (only with `--allow-lossy`).
+    pub overflowed: bool,
+}
+
+/// What [`pack`] produced (the `--json` output).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PackReport {
+    /// The knot id: hex of the preamble's `header_sha256`, which
+    /// authenticates the header and through its digests every payload, row
+    /// file and companion file. A node pins a model with it (`--knot-id`).
+    pub knot_id: String,
+    /// The knot. No whole-file digest is computed for it: the knot id
+    /// (the header's digest, which records every payload's) authenticates
+    /// it, and computing one would mean reading the knot again, since its
+    /// header is written last.
+    pub knot: KnotFile,
+    /// The row files.
+    pub columnar: Vec<ColumnarReport>,
+    /// The companion files (config, tokenizer).
+    pub companions: Vec<CompanionReport>,
+    /// lm_head recorded as an alias of the embedding.
+    pub tied: bool,
+    /// Blocks in the knot.
+    pub tensors: usize,
+    /// Sum of the source file sizes.
+    pub source_bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Casts performed.
+    pub casts: Vec<CastSummary>,
+    /// The spectral blocks (`--spectral`), with their recorded figures.
+    pub spectral: Vec<spectral::SpectralReport>,
+    /// `config.json` architecture.
+    pub architecture: String,
+    /// Embedding tensor name.
+    pub token_embd: String,
+    /// lm_head block name (`None`: the model has no output projection).
+    pub lm_head: Option<String>,
+    /// `source.model_id` recorded in the knot.
+    pub model_id: Option<String>,
+    /// `source.revision` recorded in the knot.
+    pub revision: Option<String>,
+    /// Peak resident set size of this process (Linux `VmHWM`), when known.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// Peak resident set size of this process, from `/proc/self/status`.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

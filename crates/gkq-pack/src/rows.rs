@@ -1,0 +1,228 @@
+//! The row files while packing: each row file of a role block is written
+//! as its rows stream by, cast from the block (in parallel), checked for
+//! exactness against the source and the block, and hashed into Merkle
+//! leaves; at the end its proof object is written and its descriptor
+//! completed (FORMAT.md 3.4, 7a).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use gkq_format::merkle::{self, Hash};
+use gkq_format::{
+    BLOCK_EXACT, CastReport, DType, KnotWriter, Role, RowProof, SOURCE_EXACT, cast_row,
+};
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::companions::hash_file;
+use crate::error::{IoContext, PackError, Result, format_err};
+use crate::output::{Output, flush_file, write_all};
+use crate::report::{CastSummary, ColumnarReport, FileReport};
+
+/// One row file while packing.
+pub(crate) struct RowSink {
+    pub(crate) dtype: DType,
+    pub(crate) path: PathBuf,
+    pub(crate) w: BufWriter<File>,
+    /// `None` for the row file in the block's dtype: its digest is the payload's.
+    pub(crate) hasher: Option<Sha256>,
+    /// Leaf hashes of the rows written so far (FORMAT.md 7a).
+    pub(crate) leaves: Vec<Hash>,
+    pub(crate) source_exact: bool,
+    pub(crate) block_exact: bool,
+    /// Largest error against the source.
+    pub(crate) vs_source: f64,
+    /// The cast from the block's dtype (for the other dtypes).
+    pub(crate) cast: CastReport,
+}
+
+/// One role block and its row files while packing.
+pub(crate) struct RoleOut {
+    pub(crate) block: usize,
+    pub(crate) role: Role,
+    /// The row files, the one in the block's dtype first.
+    pub(crate) files: Vec<RowSink>,
+    pub(crate) casts: Vec<CastSummary>,
+}
+
+/// Rows per rayon task when casting, hashing or comparing rows.
+const ROWS_PER_TASK: usize = 256;
+
+/// Leaf hashes of whole rows, in parallel.
+fn leaves_of(bytes: &[u8], row_bytes: usize) -> Vec<Hash> {
+    bytes
+        .par_chunks(row_bytes.max(1))
+        .map(merkle::leaf_hash)
+        .collect()
+}
+
+/// Whether every value of `values` (rows in `vd`) casts to `rd` giving the
+/// bits of `reference`, in parallel over groups of rows.
+fn casts_back_exactly(values: &[u8], vd: DType, reference: &[u8], rd: DType, cols: usize) -> bool {
+    let per = cols.max(1) * ROWS_PER_TASK;
+    values
+        .par_chunks(per * vd.itemsize() as usize)
+        .zip(reference.par_chunks(per * rd.itemsize() as usize))
+        .all(|(a, b)| gkq_format::first_inexact(a, vd, b, rd).is_none())
+}
+
+impl RowSink {
+    /// Writes the next rows of this file (`bytes`, in its dtype), and checks
+    /// them against the source `chunk` and the block's rows.
+    pub(crate) fn push(
+        &mut self,
+        bytes: &[u8],
+        chunk: (&[u8], DType),
+        block: (&[u8], DType),
+        cols: usize,
+    ) -> Result<()> {
+        let row_bytes = cols * self.dtype.itemsize() as usize;
+        let (src_exact, (blk_exact, (vs, leaves))) = rayon::join(
+            || self.source_exact && casts_back_exactly(bytes, self.dtype, chunk.0, chunk.1, cols),
+            || {
+                rayon::join(
+                    || {
+                        self.block_exact
+                            && casts_back_exactly(bytes, self.dtype, block.0, block.1, cols)
+                    },
+                    || {
+                        rayon::join(
+                            || {
+                                loss_vs_source(
+                                    chunk.0,
+                                    chunk.1,
+                                    bytes,
+                                    self.dtype,
+                                    cols * chunk.1.itemsize() as usize,
+                                )
+                            },
+                            || leaves_of(bytes, row_bytes),
+                        )
+                    },
+                )
+            },
+        );
+        self.source_exact = src_exact;
+        self.block_exact = blk_exact;
+        self.vs_source = self.vs_source.max(vs);
+        self.leaves.extend(leaves);
+        if let Some(h) = &mut self.hasher {
+            h.update(bytes);
+        }
+        write_all(&mut self.w, bytes, &self.path)
+    }
+}
+
+/// Casts a chunk of whole rows in parallel. Returns the bytes and the merged report.
+pub(crate) fn cast_rows(
+    src: &[u8],
+    from: DType,
+    to: DType,
+    row_bytes: usize,
+) -> (Vec<u8>, CastReport) {
+    const ROWS_PER_TASK: usize = 256;
+    let per_task = row_bytes.max(1) * ROWS_PER_TASK;
+    let parts: Vec<(Vec<u8>, CastReport)> = src
+        .par_chunks(per_task)
+        .map(|c| {
+            let mut out =
+                Vec::with_capacity(c.len() / from.itemsize() as usize * to.itemsize() as usize);
+            let r = cast_row(c, from, to, &mut out).expect("role dtypes are castable floats");
+            (out, r)
+        })
+        .collect();
+    let mut report = CastReport::default();
+    let mut bytes = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+    let elems_per_task = per_task / from.itemsize() as usize;
+    for (i, (b, r)) in parts.into_iter().enumerate() {
+        report.merge(r, i * elems_per_task);
+        bytes.extend_from_slice(&b);
+    }
+    (bytes, report)
+}
+
+pub(crate) fn overflow_error(
+    tensor: &str,
+    src: &[u8],
+    from: DType,
+    to: DType,
+    first_row: u64,
+    cols: u64,
+    idx: usize,
+) -> PackError {
+    let size = from.itemsize() as usize;
+    let mut v = Vec::new();
+    gkq_format::decode_f32(&src[idx * size..(idx + 1) * size], from, &mut v);
+    PackError::CastOverflow {
+        tensor: tensor.to_owned(),
+        row: first_row + idx as u64 / cols,
+        col: idx as u64 % cols,
+        value: v.first().copied().unwrap_or(f32::NAN),
+        to: to.to_string(),
+    }
+}
+
+/// Closes a row file: writes its proof object (FORMAT.md 7a) and records
+/// digest, exactness flags and Merkle root in its descriptor. Returns its
+/// report (paths relative to the package, tensor and role left empty) and
+/// the files to sync before commit.
+pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
+    out: &mut Output,
+    writer: &mut KnotWriter<W>,
+    block: usize,
+    f: RowSink,
+    knot_tmp: &Path,
+) -> Result<(ColumnarReport, Vec<(File, PathBuf)>)> {
+    let file = flush_file(f.w, &f.path)?;
+    let fmt = |e| format_err(knot_tmp, e);
+    let d = writer.columnar_mut(block, f.dtype).map_err(fmt)?;
+    if let Some(h) = f.hasher {
+        d.sha256 = h.finalize().into();
+    }
+    d.flags =
+        if f.source_exact { SOURCE_EXACT } else { 0 } | if f.block_exact { BLOCK_EXACT } else { 0 };
+    let height = d.proof.map_or(0, |p| p.height);
+    let proof_name = merkle::proof_object_name(&d.object);
+    let (proof_path, mut pw) = out.create(&proof_name)?;
+    let root = merkle::write_proof(&f.leaves, height, &mut pw)
+        .at(&proof_path)?
+        .ok_or_else(|| PackError::Dtype(format!("{}: no rows to prove", d.object)))?;
+    d.proof = Some(RowProof { height, root });
+    let d = d.clone();
+    let proof_file = flush_file(pw, &proof_path)?;
+    let (proof_len, proof_sha) = hash_file(&proof_path)?;
+    let report = ColumnarReport {
+        tensor: String::new(),
+        role: String::new(),
+        dtype: d.dtype.to_string(),
+        path: PathBuf::from(&d.object),
+        rows: d.rows,
+        row_bytes: d.row_bytes,
+        bytes: d.byte_len,
+        sha256: gkq_format::hex(&d.sha256),
+        max_abs_error_vs_source: f.vs_source,
+        source_exact: f.source_exact,
+        block_exact: f.block_exact,
+        merkle_root: gkq_format::hex(&root),
+        proof: FileReport {
+            path: PathBuf::from(&proof_name),
+            bytes: proof_len,
+            sha256: proof_sha,
+        },
+        proof_height: height,
+    };
+    Ok((report, vec![(file, f.path), (proof_file, proof_path)]))
+}
+
+/// Largest error of `out` (row file bytes, `to`) against `src` (source
+/// bytes, `from`), for whole rows of `src_row_bytes`, in parallel.
+fn loss_vs_source(src: &[u8], from: DType, out: &[u8], to: DType, src_row_bytes: usize) -> f64 {
+    const ROWS_PER_TASK: usize = 256;
+    let per = src_row_bytes.max(1) * ROWS_PER_TASK;
+    let out_per = per / from.itemsize() as usize * to.itemsize() as usize;
+    src.par_chunks(per)
+        .zip(out.par_chunks(out_per.max(1)))
+        .map(|(a, b)| gkq_format::max_abs_diff(a, from, b, to).unwrap_or(f64::NAN))
+        .reduce(|| 0.0, f64::max)
+}
