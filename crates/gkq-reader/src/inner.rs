@@ -239,7 +239,9 @@ impl Inner {
         let e = self.embedding()?;
         e.check_ids(ids)?;
         let cols = e.cols();
-        if let Some(m) = e.resident.get() {
+        // a resident tied matrix serves the rows with no request, unless a
+        // row file was forced (--embed-dtype: then it is that file's rows)
+        if let Some(m) = e.resident.get().filter(|_| self.config.embed_dtype.is_none()) {
             return e.slice_rows(&self.knot, m.bytes(), m.dtype(), ids);
         }
         if let Some(b) = e.columnar() {
