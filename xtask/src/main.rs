@@ -7,12 +7,6 @@
 //! - `bench pack|verify|big|reader|wire|decode|spectral`: the performance benchmarks, with same-run references.
 
 mod bench;
-mod bench_big;
-mod bench_coldstart;
-mod bench_decode;
-mod bench_reader;
-mod bench_spectral;
-mod bench_wire;
 mod fuzz;
 mod upload;
 

@@ -159,14 +159,7 @@ impl ProofLayout {
     }
 }
 
-/// The proof height a writer picks for a row file: the largest `h` whose
-/// path record (`32 × h` bytes) is at most 12 % of a row, capped at
-/// `ceil(log2(rows))` (a taller chunk than the tree is useless) and at 16.
-pub fn default_proof_height(rows: u64, row_bytes: u64) -> u8 {
-    let by_budget = row_bytes.saturating_mul(12) / (100 * HASH_LEN);
-    let by_rows = u64::from(64u32.saturating_sub(rows.saturating_sub(1).leading_zeros()));
-    u8::try_from(by_budget.min(by_rows).min(16)).unwrap_or(16)
-}
+pub use crate::model::default_proof_height;
 
 /// Builds a proof object from the leaf hashes of all rows, in row order.
 ///

@@ -218,7 +218,7 @@ impl ColumnarDescriptor {
             object,
             flags: 0,
             proof: Some(RowProof {
-                height: crate::merkle::default_proof_height(rows, row_bytes),
+                height: default_proof_height(rows, row_bytes),
                 root: [0; 32],
             }),
         })
@@ -472,4 +472,13 @@ impl Header {
             _ => None,
         }
     }
+}
+
+/// The proof height a writer picks for a row file: the largest `h` whose
+/// path record (`32 × h` bytes) is at most 12 % of a row, capped at
+/// `ceil(log2(rows))` (a taller chunk than the tree is useless) and at 16.
+pub fn default_proof_height(rows: u64, row_bytes: u64) -> u8 {
+    let by_budget = row_bytes.saturating_mul(12) / (100 * 32);
+    let by_rows = u64::from(64u32.saturating_sub(rows.saturating_sub(1).leading_zeros()));
+    u8::try_from(by_budget.min(by_rows).min(16)).unwrap_or(16)
 }

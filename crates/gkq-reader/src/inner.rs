@@ -241,7 +241,11 @@ impl Inner {
         let cols = e.cols();
         // a resident tied matrix serves the rows with no request, unless a
         // row file was forced (--embed-dtype: then it is that file's rows)
-        if let Some(m) = e.resident.get().filter(|_| self.config.embed_dtype.is_none()) {
+        if let Some(m) = e
+            .resident
+            .get()
+            .filter(|_| self.config.embed_dtype.is_none())
+        {
             return e.slice_rows(&self.knot, m.bytes(), m.dtype(), ids);
         }
         if let Some(b) = e.columnar() {

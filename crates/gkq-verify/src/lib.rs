@@ -34,12 +34,12 @@ use std::time::{Duration, Instant};
 
 use gkq_format::Knot;
 
-pub use checks::remote::{Http, RemoteFinding, client, object_url, sample_rows};
+pub use checks::remote::{Http, client, object_url, sample_rows};
 pub use checks::spectral::SPECTRAL_ERROR_TOLERANCE;
 pub use error::{Result, VerifyError};
 pub use files::{KnotMap, knot_path};
 pub use gkq_format::progress::{NoProgress, Progress};
-pub use report::{Check, CheckName, Differ, Failure, Finding, Note, VerifyReport};
+pub use report::{Check, CheckName, Differ, Failure, Finding, Note, RemoteFinding, VerifyReport};
 
 /// What to verify.
 #[derive(Clone, Debug)]

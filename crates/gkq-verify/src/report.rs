@@ -11,7 +11,7 @@ use std::time::Instant;
 use gkq_format::DType;
 use serde::Serialize;
 
-use crate::checks::remote::RemoteFinding;
+use gkq_store::StoreError;
 
 /// The checks, in report order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -418,4 +418,133 @@ impl Acc {
             summary,
         }
     }
+}
+
+/// What the remote check found wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteFinding {
+    /// A HEAD that failed.
+    #[error("HEAD failed: {0}")]
+    HeadFailed(#[source] StoreError),
+    /// A HEAD answered with a redirect.
+    #[error("HEAD answered a redirect (HTTP {status}) to {location}: publish the final URL")]
+    HeadRedirect {
+        /// The status.
+        status: u16,
+        /// Where to.
+        location: String,
+    },
+    /// A HEAD answered with another status.
+    #[error("HEAD answered HTTP {0}")]
+    HeadStatus(u16),
+    /// A HEAD without a Content-Length.
+    #[error("HEAD has no Content-Length")]
+    HeadNoLength,
+    /// The wrong Content-Length.
+    #[error("Content-Length is {found}, expected {expected}")]
+    Length {
+        /// What the server says.
+        found: u64,
+        /// The local length.
+        expected: u64,
+    },
+    /// A server that ignores Range.
+    #[error(
+        "server ignored the Range header: HTTP 200 to bytes={start}-{end} (nodes would download all {total} bytes)"
+    )]
+    IgnoresRange {
+        /// Range start.
+        start: u64,
+        /// Range end.
+        end: u64,
+        /// The object's length.
+        total: u64,
+    },
+    /// A range answered with another status.
+    #[error("GET bytes={start}-{end} answered HTTP {status}")]
+    GetStatus {
+        /// Range start.
+        start: u64,
+        /// Range end.
+        end: u64,
+        /// The status.
+        status: u16,
+    },
+    /// The wrong Content-Range.
+    #[error("Content-Range is {found:?}, expected {expected:?}")]
+    ContentRange {
+        /// The header received.
+        found: String,
+        /// The header expected.
+        expected: String,
+    },
+    /// A body of the wrong length.
+    #[error(transparent)]
+    BodyLength(StoreError),
+    /// A range GET that failed.
+    #[error("GET bytes={start}-{end} failed: {error}")]
+    GetFailed {
+        /// Range start.
+        start: u64,
+        /// Range end.
+        end: u64,
+        /// Why.
+        #[source]
+        error: StoreError,
+    },
+    /// The published header is not the local one.
+    #[error("remote header (bytes 0-{end}) differs from the local knot")]
+    HeaderDiffers {
+        /// The header's last byte.
+        end: u64,
+    },
+    /// A rule of the format (the chunk table, a row's proof).
+    #[error(transparent)]
+    Format(#[from] gkq_format::Error),
+    /// A row that fails its proof, with the proof object it came from.
+    #[error("{error} (path record from {proof_url})")]
+    RowProof {
+        /// The failure.
+        #[source]
+        error: gkq_format::Error,
+        /// The proof object's URL.
+        proof_url: String,
+    },
+    /// A row's path record could not be fetched.
+    #[error("{proof_url}: row {row}'s path record: {inner}")]
+    Record {
+        /// The proof object's URL.
+        proof_url: String,
+        /// The row.
+        row: u64,
+        /// What went wrong.
+        inner: Box<RemoteFinding>,
+    },
+    /// A row's range was answered wrongly.
+    #[error("row {row}: {inner}")]
+    Row {
+        /// The row.
+        row: u64,
+        /// What went wrong.
+        inner: Box<RemoteFinding>,
+    },
+    /// A published row is not the local one.
+    #[error("row {row} (bytes {start}-{end}) differs from the local row file")]
+    RowDiffers {
+        /// The row.
+        row: u64,
+        /// First byte.
+        start: u64,
+        /// Last byte.
+        end: u64,
+    },
+    /// A published companion file whose digest is not the recorded one.
+    #[error("sha256 is {found}, the knot records {recorded}")]
+    Digest {
+        /// The file's digest.
+        found: String,
+        /// What the knot records.
+        recorded: String,
+    },
 }

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use anyhow::Context;
 
-use crate::bench::{bench_dir, model, preset, release_bin};
+use super::common::{bench_dir, model, preset, release_bin};
 
 /// Packs with `--dtype bf16` and the given `--spectral` arguments; median
 /// wall time over `reps`, and the last report.
@@ -34,11 +34,11 @@ fn pack(
         for s in spectral {
             cmd.args(["--spectral", s]);
         }
-        let (secs, stdout) = crate::bench::timed(&mut cmd)?;
+        let (secs, stdout) = crate::bench::common::timed(&mut cmd)?;
         times.push(secs);
         report = serde_json::from_slice(&stdout)?;
     }
-    Ok((crate::bench::median(times), report))
+    Ok((crate::bench::common::median(times), report))
 }
 
 fn knot_bytes(report: &serde_json::Value) -> u64 {
@@ -47,7 +47,7 @@ fn knot_bytes(report: &serde_json::Value) -> u64 {
 
 pub(crate) fn run(reps: usize) -> anyhow::Result<()> {
     let shapes = preset("qwen2.5-0.5b-1layer")?;
-    let (secs, stdout) = crate::bench::timed(
+    let (secs, stdout) = crate::bench::common::timed(
         Command::new(release_bin("gkq-pack"))
             .arg(&shapes)
             .args(["--analyze", "--json"]),

@@ -13,8 +13,8 @@ use anyhow::{Context, bail};
 use fixtures::servers::{Nginx, NginxOptions, TestCa, WireProxy};
 use serde_json::Value;
 
-use crate::bench::{bench_dir, release_bin};
-use crate::bench_reader::PACK;
+use super::common::PACK;
+use super::common::{bench_dir, release_bin};
 
 const PROMPT_TOKENS: u32 = 32;
 const NEW_TOKENS: &str = "32";
@@ -56,7 +56,7 @@ fn decode(base: &str, ca: &std::path::Path, columnar: bool) -> anyhow::Result<(V
 }
 
 pub(crate) fn run() -> anyhow::Result<()> {
-    crate::bench_reader::packed()?;
+    super::common::packed()?;
     let ca = TestCa::generate(&bench_dir().join("tls-ca"))?;
     let nginx = Nginx::start(
         &bench_dir(),

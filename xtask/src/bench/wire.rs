@@ -13,14 +13,14 @@ use anyhow::{Context, bail};
 use fixtures::servers::{Nginx, NginxOptions, TestCa, WireProxy};
 use serde_json::Value;
 
-use crate::bench::{bench_dir, release_bin};
-use crate::bench_reader::PACK;
+use super::common::PACK;
+use super::common::{bench_dir, release_bin};
 
 const ROW: u64 = 896 * 2;
 const RTT_MS: f64 = 20.0;
 
 pub(crate) fn run() -> anyhow::Result<()> {
-    crate::bench_reader::packed()?;
+    super::common::packed()?;
     let out = bench_dir().join(PACK);
     let knot = std::fs::read(out.join("model.knot")).context("packed knot")?;
     let parsed = gkq_format::Knot::parse(&knot)?;

@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 use fixtures::servers::{Link, Nginx, NginxOptions, TestCa, WireProxy, WireStats};
 use serde_json::Value;
 
-use crate::bench::{bench_dir, model, pack_with, release_bin, timed_rss};
+use super::common::{bench_dir, model, pack_with, release_bin, timed_rss};
 
 const PROMPT_TOKENS: u32 = 32;
 const NEW_TOKENS: &str = "4";
@@ -391,14 +391,14 @@ pub(crate) fn run() -> anyhow::Result<()> {
     }
     let model = model()?;
     pack_with(&model, &bench_dir().join("pack-bf16"), &["bf16"])?;
-    crate::bench_reader::packed()?;
+    super::common::packed()?;
     let packs: [(&str, &str); 2] = [
         (
             "pack-bf16",
             "--dtype bf16 (tied lm_head = the bf16 embedding block)",
         ),
         (
-            crate::bench_reader::PACK,
+            super::common::PACK,
             "--dtype f32 --dtype bf16 (f32 blocks; the exact bf16 rows serve the lm_head)",
         ),
     ];

@@ -14,20 +14,10 @@ use anyhow::{Context, bail};
 use fixtures::servers::{DelayProxy, Nginx, NginxOptions};
 use serde_json::Value;
 
-use crate::bench::{bench_dir, model, pack_with, release_bin};
+use super::common::{PACK, bench_dir, packed, release_bin};
 
 const DENSE: f64 = 151_936.0 * 896.0 * 4.0;
 const ROW: f64 = 896.0 * 2.0;
-/// The pack the reader benches read: f32 blocks, f32 and bf16 row files.
-pub(crate) const PACK: &str = "pack-f32-bf16";
-
-/// Packs the preset as [`PACK`] (always: the format may have changed).
-pub(crate) fn packed() -> anyhow::Result<()> {
-    let model = model()?;
-    pack_with(&model, &bench_dir().join(PACK), &["f32", "bf16"])?;
-    Ok(())
-}
-
 fn rows_json(base: &str, extra: &[&str]) -> anyhow::Result<Value> {
     let out = Command::new(release_bin("gkq-rows"))
         .arg(format!("{base}/model.knot"))

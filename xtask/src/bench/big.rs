@@ -11,7 +11,7 @@ use std::process::Command;
 
 use anyhow::bail;
 
-use crate::bench::{bench_dir, dir_bytes, release_bin, timed, timed_rss};
+use super::common::{bench_dir, dir_bytes, release_bin, timed, timed_rss};
 use crate::root;
 
 pub(crate) fn run() -> anyhow::Result<()> {
@@ -20,7 +20,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     }
     // generated afresh: the end of the run deletes it (disk)
     let _ = std::fs::remove_dir_all(bench_dir().join("llama3-70b-embed"));
-    let model = crate::bench::preset("llama3-70b-embed")?;
+    let model = crate::bench::common::preset("llama3-70b-embed")?;
     let input = dir_bytes(&model)?;
     let copy = bench_dir().join("big-copy");
     let _ = std::fs::remove_dir_all(&copy);
@@ -59,7 +59,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     if v["passed"] != true {
         bail!("verification failed: {v}");
     }
-    let rate = crate::bench::openssl_sha256_rate()?;
+    let rate = crate::bench::common::openssl_sha256_rate()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let limit = verified as f64 / (cores * rate);
     std::fs::remove_dir_all(&out)?;

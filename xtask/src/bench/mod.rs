@@ -1,0 +1,54 @@
+//! Benchmarks. Each prints its figures next to a reference measured in the
+//! same run on the same files (`cp -r`, `sha256sum`), because these machines
+//! are noisy; the ratio is the number to compare with the targets.
+
+mod big;
+mod coldstart;
+mod common;
+mod decode;
+mod pack;
+mod reader;
+mod spectral;
+mod verify;
+mod wire;
+
+use clap::Subcommand;
+
+#[derive(Subcommand, Clone, Copy)]
+pub(crate) enum Which {
+    /// Pack the qwen2.5-0.5b preset (bf16, f32, both) against `cp -r` and the Python reference converter.
+    Pack,
+    /// Pack and verify a Llama-3-70B-shaped embedding and untied lm_head (128256 x 8192, bf16, 4.2 GB): peak RSS and the same ratios.
+    Big,
+    /// Verify the packed qwen2.5-0.5b preset with --source against `sha256sum`.
+    Verify,
+    /// Replay token sessions through gkq-rows against nginx (and a 20 ms proxy), then `wire`.
+    Reader,
+    /// Cold sessions over TLS (HTTP/2 and HTTP/1.1) behind a 20 ms RTT proxy that counts wire bytes.
+    Wire,
+    /// A cold node decoding 32 + 32 tokens over TLS behind the 20 ms RTT proxy, columnar against dense embedding.
+    Decode,
+    /// `--analyze` and `--spectral` times on the qwen2.5-0.5b shapes, and the preset with spectral k_proj against dense.
+    Spectral,
+    /// A cold node ready at link speed: decode from a package behind a 100 MB/s link with 25 MB/s per response, against the sequential pull, curl --parallel and a local-file decode; warm restarts.
+    Coldstart,
+}
+
+pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
+    common::build()?;
+    std::fs::create_dir_all(common::bench_dir())?;
+    match which {
+        Which::Pack => pack::run(reps),
+        Which::Verify => verify::run(reps),
+        Which::Reader => {
+            reader::run()?;
+            println!();
+            wire::run()
+        }
+        Which::Wire => wire::run(),
+        Which::Decode => decode::run(),
+        Which::Spectral => spectral::run(reps),
+        Which::Big => big::run(),
+        Which::Coldstart => coldstart::run(),
+    }
+}
