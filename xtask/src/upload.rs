@@ -111,6 +111,9 @@ pub(crate) fn run(a: UploadArgs) -> anyhow::Result<()> {
                 "{} {} ({} bytes, {} parts, {:.2}s)",
                 r.status, r.key, r.bytes, r.parts, r.seconds
             );
+            for n in &r.notes {
+                eprintln!("warning: {n}");
+            }
         }
     }
     let id = r2_upload::knot_id(&a.out_dir)?;

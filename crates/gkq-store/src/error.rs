@@ -205,6 +205,52 @@ pub enum StoreError {
         /// One line per object: key, published digest, local digest.
         conflicts: Vec<String>,
     },
+    /// A file changed between the package check and the upload: the bytes
+    /// read for sending are not the bytes the knot records. Nothing of it
+    /// was published.
+    #[error(
+        "{path}: changed on disk since it was checked (now {found_bytes} bytes, sha256 {found}; the knot records {expected}): {object} was not published, nor the knot; repack or restore the file, then upload again"
+    )]
+    ChangedOnDisk {
+        /// The local file.
+        path: PathBuf,
+        /// The object, `s3://bucket/key`.
+        object: String,
+        /// The digest the knot records.
+        expected: String,
+        /// The digest of the bytes read for sending.
+        found: String,
+        /// Their length.
+        found_bytes: u64,
+    },
+    /// A conditional write (`If-None-Match: *`) found the key published by
+    /// someone else during this upload, with other content.
+    #[error(
+        "s3://{bucket}/{key}: another upload published it while this one ran ({found}; this package has sha256 {expected}): this upload stops here and its knot is not published; publish under a new prefix"
+    )]
+    Raced {
+        /// The bucket.
+        bucket: String,
+        /// The key.
+        key: String,
+        /// This package's digest.
+        expected: String,
+        /// What the bucket holds now.
+        found: String,
+    },
+    /// After the last object, the prefix does not hold exactly this
+    /// package: another upload ran at the same time, or wrote in between.
+    #[error(
+        "s3://{bucket}/{prefix}: after publishing, the prefix does not hold this package alone (another upload to the same prefix ran at the same time?):\n  {}\nreaders of this prefix may see a mix of two packages: publish again under a new prefix", problems.join("\n  ")
+    )]
+    Mixed {
+        /// The bucket.
+        bucket: String,
+        /// The prefix.
+        prefix: String,
+        /// One line per object that differs or should not be there.
+        problems: Vec<String>,
+    },
     /// The client could not be built (TLS configuration).
     #[error("HTTP client: {0}")]
     Client(String),

@@ -430,3 +430,5 @@ async fn refuses_to_replace_published_objects() {
         .expect("replace");
     assert_published(&s3, &other);
 }
+
+mod races;
