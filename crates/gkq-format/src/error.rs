@@ -314,6 +314,57 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A whole proof object that is not the one computed from its row file
+    /// (section 7a, rule 16).
+    #[error(
+        "proof object {object:?} differs from the one computed from the rows at byte {at} (RowProof)"
+    )]
+    ProofObject {
+        /// Proof object name.
+        object: String,
+        /// The first byte that differs.
+        at: u64,
+    },
+    /// A row file, proof object or companion file the knot names is absent
+    /// (rule 17).
+    #[error("{what} {object:?} named by the knot is missing (ObjectMissing)")]
+    ObjectMissing {
+        /// `row file`, `proof object` or `companion file`.
+        what: &'static str,
+        /// Its name.
+        object: String,
+    },
+    /// A companion file whose SHA-256 is not its `package.sha256` entry (rule 17).
+    #[error(
+        "companion file {name:?}: sha256 is {computed}, package.sha256 records {stored} (CompanionDigest)"
+    )]
+    CompanionDigest {
+        /// Its name.
+        name: String,
+        /// Hex of the recorded digest.
+        stored: String,
+        /// Hex of the computed digest.
+        computed: String,
+    },
+    /// A recorded spectral figure that a verifier with the source measures
+    /// otherwise, beyond the tolerance (rule 17).
+    #[error(
+        "spectral block {block:?}: {what} against the source is {measured:.6e}, the knot records {recorded} in {key} (tolerance {tolerance:e} relative; FigureMismatch)"
+    )]
+    FigureMismatch {
+        /// The block.
+        block: String,
+        /// The key (`spectral.rel_frobenius_error`, `spectral.energy_kept`).
+        key: &'static str,
+        /// What the figure is.
+        what: &'static str,
+        /// The recorded figure.
+        recorded: f64,
+        /// The measured figure.
+        measured: f64,
+        /// The relative tolerance.
+        tolerance: f64,
+    },
     /// A claimed exactness flag does not hold (section 3.4).
     #[error("row file {object:?}: flag {flag} is set but {reason}")]
     ExactnessClaim {

@@ -24,8 +24,11 @@ pub const MAX_STRING_LEN: usize = 65_536;
 pub const MAX_LIST_LEN: u32 = 65_536;
 /// Most blocks.
 pub const MAX_BLOCKS: u32 = 65_536;
-/// Longest block or object name.
+/// Longest block name (and the most bytes a reader reads for an object name).
 pub const MAX_NAME_LEN: usize = 1024;
+/// Longest object name (row file or companion file): 255, the most a file
+/// system allows a name, less the 6 bytes of `.proof` (section 3.4).
+pub const MAX_OBJECT_NAME_LEN: usize = 249;
 /// Most dimensions of a shape.
 pub const MAX_NDIM: u8 = 8;
 /// Most columnar descriptors per block.

@@ -19,12 +19,14 @@
 mod cast;
 mod dtype;
 mod error;
+mod knot;
 pub mod layout;
 pub mod merkle;
 mod model;
 mod parse;
 pub mod progress;
 mod spectral;
+mod validate;
 mod write;
 
 #[cfg(test)]
@@ -35,14 +37,14 @@ mod testutil;
 pub use cast::{CastReport, cast_row, decode_f32, first_inexact, max_abs_diff};
 pub use dtype::DType;
 pub use error::{Error, Result};
+pub use knot::{
+    Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,
+    parse_prefix,
+};
 pub use model::{
     BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME,
     Metadata, Payload, Preamble, Quant, Role, RowProof, SOURCE_EXACT, SpectralFigure, Value, keys,
     rows_object_name,
-};
-pub use parse::{
-    Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,
-    parse_prefix,
 };
 pub use spectral::{FrobeniusError, SpectralParts, decimal, reconstruct_spectral};
 pub use write::{KnotWriter, encode_prefix};

@@ -1,11 +1,9 @@
-use std::collections::HashSet;
-
 use sha2::{Digest, Sha256};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::*;
-use crate::merkle::{MAX_PROOF_HEIGHT, ProofLayout, proof_object_name};
+
 use crate::model::*;
 
 /// Bytes of the preamble covered by the header checksum.
@@ -236,6 +234,70 @@ fn parse_payload(c: &mut Cursor<'_>) -> Result<Payload> {
     })
 }
 
+/// The fields of a spectral encoding after its tag.
+fn parse_spectral(c: &mut Cursor<'_>, block: &str) -> Result<Encoding> {
+    let rank = c.u32("spectral rank")?;
+    let fcode = c.u8("spectral factor dtype")?;
+    let factor_dtype = DType::from_code(fcode).ok_or_else(|| Error::UnknownDtype {
+        block: block.to_owned(),
+        code: fcode,
+    })?;
+    let quant = match c.u8("spectral quant")? {
+        0 => Quant::None,
+        1 => Quant::U8Affine,
+        q => {
+            return Err(Error::BadSpectral {
+                block: block.to_owned(),
+                reason: format!("unknown quant {q}"),
+            });
+        }
+    };
+    Ok(Encoding::Spectral {
+        rank,
+        factor_dtype,
+        quant,
+        payload: parse_payload(c)?,
+    })
+}
+
+/// One columnar descriptor of `block` (whose dtype is `dtype`).
+fn parse_descriptor(
+    c: &mut Cursor<'_>,
+    version: u32,
+    block: &str,
+    dtype: DType,
+) -> Result<ColumnarDescriptor> {
+    let code = c.u8("descriptor dtype")?;
+    let ddtype = DType::from_code(code).ok_or_else(|| Error::UnknownDtype {
+        block: block.to_owned(),
+        code,
+    })?;
+    let mut d = ColumnarDescriptor {
+        dtype: ddtype,
+        rows: c.u64("descriptor rows")?,
+        row_bytes: c.u64("descriptor row_bytes")?,
+        byte_len: c.u64("descriptor byte_len")?,
+        sha256: c.array("descriptor sha256")?,
+        object: c.str16(MAX_NAME_LEN, "descriptor object")?,
+        flags: 0,
+        proof: None,
+    };
+    if version == VERSION_2 {
+        // section 9a: only a row file of the block's own dtype is known
+        // to stand in for the block; nothing is known about the source
+        if ddtype == dtype {
+            d.flags = BLOCK_EXACT;
+        }
+    } else {
+        d.flags = c.u8("descriptor flags")?;
+        d.proof = Some(RowProof {
+            height: c.u8("descriptor proof_height")?,
+            root: c.array("descriptor merkle_root")?,
+        });
+    }
+    Ok(d)
+}
+
 fn parse_block(c: &mut Cursor<'_>, version: u32) -> Result<Block> {
     let name = c.str16(MAX_NAME_LEN, "block name")?;
     if name.is_empty() {
@@ -256,30 +318,7 @@ fn parse_block(c: &mut Cursor<'_>, version: u32) -> Result<Block> {
     }
     let encoding = match enc_tag {
         0 => Encoding::Dense(parse_payload(c)?),
-        1 => {
-            let rank = c.u32("spectral rank")?;
-            let fcode = c.u8("spectral factor dtype")?;
-            let factor_dtype = DType::from_code(fcode).ok_or_else(|| Error::UnknownDtype {
-                block: name.clone(),
-                code: fcode,
-            })?;
-            let quant = match c.u8("spectral quant")? {
-                0 => Quant::None,
-                1 => Quant::U8Affine,
-                q => {
-                    return Err(Error::BadSpectral {
-                        block: name,
-                        reason: format!("unknown quant {q}"),
-                    });
-                }
-            };
-            Encoding::Spectral {
-                rank,
-                factor_dtype,
-                quant,
-                payload: parse_payload(c)?,
-            }
-        }
+        1 => parse_spectral(c, &name)?,
         2 => Encoding::Alias {
             target: c.u32("alias target")?,
         },
@@ -293,35 +332,7 @@ fn parse_block(c: &mut Cursor<'_>, version: u32) -> Result<Block> {
     )?;
     let mut columnar = Vec::with_capacity(usize::from(n));
     for _ in 0..n {
-        let code = c.u8("descriptor dtype")?;
-        let ddtype = DType::from_code(code).ok_or_else(|| Error::UnknownDtype {
-            block: name.clone(),
-            code,
-        })?;
-        let mut d = ColumnarDescriptor {
-            dtype: ddtype,
-            rows: c.u64("descriptor rows")?,
-            row_bytes: c.u64("descriptor row_bytes")?,
-            byte_len: c.u64("descriptor byte_len")?,
-            sha256: c.array("descriptor sha256")?,
-            object: c.str16(MAX_NAME_LEN, "descriptor object")?,
-            flags: 0,
-            proof: None,
-        };
-        if version == VERSION_2 {
-            // section 9a: only a row file of the block's own dtype is known
-            // to stand in for the block; nothing is known about the source
-            if ddtype == dtype {
-                d.flags = BLOCK_EXACT;
-            }
-        } else {
-            d.flags = c.u8("descriptor flags")?;
-            d.proof = Some(RowProof {
-                height: c.u8("descriptor proof_height")?,
-                root: c.array("descriptor merkle_root")?,
-            });
-        }
-        columnar.push(d);
+        columnar.push(parse_descriptor(c, version, &name, dtype)?);
     }
     Ok(Block {
         name,
@@ -351,726 +362,4 @@ pub(crate) fn decode_header(bytes: &[u8], version: u32) -> Result<Header> {
         });
     }
     Ok(Header { metadata, blocks })
-}
-
-fn expect_type(md: &Metadata, key: &str, tag: u8) -> Result<()> {
-    match md.get(key) {
-        Some(v) if v.tag() != tag => Err(Error::MetadataType {
-            key: key.to_owned(),
-            expected: Value::type_name(tag),
-            found: Value::type_name(v.tag()),
-        }),
-        _ => Ok(()),
-    }
-}
-
-fn validate_metadata(h: &Header) -> Result<()> {
-    let md = &h.metadata;
-    for key in [
-        keys::TOOL,
-        keys::ARCHITECTURE,
-        keys::MODEL_TYPE,
-        keys::ROLE_TOKEN_EMBD,
-        keys::ROLE_LM_HEAD,
-        keys::SOURCE_MODEL_ID,
-        keys::SOURCE_REVISION,
-    ] {
-        expect_type(md, key, 3)?;
-    }
-    for key in [keys::VOCAB_SIZE, keys::HIDDEN_SIZE] {
-        expect_type(md, key, 1)?;
-    }
-    expect_type(md, keys::TIE_WORD_EMBEDDINGS, 2)?;
-    for key in [
-        keys::SOURCE_FILES,
-        keys::SOURCE_SHA256,
-        keys::PACKAGE_FILES,
-        keys::PACKAGE_SHA256,
-        keys::SPECTRAL_BLOCKS,
-        keys::SPECTRAL_REL_ERROR,
-        keys::SPECTRAL_ENERGY,
-    ] {
-        expect_type(md, key, 4)?;
-    }
-    for (files_key, hashes_key) in [
-        (keys::SOURCE_FILES, keys::SOURCE_SHA256),
-        (keys::PACKAGE_FILES, keys::PACKAGE_SHA256),
-    ] {
-        match (h.meta_list(files_key), h.meta_list(hashes_key)) {
-            (Some(_), None) => {
-                return Err(Error::ListIncomplete {
-                    present: files_key,
-                    missing: hashes_key,
-                });
-            }
-            (None, Some(_)) => {
-                return Err(Error::ListIncomplete {
-                    present: hashes_key,
-                    missing: files_key,
-                });
-            }
-            (Some(files), Some(hashes)) if files.len() != hashes.len() => {
-                let (files, hashes) = (files.len(), hashes.len());
-                return Err(if files_key == keys::SOURCE_FILES {
-                    Error::SourceListMismatch { files, hashes }
-                } else {
-                    Error::PackageListMismatch { files, hashes }
-                });
-            }
-            _ => {}
-        }
-    }
-    validate_package_files(h)?;
-    validate_spectral_figures(h)?;
-    // Every `role.*` key, known or not, is a STR naming a block.
-    for (key, value) in md.range::<str, _>((
-        std::ops::Bound::Included(keys::ROLE_PREFIX),
-        std::ops::Bound::Unbounded,
-    )) {
-        if !key.starts_with(keys::ROLE_PREFIX) {
-            break;
-        }
-        let Value::Str(name) = value else {
-            return Err(Error::MetadataType {
-                key: key.clone(),
-                expected: Value::type_name(3),
-                found: Value::type_name(value.tag()),
-            });
-        };
-        if h.block(name).is_none() {
-            return Err(Error::UnknownRoleBlock {
-                role: key.clone(),
-                name: name.clone(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// `package.files`: valid object names, strictly ascending, none of them a
-/// row file of the knot; `package.sha256`: 64 lowercase hex digits each.
-fn validate_package_files(h: &Header) -> Result<()> {
-    let files = h.meta_list(keys::PACKAGE_FILES).unwrap_or_default();
-    let bad = |name: &str, reason| Error::BadPackageFile {
-        name: name.to_owned(),
-        reason,
-    };
-    let mut previous: Option<&str> = None;
-    for name in files {
-        valid_object_name(name).map_err(|reason| bad(name, reason))?;
-        if previous.is_some_and(|p| p.as_bytes() >= name.as_bytes()) {
-            return Err(bad(name, "package.files must be strictly ascending"));
-        }
-        previous = Some(name);
-        if h.blocks.iter().flat_map(|b| &b.columnar).any(|d| {
-            d.object == *name || d.proof.is_some() && proof_object_name(&d.object) == *name
-        }) {
-            return Err(bad(name, "is also a row file or proof object of the knot"));
-        }
-    }
-    let hashes = h.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
-    for (name, hash) in files.iter().zip(hashes) {
-        let hex_ok = hash.len() == 64
-            && hash
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if !hex_ok {
-            return Err(bad(
-                name,
-                "its package.sha256 entry is not 64 lowercase hex digits",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `spectral.blocks`, `spectral.rel_frobenius_error`, `spectral.energy_kept`:
-/// all three or none, the same length; each block named once, a `SPECTRAL`
-/// block of the table; each figure a decimal, the energy at most 1.
-fn validate_spectral_figures(h: &Header) -> Result<()> {
-    let lists = [
-        keys::SPECTRAL_BLOCKS,
-        keys::SPECTRAL_REL_ERROR,
-        keys::SPECTRAL_ENERGY,
-    ]
-    .map(|k| (k, h.meta_list(k)));
-    let present: Vec<_> = lists.iter().filter(|(_, l)| l.is_some()).collect();
-    if present.is_empty() {
-        return Ok(());
-    }
-    if let Some((missing, _)) = lists.iter().find(|(_, l)| l.is_none()) {
-        return Err(Error::ListIncomplete {
-            present: present.first().map_or("", |(k, _)| k),
-            missing,
-        });
-    }
-    let [(_, Some(blocks)), (_, Some(errors)), (_, Some(energy))] = lists else {
-        return Ok(());
-    };
-    let bad = |key, reason: String| Error::SpectralMetadata { key, reason };
-    if errors.len() != blocks.len() || energy.len() != blocks.len() {
-        return Err(bad(
-            keys::SPECTRAL_BLOCKS,
-            format!(
-                "{} blocks but {} errors and {} energies",
-                blocks.len(),
-                errors.len(),
-                energy.len()
-            ),
-        ));
-    }
-    let mut seen = HashSet::new();
-    for ((name, e), k) in blocks.iter().zip(errors).zip(energy) {
-        if !seen.insert(name.as_str()) {
-            return Err(bad(keys::SPECTRAL_BLOCKS, format!("{name:?} listed twice")));
-        }
-        if !h
-            .block(name)
-            .is_some_and(|b| matches!(b.encoding, Encoding::Spectral { .. }))
-        {
-            return Err(bad(
-                keys::SPECTRAL_BLOCKS,
-                format!("{name:?} is not a spectral block of the knot"),
-            ));
-        }
-        for (key, v, max) in [
-            (keys::SPECTRAL_REL_ERROR, e, f64::INFINITY),
-            (keys::SPECTRAL_ENERGY, k, 1.0),
-        ] {
-            let ok = crate::spectral::is_decimal(v) && v.parse::<f64>().is_ok_and(|x| x <= max);
-            if !ok {
-                return Err(bad(
-                    key,
-                    format!("{name:?}: {v:?} is not a decimal in [0, {max}]"),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn valid_object_name(s: &str) -> std::result::Result<(), &'static str> {
-    if s.is_empty() {
-        return Err("empty");
-    }
-    if s.starts_with('.') {
-        return Err("must not start with '.'");
-    }
-    if !s
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        return Err("only [A-Za-z0-9._-] allowed");
-    }
-    Ok(())
-}
-
-fn spectral_len(m: u64, n: u64, k: u64, factor: DType, quant: Quant) -> Option<u64> {
-    let f = factor.itemsize();
-    let mk = m.checked_mul(k)?;
-    let kn = k.checked_mul(n)?;
-    let s = k.checked_mul(4)?;
-    match quant {
-        Quant::None => mk.checked_add(kn)?.checked_mul(f)?.checked_add(s),
-        // U_q + U_scale/zero (8 per row of U) + S + Vt_q + Vt_scale/zero (8 per row of Vt)
-        Quant::U8Affine => mk
-            .checked_add(m.checked_mul(8)?)?
-            .checked_add(s)?
-            .checked_add(kn)?
-            .checked_add(k.checked_mul(8)?),
-    }
-}
-
-fn validate_block(h: &Header, b: &Block, objects: &mut HashSet<String>) -> Result<()> {
-    let name = || b.name.clone();
-    let bytes = shape_bytes(&b.shape, b.dtype).ok_or_else(|| Error::ShapeOverflow {
-        block: name(),
-        shape: b.shape.clone(),
-    })?;
-    let flagged = b.is_columnar_eligible();
-    match &b.encoding {
-        Encoding::Dense(p) => {
-            if p.len != bytes {
-                return Err(Error::PayloadLength {
-                    block: name(),
-                    expected: bytes,
-                    found: p.len,
-                });
-            }
-            if flagged && b.shape.len() != 2 {
-                return Err(Error::DescriptorPlacement {
-                    block: name(),
-                    reason: "COLUMNAR_ELIGIBLE is set on a block that is not 2-D",
-                });
-            }
-            if flagged && b.columnar.is_empty() {
-                return Err(Error::DescriptorPlacement {
-                    block: name(),
-                    reason: "COLUMNAR_ELIGIBLE is set but the block has no columnar descriptor",
-                });
-            }
-        }
-        Encoding::Spectral {
-            rank,
-            factor_dtype,
-            quant,
-            payload,
-        } => {
-            let bad = |reason: String| Error::BadSpectral {
-                block: name(),
-                reason,
-            };
-            let [m, n] = b.shape.as_slice() else {
-                return Err(bad(format!("shape {:?} is not 2-D", b.shape)));
-            };
-            if !b.dtype.is_castable_float() {
-                return Err(bad(format!("dtype {} is not f32/f16/bf16", b.dtype)));
-            }
-            if *rank == 0 || *rank > MAX_RANK {
-                return Err(bad(format!("rank {rank} is outside 1..={MAX_RANK}")));
-            }
-            let ok_factor = match quant {
-                Quant::None => factor_dtype.is_castable_float(),
-                Quant::U8Affine => *factor_dtype == DType::U8,
-            };
-            if !ok_factor {
-                return Err(bad(format!(
-                    "factor dtype {factor_dtype} does not go with quant {quant:?}"
-                )));
-            }
-            let expected = spectral_len(*m, *n, u64::from(*rank), *factor_dtype, *quant)
-                .ok_or_else(|| bad("factor sizes overflow".into()))?;
-            if payload.len != expected {
-                return Err(Error::PayloadLength {
-                    block: name(),
-                    expected,
-                    found: payload.len,
-                });
-            }
-            if flagged {
-                return Err(Error::DescriptorPlacement {
-                    block: name(),
-                    reason: "spectral blocks are never COLUMNAR_ELIGIBLE",
-                });
-            }
-        }
-        Encoding::Alias { target } => {
-            let bad = |reason: String| Error::BadAlias {
-                block: name(),
-                reason,
-            };
-            let t = usize::try_from(*target)
-                .ok()
-                .and_then(|t| h.blocks.get(t))
-                .ok_or_else(|| bad(format!("target {target} is not a block index")))?;
-            if matches!(t.encoding, Encoding::Alias { .. }) {
-                return Err(bad(format!("target {:?} is itself an alias", t.name)));
-            }
-            if t.dtype != b.dtype || t.shape != b.shape {
-                return Err(bad(format!(
-                    "dtype/shape {} {:?} differ from target {:?} ({} {:?})",
-                    b.dtype, b.shape, t.name, t.dtype, t.shape
-                )));
-            }
-            if t.is_columnar_eligible() != flagged {
-                return Err(bad(format!(
-                    "COLUMNAR_ELIGIBLE differs from target {:?}",
-                    t.name
-                )));
-            }
-        }
-    }
-    if b.columnar.is_empty() {
-        return Ok(());
-    }
-    if !matches!(b.encoding, Encoding::Dense(_)) || !flagged {
-        return Err(Error::DescriptorPlacement {
-            block: name(),
-            reason: "columnar descriptors are only allowed on COLUMNAR_ELIGIBLE dense blocks",
-        });
-    }
-    let (rows, cols) = match b.shape.as_slice() {
-        [r, c] => (*r, *c),
-        _ => {
-            return Err(Error::DescriptorPlacement {
-                block: name(),
-                reason: "columnar descriptors need a 2-D block",
-            });
-        }
-    };
-    if rows == 0 || cols == 0 {
-        return Err(Error::DescriptorPlacement {
-            block: name(),
-            reason: "columnar descriptors need a block with at least one row and one column",
-        });
-    }
-    let mut dtypes = HashSet::new();
-    for d in &b.columnar {
-        let field = |field: &'static str, expected: String, found: String| Error::DescriptorField {
-            block: name(),
-            object: d.object.clone(),
-            field,
-            expected,
-            found,
-        };
-        valid_object_name(&d.object).map_err(|reason| Error::BadObjectName {
-            block: name(),
-            object: d.object.clone(),
-            reason,
-        })?;
-        if !objects.insert(d.object.clone()) {
-            return Err(Error::BadObjectName {
-                block: name(),
-                object: d.object.clone(),
-                reason: "used by another descriptor",
-            });
-        }
-        if let Some(proof) = &d.proof {
-            // section 7a: the proof object is named after the row file
-            let proof_name = proof_object_name(&d.object);
-            if proof_name.len() > MAX_NAME_LEN || !objects.insert(proof_name) {
-                return Err(Error::BadObjectName {
-                    block: name(),
-                    object: d.object.clone(),
-                    reason: "its proof object name is too long or used by another object",
-                });
-            }
-            if ProofLayout::new(d.rows, proof.height).is_none() {
-                return Err(field(
-                    "proof_height",
-                    format!("0..={MAX_PROOF_HEIGHT}"),
-                    proof.height.to_string(),
-                ));
-            }
-        }
-        if d.dtype == b.dtype && !d.is_block_exact() {
-            return Err(field(
-                "flags",
-                "BLOCK_EXACT set (a row file of the block's dtype is the payload)".into(),
-                format!("{:#04x}", d.flags),
-            ));
-        }
-        let dtype_ok = if b.dtype.is_castable_float() {
-            d.dtype.is_castable_float()
-        } else {
-            d.dtype == b.dtype
-        };
-        if !dtype_ok || !dtypes.insert(d.dtype) {
-            return Err(field(
-                "dtype",
-                format!("a distinct dtype castable from {}", b.dtype),
-                d.dtype.to_string(),
-            ));
-        }
-        if d.rows != rows {
-            return Err(field("rows", rows.to_string(), d.rows.to_string()));
-        }
-        let row_bytes = cols
-            .checked_mul(d.dtype.itemsize())
-            .ok_or_else(|| field("row_bytes", "no overflow".into(), "overflow".into()))?;
-        if d.row_bytes != row_bytes {
-            return Err(field(
-                "row_bytes",
-                row_bytes.to_string(),
-                d.row_bytes.to_string(),
-            ));
-        }
-        let byte_len = rows
-            .checked_mul(row_bytes)
-            .ok_or_else(|| field("byte_len", "no overflow".into(), "overflow".into()))?;
-        if d.byte_len != byte_len {
-            return Err(field(
-                "byte_len",
-                byte_len.to_string(),
-                d.byte_len.to_string(),
-            ));
-        }
-        // Section 7: a row file in the block's own dtype is the payload.
-        if let Encoding::Dense(p) = &b.encoding
-            && d.dtype == b.dtype
-            && d.sha256 != p.sha256
-        {
-            return Err(field(
-                "sha256",
-                format!(
-                    "{} (the payload's: same dtype, same bytes)",
-                    crate::hex(&p.sha256)
-                ),
-                crate::hex(&d.sha256),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Checks every rule of docs/FORMAT.md that the header alone decides,
-/// including the payload layout against `preamble`.
-pub(crate) fn validate(preamble: &Preamble, h: &Header) -> Result<()> {
-    let mut names = HashSet::new();
-    for b in &h.blocks {
-        if !names.insert(b.name.as_str()) {
-            return Err(Error::DuplicateBlockName {
-                name: b.name.clone(),
-            });
-        }
-    }
-    let mut objects = HashSet::new();
-    for b in &h.blocks {
-        validate_block(h, b, &mut objects)?;
-    }
-    validate_metadata(h)?;
-    let mut cursor = preamble.data_offset;
-    for b in &h.blocks {
-        let Some(p) = b.encoding.payload() else {
-            continue;
-        };
-        let expected = align_up(cursor).ok_or(Error::FileLength {
-            expected: u64::MAX,
-            found: preamble.file_len,
-        })?;
-        if p.offset != expected {
-            return Err(Error::PayloadOffset {
-                block: b.name.clone(),
-                expected,
-                found: p.offset,
-            });
-        }
-        cursor = p.offset.checked_add(p.len).ok_or(Error::FileLength {
-            expected: u64::MAX,
-            found: preamble.file_len,
-        })?;
-    }
-    if cursor != preamble.file_len {
-        return Err(Error::FileLength {
-            expected: cursor,
-            found: preamble.file_len,
-        });
-    }
-    Ok(())
-}
-
-/// A validated preamble and header: everything but the payloads.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KnotHeader {
-    preamble: Preamble,
-    header: Header,
-}
-
-impl KnotHeader {
-    /// The preamble.
-    pub fn preamble(&self) -> &Preamble {
-        &self.preamble
-    }
-
-    /// Metadata and block table.
-    pub fn header(&self) -> &Header {
-        &self.header
-    }
-
-    /// `72 + header_len`: the bytes a remote reader fetched.
-    pub fn header_end(&self) -> u64 {
-        // validated: header_len <= MAX_HEADER_LEN
-        PREAMBLE_LEN.saturating_add(self.preamble.header_len)
-    }
-
-    /// Byte range `[offset, offset + len)` of the payload holding block
-    /// `index` (following an alias).
-    pub fn payload_of(&self, index: usize) -> Option<Payload> {
-        self.header.resolve(index)?.encoding.payload().copied()
-    }
-}
-
-/// What [`parse_prefix`] learned from the first bytes of a knot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Prefix {
-    /// The prefix is too short; fetch bytes `0..total` (or at least up to `total`).
-    NeedBytes {
-        /// Total prefix length needed.
-        total: u64,
-    },
-    /// The whole header, checked and validated.
-    Complete(Box<KnotHeader>),
-}
-
-/// Parses the header from the first bytes of a knot. Given fewer than 72
-/// bytes it asks for 72; given the preamble, it asks for `72 + header_len`.
-/// Extra bytes after the header are ignored. The result is fully validated
-/// except for payload bytes, padding and the real file length.
-pub fn parse_prefix(prefix: &[u8]) -> Result<Prefix> {
-    if (prefix.len() as u64) < PREAMBLE_LEN {
-        return Ok(Prefix::NeedBytes {
-            total: PREAMBLE_LEN,
-        });
-    }
-    let preamble = parse_preamble(prefix)?;
-    let total = PREAMBLE_LEN.saturating_add(preamble.header_len);
-    let (Ok(start), Ok(end)) = (usize::try_from(PREAMBLE_LEN), usize::try_from(total)) else {
-        return Err(Error::HeaderTooLarge {
-            len: preamble.header_len,
-            max: MAX_HEADER_LEN,
-        });
-    };
-    let Some(header_bytes) = prefix.get(start..end) else {
-        return Ok(Prefix::NeedBytes { total });
-    };
-    let computed = header_digest(prefix, header_bytes);
-    if computed != preamble.header_sha256 {
-        return Err(Error::HeaderChecksum {
-            stored: crate::hex(&preamble.header_sha256),
-            computed: crate::hex(&computed),
-        });
-    }
-    let header = decode_header(header_bytes, preamble.version)?;
-    validate(&preamble, &header)?;
-    Ok(Prefix::Complete(Box::new(KnotHeader { preamble, header })))
-}
-
-/// A whole knot in memory (typically an mmap), validated, with borrowed payloads.
-#[derive(Debug)]
-pub struct Knot<'a> {
-    header: KnotHeader,
-    bytes: &'a [u8],
-}
-
-impl<'a> Knot<'a> {
-    /// Validates everything the format requires except the payload digests
-    /// (see [`Knot::verify_payload`]): preamble, header checksum, every
-    /// header rule, the layout, zero padding and the file length.
-    pub fn parse(bytes: &'a [u8]) -> Result<Knot<'a>> {
-        let header = match parse_prefix(bytes)? {
-            Prefix::Complete(h) => *h,
-            Prefix::NeedBytes { total } if total <= PREAMBLE_LEN => {
-                return Err(Error::Truncated {
-                    needed: total,
-                    available: bytes.len() as u64,
-                });
-            }
-            Prefix::NeedBytes { total } => {
-                return Err(Error::HeaderTruncated {
-                    header_end: total,
-                    available: bytes.len() as u64,
-                });
-            }
-        };
-        let len = bytes.len() as u64;
-        if len != header.preamble.file_len {
-            return Err(Error::FileSize {
-                file_len: header.preamble.file_len,
-                actual: len,
-            });
-        }
-        let mut gap_start = header.header_end();
-        let check_gap = |from: u64, to: u64| -> Result<()> {
-            let slice = usize::try_from(from)
-                .ok()
-                .zip(usize::try_from(to).ok())
-                .and_then(|(f, t)| bytes.get(f..t))
-                .ok_or(Error::Truncated {
-                    needed: to,
-                    available: len,
-                })?;
-            if let Some(i) = slice.iter().position(|&b| b != 0) {
-                return Err(Error::NonZeroPadding {
-                    offset: from.saturating_add(i as u64),
-                });
-            }
-            Ok(())
-        };
-        check_gap(gap_start, header.preamble.data_offset)?;
-        gap_start = header.preamble.data_offset;
-        for b in &header.header.blocks {
-            if let Some(p) = b.encoding.payload() {
-                check_gap(gap_start, p.offset)?;
-                gap_start = p.offset.saturating_add(p.len);
-            }
-        }
-        Ok(Knot { header, bytes })
-    }
-
-    /// The validated header.
-    pub fn header(&self) -> &KnotHeader {
-        &self.header
-    }
-
-    /// The metadata and block table.
-    pub fn blocks(&self) -> &[Block] {
-        &self.header.header.blocks
-    }
-
-    /// The payload bytes of block `index` (following an alias), without copying.
-    pub fn payload(&self, index: usize) -> Option<&'a [u8]> {
-        let p = self.header.payload_of(index)?;
-        let start = usize::try_from(p.offset).ok()?;
-        let end = usize::try_from(p.offset.checked_add(p.len)?).ok()?;
-        self.bytes.get(start..end)
-    }
-
-    /// Whether the payload of block `index` hashes to its stored digest.
-    /// `None` for an index out of range.
-    pub fn verify_payload(&self, index: usize) -> Option<bool> {
-        let p = self.header.payload_of(index)?;
-        let data = self.payload(index)?;
-        let digest: [u8; 32] = Sha256::digest(data).into();
-        Some(digest == p.sha256)
-    }
-
-    /// Checks the payload of block `index` against its stored digest
-    /// ([`Error::PayloadDigest`]). Blocks without a payload (aliases of
-    /// nothing) and indices out of range pass.
-    pub fn check_payload(&self, index: usize) -> Result<()> {
-        let (Some(p), Some(data)) = (self.header.payload_of(index), self.payload(index)) else {
-            return Ok(());
-        };
-        check_payload_digest(&self.header.header, index, &p, Sha256::digest(data).into())
-    }
-}
-
-/// [`Error::PayloadDigest`] unless `computed` is the digest `p` records for
-/// block `index` of `header`.
-pub fn check_payload_digest(
-    header: &Header,
-    index: usize,
-    p: &Payload,
-    computed: [u8; 32],
-) -> Result<()> {
-    if computed == p.sha256 {
-        return Ok(());
-    }
-    Err(Error::PayloadDigest {
-        block: header
-            .resolve(index)
-            .map(|b| b.name.clone())
-            .unwrap_or_default(),
-        stored: crate::hex(&p.sha256),
-        computed: crate::hex(&computed),
-        offset: p.offset,
-        end: p.offset.saturating_add(p.len),
-    })
-}
-
-/// The checks of a row file that do not need its rows (section 7): its
-/// length ([`Error::RowFileLength`]).
-pub fn check_row_file_len(d: &ColumnarDescriptor, len: u64) -> Result<()> {
-    if len == d.byte_len {
-        return Ok(());
-    }
-    Err(Error::RowFileLength {
-        object: d.object.clone(),
-        expected: d.byte_len,
-        found: len,
-        rows: d.rows,
-        row_bytes: d.row_bytes,
-    })
-}
-
-/// [`Error::RowFileDigest`] unless `computed` is the descriptor's digest.
-pub fn check_row_file_digest(d: &ColumnarDescriptor, computed: [u8; 32]) -> Result<()> {
-    if computed == d.sha256 {
-        return Ok(());
-    }
-    Err(Error::RowFileDigest {
-        object: d.object.clone(),
-        stored: crate::hex(&d.sha256),
-        computed: crate::hex(&computed),
-    })
 }

@@ -233,6 +233,11 @@ impl FrobeniusError {
         }
     }
 
+    /// `‖W‖_F²` so far: the sum of the squared reference values.
+    pub fn reference_sum_squares(&self) -> f64 {
+        self.ref2
+    }
+
     /// The relative error so far (0 for an all-zero `W` matched exactly,
     /// infinity for an all-zero `W` that was not).
     pub fn relative(&self) -> f64 {
@@ -260,6 +265,22 @@ pub(crate) fn is_decimal(s: &str) -> bool {
     let int = parts.next();
     let frac = parts.next();
     digits(int) && (frac.is_none() || digits(frac))
+}
+
+/// Whether `s` is a recorded figure of section 3.1: a decimal whose nearest
+/// `f64` is finite and, for a share (`at_most_one`), whose exact value is
+/// at most 1: `1.000…0` is, `1.00000000000000001` is not, though both read
+/// as 1.0.
+pub(crate) fn is_figure(s: &str, at_most_one: bool) -> bool {
+    if !is_decimal(s) || !s.parse::<f64>().is_ok_and(f64::is_finite) {
+        return false;
+    }
+    if !at_most_one {
+        return true;
+    }
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let int = int.trim_start_matches('0');
+    int.is_empty() || (int == "1" && frac.bytes().all(|b| b == b'0'))
 }
 
 /// Reconstructs a spectral block as bytes of its own dtype (rounded to

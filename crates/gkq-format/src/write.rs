@@ -4,9 +4,11 @@ use sha2::{Digest, Sha256};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::knot::{KnotHeader, Prefix, parse_prefix};
 use crate::layout::*;
 use crate::model::*;
-use crate::parse::{KnotHeader, Prefix, header_digest, parse_prefix, validate};
+use crate::parse::header_digest;
+use crate::validate::validate;
 
 fn str_len<T: TryFrom<usize>>(s: &str, max: usize, what: &'static str) -> Result<T> {
     if s.len() > max {

@@ -292,3 +292,50 @@ fn gkq_rows_columnar_embed_mistakes() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("the server does not speak TLS"), "{err}");
 }
+
+/// FORMAT.md 7a (issue 22, item 13): a proof object that is missing (404)
+/// or damaged is one rule: exit 0 with the dense rows and the reason, or
+/// exit 1 with `--require-columnar`.
+#[test]
+fn gkq_rows_missing_or_damaged_proof_falls_back_to_dense() {
+    let (_tmp, nginx, out) = served("qwen2-tiny-f32", &[]);
+    let knot = format!("{}/m/model.knot", nginx.url());
+    let base = format!("{}/m/", nginx.url());
+    let proof = out.join("token_embd.f32.rows.proof");
+    let good = fs::read(&proof).expect("proof");
+    let run = |extra: &[&str]| {
+        fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
+            .args([&knot, "--columnar-embed", &base, "--tokens", "1,2", "--json"])
+            .args(extra)
+            .output()
+            .expect("run gkq-rows")
+    };
+    let clean = run(&[]);
+    assert!(clean.status.success());
+    let rows_of = |o: &std::process::Output| {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        (v["resolution"]["path"].clone(), v["rows"].clone())
+    };
+    let (path, want) = rows_of(&clean);
+    assert_eq!(path, "columnar");
+    let mut damaged = good.clone();
+    damaged[3] ^= 1;
+    for (why, contents) in [("missing", None), ("damaged", Some(damaged))] {
+        match &contents {
+            None => fs::remove_file(&proof).expect("rm"),
+            Some(b) => fs::write(&proof, b).expect("write"),
+        }
+        let o = run(&[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{why}: {err}");
+        let (path, rows) = rows_of(&o);
+        assert_eq!(path, "dense", "{why}");
+        assert_eq!(rows, want, "{why}: the dense rows are the same values");
+        assert!(err.contains("token_embd.f32.rows.proof"), "{why}: {err}");
+        let o = run(&["--require-columnar"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{why}: {err}");
+        assert!(err.contains("token_embd.f32.rows.proof"), "{why}: {err}");
+        fs::write(&proof, &good).expect("restore");
+    }
+}

@@ -305,3 +305,54 @@ fn embed_dtype_forces_a_row_file() {
     .expect_err("no f16 row file");
     assert!(err.to_string().contains("has no f16 row file"), "{err}");
 }
+
+/// FORMAT.md 7a, one rule for every broken proof object (issue 22, item
+/// 13): missing (404), short, long or damaged, the rows are not used; the
+/// node loads the dense block and says why, or with `--require-columnar`
+/// fails naming the proof object.
+#[test]
+fn a_missing_or_broken_proof_object_always_means_the_dense_fallback() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(&wide(FDtype::BF16, 7), &[DType::BF16], tmp.path());
+    let rows = fs::read(out.join("token_embd.bf16.rows")).expect("rows");
+    let proof = fs::read(out.join("token_embd.bf16.rows.proof")).expect("proof");
+    let mut longer = proof.clone();
+    longer.extend_from_slice(&[0; 32]);
+    let mut flipped = proof.clone();
+    flipped[7] ^= 1;
+    let cases: [(&str, Option<Vec<u8>>); 4] = [
+        ("missing", None),
+        ("short", Some(proof[..proof.len() / 2].to_vec())),
+        ("long", Some(longer)),
+        ("damaged", Some(flipped)),
+    ];
+    for (why, proof) in cases {
+        let mut files = vec![("token_embd.bf16.rows".to_owned(), rows.clone())];
+        files.extend(proof.map(|p| ("token_embd.bf16.rows.proof".to_owned(), p)));
+        let server = FaultServer::start_files(files, Fault::None).expect("server");
+        let url = server.url("token_embd.bf16.rows");
+        let r = open(&out, &url, false);
+        let e = r.embedding().expect("input");
+        let got = e.rows(&IDS).unwrap_or_else(|err| panic!("{why}: {err}"));
+        for (k, &id) in IDS.iter().enumerate() {
+            assert_eq!(row_f32(&got, k), dense_f32(&out, id), "{why}: row {id}");
+        }
+        let res = e.resolution();
+        assert_eq!(res.path, ReadPath::Dense, "{why}");
+        assert!(
+            res.reason.contains("fell back to the dense block") && res.reason.contains(".proof"),
+            "{why}: {}",
+            res.reason
+        );
+        let err = open(&out, &url, true)
+            .embedding()
+            .expect("input")
+            .rows(&IDS)
+            .expect_err("--require-columnar: no dense fallback");
+        assert!(
+            matches!(err, ReaderError::ColumnarRequired { .. })
+                && err.to_string().contains("token_embd.bf16.rows.proof"),
+            "{why}: {err}"
+        );
+    }
+}

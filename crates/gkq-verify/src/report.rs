@@ -187,12 +187,6 @@ pub enum Finding {
         /// The root the knot records.
         recorded: String,
     },
-    /// A proof object that is not the one the rows give.
-    #[error("proof object differs from the one computed from the rows at byte {at}")]
-    ProofDiffers {
-        /// The first byte that differs.
-        at: u64,
-    },
     /// A companion file that cannot be opened.
     #[error("companion file listed in package.files: {0}")]
     CompanionUnreadable(#[source] std::io::Error),
@@ -235,20 +229,6 @@ pub enum Finding {
         tensor: String,
         /// Where.
         differ: Differ,
-    },
-    /// A spectral block whose error against the source is not the recorded one.
-    #[error(
-        "spectral block {tensor:?}: relative Frobenius error against the source is {measured:.6e}, the knot records {recorded:.6e} (tolerance {tolerance:e} relative)"
-    )]
-    SpectralError {
-        /// The tensor.
-        tensor: String,
-        /// The error measured.
-        measured: f64,
-        /// The error recorded.
-        recorded: f64,
-        /// The tolerance.
-        tolerance: f64,
     },
     /// A source file the knot's `source.files` does not list.
     #[error("source file is not listed in the knot's source.files")]

@@ -189,7 +189,10 @@ fn missing_row_file() {
     fs::remove_file(p.out.join("token_embd.f16.rows")).expect("rm");
     fails_with(
         &verify(&[s(&p.out)]),
-        &["token_embd.f16.rows", "No such file"],
+        &[
+            "token_embd.f16.rows",
+            "row file \"token_embd.f16.rows\" named by the knot is missing (ObjectMissing)",
+        ],
     );
 }
 
@@ -496,14 +499,15 @@ fn companion_file_changed_or_missing() {
         &verify(&[s(&p.out)]),
         &[
             "package\tFAIL",
-            "config.json: sha256 is",
-            "the knot records",
+            "companion file \"config.json\": sha256 is",
+            "package.sha256 records",
+            "(CompanionDigest)",
         ],
     );
     std::fs::remove_file(&cfg).expect("rm");
     fails_with(
         &verify(&[s(&p.out)]),
-        &["config.json: companion file listed in package.files"],
+        &["companion file \"config.json\" named by the knot is missing (ObjectMissing)"],
     );
 }
 
@@ -720,11 +724,35 @@ fn spectral_blocks_checked_against_the_source() {
         &verify(&[s(&p.out), "--source", s(&p.src)]),
         &[
             "model.layers.1.self_attn.q_proj.weight",
-            "the knot records 1.000000e-5",
+            "the knot records 0.00001 in spectral.rel_frobenius_error",
         ],
     );
     // without --source the figure cannot be checked, and the rest passes
     passes(&verify(&[s(&p.out)]));
+
+    // a recorded energy the singular values do not give (issue 22, item 1)
+    let p = packed_spectral("*.q_proj.weight=energy:0.9999");
+    let knot = p.out.join("model.knot");
+    rewrite_knot(&knot, |h, _| {
+        if let Some(gkq_format::Value::StrList(v)) =
+            h.metadata.get_mut(gkq_format::keys::SPECTRAL_ENERGY)
+        {
+            v[0] = "0.99".into();
+        }
+    });
+    let out = verify(&[s(&p.out), "--source", s(&p.src)]);
+    fails_with(
+        &out,
+        &[
+            "model.layers.0.self_attn.q_proj.weight",
+            "the knot records 0.99 in spectral.energy_kept",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains("energy kept 0.99\n"),
+        "no note echoes it as fine: {text}"
+    );
 }
 
 #[test]

@@ -72,6 +72,11 @@ pub(crate) fn open_all<'b>(block: &'b Block, dir: &Path, cols: &mut Acc) -> Vec<
         let path = dir.join(&d.object);
         let shown = path.display().to_string();
         match open_regular(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let what = "row file";
+                let object = d.object.clone();
+                cols.fail(shown, gkq_format::Error::ObjectMissing { what, object });
+            }
             Err(error) => cols.fail(
                 shown,
                 Finding::RowFileUnreadable {
@@ -273,7 +278,17 @@ fn check_proof_file(path: &Path, leaves: &[merkle::Hash], proof: RowProof) -> Re
     let expected = merkle::ProofLayout::new(leaves.len() as u64, proof.height)
         .and_then(|l| l.object_len())
         .unwrap_or(0);
-    let (file, len) = open_regular(path).map_err(Finding::ProofUnreadable)?;
+    let object = || {
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    };
+    let (file, len) = open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Finding::Format(gkq_format::Error::ObjectMissing {
+            what: "proof object",
+            object: object(),
+        }),
+        _ => Finding::ProofUnreadable(e),
+    })?;
     if len != expected {
         return Err(Finding::ProofLength {
             len,
@@ -295,7 +310,10 @@ fn check_proof_file(path: &Path, leaves: &[merkle::Hash], proof: RowProof) -> Re
         });
     }
     match cmp.first_diff {
-        Some(at) => Err(Finding::ProofDiffers { at }),
+        Some(at) => Err(Finding::Format(gkq_format::Error::ProofObject {
+            object: object(),
+            at,
+        })),
         None => Ok(()),
     }
 }

@@ -19,6 +19,12 @@ pub(crate) fn check(knot: &Knot<'_>, dir: &Path) -> Option<(Acc, usize)> {
         let shown = path.display().to_string();
         let mut f = match open_regular(&path) {
             Ok((f, _)) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let what = "companion file";
+                let object = name.to_owned();
+                acc.fail(shown, gkq_format::Error::ObjectMissing { what, object });
+                continue;
+            }
             Err(e) => {
                 acc.fail(shown, Finding::CompanionUnreadable(e));
                 continue;
@@ -34,13 +40,12 @@ pub(crate) fn check(knot: &Knot<'_>, dir: &Path) -> Option<(Acc, usize)> {
         }
         let found = hex(&hasher.finalize());
         if found != *want {
-            acc.fail(
-                shown,
-                Finding::Digest {
-                    found,
-                    recorded: want.to_owned(),
-                },
-            );
+            let e = gkq_format::Error::CompanionDigest {
+                name: name.to_owned(),
+                stored: want.to_owned(),
+                computed: found,
+            };
+            acc.fail(shown, e);
         }
     }
     Some((acc, files.len()))

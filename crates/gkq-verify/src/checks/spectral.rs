@@ -1,11 +1,13 @@
 //! A spectral block against its source tensor (`--source`): the
 //! reconstruction streamed row by row, cast to the block's dtype as the
 //! format stores values, and the relative Frobenius error compared with
-//! the one the knot records (`spectral.rel_frobenius_error`).
+//! the one the knot records (`spectral.rel_frobenius_error`); the energy
+//! kept, `Σ_{i<K} S_i² / ‖W‖_F²` with the block's singular values `S`,
+//! compared with `spectral.energy_kept`.
 
 use gkq_format::{Block, Knot, cast_row};
 
-use crate::report::{Acc, Finding, Note};
+use crate::report::{Acc, Note};
 
 /// How far the relative Frobenius error measured against `--source` may be
 /// from the one recorded in `spectral.rel_frobenius_error` (relative, plus
@@ -54,7 +56,14 @@ impl<'k> SpectralCheck<'k> {
         self.err.add(&approx, &exact);
     }
 
-    /// Compares the measured error with the recorded one.
+    /// `Σ_{i<K} S_i² / ‖W‖_F²` (1 for an all-zero `W`, as writers record it).
+    fn energy_kept(&self) -> f64 {
+        let kept: f64 = self.parts.s.iter().map(|&s| f64::from(s).powi(2)).sum();
+        let total = self.err.reference_sum_squares();
+        if total > 0.0 { kept / total } else { 1.0 }
+    }
+
+    /// Compares the measured figures with the recorded ones.
     pub(crate) fn finish(self, knot: &Knot<'_>, tensor: &str, object: &str, acc: &mut Acc) {
         let measured = self.err.relative();
         let header = knot.header().header();
@@ -68,15 +77,32 @@ impl<'k> SpectralCheck<'k> {
             return;
         };
         let want = f.rel_frobenius_error;
-        if (measured - want).abs() > SPECTRAL_ERROR_TOLERANCE * want + 1e-9 {
-            let finding = Finding::SpectralError {
-                tensor: tensor.to_owned(),
-                measured,
-                recorded: want,
+        let energy = self.energy_kept();
+        let off = |measured: f64, want: f64| {
+            (measured - want).abs() > SPECTRAL_ERROR_TOLERANCE * want + 1e-9
+        };
+        if off(energy, f.energy_kept) {
+            let e = gkq_format::Error::FigureMismatch {
+                block: tensor.to_owned(),
+                key: gkq_format::keys::SPECTRAL_ENERGY,
+                what: "energy kept (S² summed over the source's squared Frobenius norm)",
+                recorded: f.energy_kept,
+                measured: energy,
                 tolerance: SPECTRAL_ERROR_TOLERANCE,
             };
-            acc.fail(object, finding);
-        } else {
+            acc.fail(object, e);
+        }
+        if off(measured, want) {
+            let e = gkq_format::Error::FigureMismatch {
+                block: tensor.to_owned(),
+                key: gkq_format::keys::SPECTRAL_REL_ERROR,
+                what: "relative Frobenius error",
+                recorded: want,
+                measured,
+                tolerance: SPECTRAL_ERROR_TOLERANCE,
+            };
+            acc.fail(object, e);
+        } else if !off(energy, f.energy_kept) {
             let note = Note::SpectralAsRecorded {
                 tensor: tensor.to_owned(),
                 rank: self.parts.k,

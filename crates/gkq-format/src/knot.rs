@@ -1,0 +1,235 @@
+//! A validated knot: its header alone, or the whole file borrowed.
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::layout::*;
+use crate::model::*;
+use crate::parse::{decode_header, header_digest, parse_preamble};
+use crate::validate::validate;
+
+/// A validated preamble and header: everything but the payloads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KnotHeader {
+    preamble: Preamble,
+    header: Header,
+}
+
+impl KnotHeader {
+    /// The preamble.
+    pub fn preamble(&self) -> &Preamble {
+        &self.preamble
+    }
+
+    /// Metadata and block table.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// `72 + header_len`: the bytes a remote reader fetched.
+    pub fn header_end(&self) -> u64 {
+        // validated: header_len <= MAX_HEADER_LEN
+        PREAMBLE_LEN.saturating_add(self.preamble.header_len)
+    }
+
+    /// Byte range `[offset, offset + len)` of the payload holding block
+    /// `index` (following an alias).
+    pub fn payload_of(&self, index: usize) -> Option<Payload> {
+        self.header.resolve(index)?.encoding.payload().copied()
+    }
+}
+
+/// What [`parse_prefix`] learned from the first bytes of a knot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prefix {
+    /// The prefix is too short; fetch bytes `0..total` (or at least up to `total`).
+    NeedBytes {
+        /// Total prefix length needed.
+        total: u64,
+    },
+    /// The whole header, checked and validated.
+    Complete(Box<KnotHeader>),
+}
+
+/// Parses the header from the first bytes of a knot. Given fewer than 72
+/// bytes it asks for 72; given the preamble, it asks for `72 + header_len`.
+/// Extra bytes after the header are ignored. The result is fully validated
+/// except for payload bytes, padding and the real file length.
+pub fn parse_prefix(prefix: &[u8]) -> Result<Prefix> {
+    if (prefix.len() as u64) < PREAMBLE_LEN {
+        return Ok(Prefix::NeedBytes {
+            total: PREAMBLE_LEN,
+        });
+    }
+    let preamble = parse_preamble(prefix)?;
+    let total = PREAMBLE_LEN.saturating_add(preamble.header_len);
+    let (Ok(start), Ok(end)) = (usize::try_from(PREAMBLE_LEN), usize::try_from(total)) else {
+        return Err(Error::HeaderTooLarge {
+            len: preamble.header_len,
+            max: MAX_HEADER_LEN,
+        });
+    };
+    let Some(header_bytes) = prefix.get(start..end) else {
+        return Ok(Prefix::NeedBytes { total });
+    };
+    let computed = header_digest(prefix, header_bytes);
+    if computed != preamble.header_sha256 {
+        return Err(Error::HeaderChecksum {
+            stored: crate::hex(&preamble.header_sha256),
+            computed: crate::hex(&computed),
+        });
+    }
+    let header = decode_header(header_bytes, preamble.version)?;
+    validate(&preamble, &header)?;
+    Ok(Prefix::Complete(Box::new(KnotHeader { preamble, header })))
+}
+
+/// A whole knot in memory (typically an mmap), validated, with borrowed payloads.
+#[derive(Debug)]
+pub struct Knot<'a> {
+    header: KnotHeader,
+    bytes: &'a [u8],
+}
+
+impl<'a> Knot<'a> {
+    /// Validates everything the format requires except the payload digests
+    /// (see [`Knot::verify_payload`]): preamble, header checksum, every
+    /// header rule, the layout, zero padding and the file length.
+    pub fn parse(bytes: &'a [u8]) -> Result<Knot<'a>> {
+        let header = match parse_prefix(bytes)? {
+            Prefix::Complete(h) => *h,
+            Prefix::NeedBytes { total } if total <= PREAMBLE_LEN => {
+                return Err(Error::Truncated {
+                    needed: total,
+                    available: bytes.len() as u64,
+                });
+            }
+            Prefix::NeedBytes { total } => {
+                return Err(Error::HeaderTruncated {
+                    header_end: total,
+                    available: bytes.len() as u64,
+                });
+            }
+        };
+        let len = bytes.len() as u64;
+        if len != header.preamble.file_len {
+            return Err(Error::FileSize {
+                file_len: header.preamble.file_len,
+                actual: len,
+            });
+        }
+        let mut gap_start = header.header_end();
+        let check_gap = |from: u64, to: u64| -> Result<()> {
+            let slice = usize::try_from(from)
+                .ok()
+                .zip(usize::try_from(to).ok())
+                .and_then(|(f, t)| bytes.get(f..t))
+                .ok_or(Error::Truncated {
+                    needed: to,
+                    available: len,
+                })?;
+            if let Some(i) = slice.iter().position(|&b| b != 0) {
+                return Err(Error::NonZeroPadding {
+                    offset: from.saturating_add(i as u64),
+                });
+            }
+            Ok(())
+        };
+        check_gap(gap_start, header.preamble.data_offset)?;
+        gap_start = header.preamble.data_offset;
+        for b in &header.header.blocks {
+            if let Some(p) = b.encoding.payload() {
+                check_gap(gap_start, p.offset)?;
+                gap_start = p.offset.saturating_add(p.len);
+            }
+        }
+        Ok(Knot { header, bytes })
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> &KnotHeader {
+        &self.header
+    }
+
+    /// The metadata and block table.
+    pub fn blocks(&self) -> &[Block] {
+        &self.header.header.blocks
+    }
+
+    /// The payload bytes of block `index` (following an alias), without copying.
+    pub fn payload(&self, index: usize) -> Option<&'a [u8]> {
+        let p = self.header.payload_of(index)?;
+        let start = usize::try_from(p.offset).ok()?;
+        let end = usize::try_from(p.offset.checked_add(p.len)?).ok()?;
+        self.bytes.get(start..end)
+    }
+
+    /// Whether the payload of block `index` hashes to its stored digest.
+    /// `None` for an index out of range.
+    pub fn verify_payload(&self, index: usize) -> Option<bool> {
+        let p = self.header.payload_of(index)?;
+        let data = self.payload(index)?;
+        let digest: [u8; 32] = Sha256::digest(data).into();
+        Some(digest == p.sha256)
+    }
+
+    /// Checks the payload of block `index` against its stored digest
+    /// ([`Error::PayloadDigest`]). Blocks without a payload (aliases of
+    /// nothing) and indices out of range pass.
+    pub fn check_payload(&self, index: usize) -> Result<()> {
+        let (Some(p), Some(data)) = (self.header.payload_of(index), self.payload(index)) else {
+            return Ok(());
+        };
+        check_payload_digest(&self.header.header, index, &p, Sha256::digest(data).into())
+    }
+}
+
+/// [`Error::PayloadDigest`] unless `computed` is the digest `p` records for
+/// block `index` of `header`.
+pub fn check_payload_digest(
+    header: &Header,
+    index: usize,
+    p: &Payload,
+    computed: [u8; 32],
+) -> Result<()> {
+    if computed == p.sha256 {
+        return Ok(());
+    }
+    Err(Error::PayloadDigest {
+        block: header
+            .resolve(index)
+            .map(|b| b.name.clone())
+            .unwrap_or_default(),
+        stored: crate::hex(&p.sha256),
+        computed: crate::hex(&computed),
+        offset: p.offset,
+        end: p.offset.saturating_add(p.len),
+    })
+}
+
+/// The checks of a row file that do not need its rows (section 7): its
+/// length ([`Error::RowFileLength`]).
+pub fn check_row_file_len(d: &ColumnarDescriptor, len: u64) -> Result<()> {
+    if len == d.byte_len {
+        return Ok(());
+    }
+    Err(Error::RowFileLength {
+        object: d.object.clone(),
+        expected: d.byte_len,
+        found: len,
+        rows: d.rows,
+        row_bytes: d.row_bytes,
+    })
+}
+
+/// [`Error::RowFileDigest`] unless `computed` is the descriptor's digest.
+pub fn check_row_file_digest(d: &ColumnarDescriptor, computed: [u8; 32]) -> Result<()> {
+    if computed == d.sha256 {
+        return Ok(());
+    }
+    Err(Error::RowFileDigest {
+        object: d.object.clone(),
+        stored: crate::hex(&d.sha256),
+        computed: crate::hex(&computed),
+    })
+}

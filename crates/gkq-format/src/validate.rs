@@ -1,0 +1,528 @@
+//! Every rule of docs/FORMAT.md that the header alone decides.
+
+use std::collections::HashSet;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::layout::*;
+use crate::merkle::{MAX_PROOF_HEIGHT, ProofLayout, proof_object_name};
+use crate::model::*;
+
+fn expect_type(md: &Metadata, key: &str, tag: u8) -> Result<()> {
+    match md.get(key) {
+        Some(v) if v.tag() != tag => Err(Error::MetadataType {
+            key: key.to_owned(),
+            expected: Value::type_name(tag),
+            found: Value::type_name(v.tag()),
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn validate_metadata(h: &Header) -> Result<()> {
+    let md = &h.metadata;
+    for key in [
+        keys::TOOL,
+        keys::ARCHITECTURE,
+        keys::MODEL_TYPE,
+        keys::ROLE_TOKEN_EMBD,
+        keys::ROLE_LM_HEAD,
+        keys::SOURCE_MODEL_ID,
+        keys::SOURCE_REVISION,
+    ] {
+        expect_type(md, key, 3)?;
+    }
+    for key in [keys::VOCAB_SIZE, keys::HIDDEN_SIZE] {
+        expect_type(md, key, 1)?;
+    }
+    expect_type(md, keys::TIE_WORD_EMBEDDINGS, 2)?;
+    for key in [
+        keys::SOURCE_FILES,
+        keys::SOURCE_SHA256,
+        keys::PACKAGE_FILES,
+        keys::PACKAGE_SHA256,
+        keys::SPECTRAL_BLOCKS,
+        keys::SPECTRAL_REL_ERROR,
+        keys::SPECTRAL_ENERGY,
+    ] {
+        expect_type(md, key, 4)?;
+    }
+    for (files_key, hashes_key) in [
+        (keys::SOURCE_FILES, keys::SOURCE_SHA256),
+        (keys::PACKAGE_FILES, keys::PACKAGE_SHA256),
+    ] {
+        match (h.meta_list(files_key), h.meta_list(hashes_key)) {
+            (Some(_), None) => {
+                return Err(Error::ListIncomplete {
+                    present: files_key,
+                    missing: hashes_key,
+                });
+            }
+            (None, Some(_)) => {
+                return Err(Error::ListIncomplete {
+                    present: hashes_key,
+                    missing: files_key,
+                });
+            }
+            (Some(files), Some(hashes)) if files.len() != hashes.len() => {
+                let (files, hashes) = (files.len(), hashes.len());
+                return Err(if files_key == keys::SOURCE_FILES {
+                    Error::SourceListMismatch { files, hashes }
+                } else {
+                    Error::PackageListMismatch { files, hashes }
+                });
+            }
+            _ => {}
+        }
+    }
+    validate_package_files(h)?;
+    validate_spectral_figures(h)?;
+    // Every `role.*` key, known or not, is a STR naming a block.
+    for (key, value) in md.range::<str, _>((
+        std::ops::Bound::Included(keys::ROLE_PREFIX),
+        std::ops::Bound::Unbounded,
+    )) {
+        if !key.starts_with(keys::ROLE_PREFIX) {
+            break;
+        }
+        let Value::Str(name) = value else {
+            return Err(Error::MetadataType {
+                key: key.clone(),
+                expected: Value::type_name(3),
+                found: Value::type_name(value.tag()),
+            });
+        };
+        if h.block(name).is_none() {
+            return Err(Error::UnknownRoleBlock {
+                role: key.clone(),
+                name: name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `package.files`: valid object names, strictly ascending, none of them a
+/// row file of the knot; `package.sha256`: 64 lowercase hex digits each.
+fn validate_package_files(h: &Header) -> Result<()> {
+    let files = h.meta_list(keys::PACKAGE_FILES).unwrap_or_default();
+    let bad = |name: &str, reason| Error::BadPackageFile {
+        name: name.to_owned(),
+        reason,
+    };
+    let mut previous: Option<&str> = None;
+    for name in files {
+        valid_object_name(name).map_err(|reason| bad(name, reason))?;
+        if name.ends_with(".knot") {
+            // the knot cannot record its own digest, nor is a knot a companion
+            return Err(bad(
+                name,
+                "names a knot (*.knot), which is never a companion file",
+            ));
+        }
+        if previous.is_some_and(|p| p.as_bytes() >= name.as_bytes()) {
+            return Err(bad(name, "package.files must be strictly ascending"));
+        }
+        previous = Some(name);
+        if h.blocks.iter().flat_map(|b| &b.columnar).any(|d| {
+            d.object == *name || d.proof.is_some() && proof_object_name(&d.object) == *name
+        }) {
+            return Err(bad(name, "is also a row file or proof object of the knot"));
+        }
+    }
+    let hashes = h.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
+    for (name, hash) in files.iter().zip(hashes) {
+        let hex_ok = hash.len() == 64
+            && hash
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !hex_ok {
+            return Err(bad(
+                name,
+                "its package.sha256 entry is not 64 lowercase hex digits",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `spectral.blocks`, `spectral.rel_frobenius_error`, `spectral.energy_kept`:
+/// all three or none, the same length; each block named once, a `SPECTRAL`
+/// block of the table; each figure a decimal, the energy at most 1.
+fn validate_spectral_figures(h: &Header) -> Result<()> {
+    let lists = [
+        keys::SPECTRAL_BLOCKS,
+        keys::SPECTRAL_REL_ERROR,
+        keys::SPECTRAL_ENERGY,
+    ]
+    .map(|k| (k, h.meta_list(k)));
+    let present: Vec<_> = lists.iter().filter(|(_, l)| l.is_some()).collect();
+    if present.is_empty() {
+        return Ok(());
+    }
+    if let Some((missing, _)) = lists.iter().find(|(_, l)| l.is_none()) {
+        return Err(Error::ListIncomplete {
+            present: present.first().map_or("", |(k, _)| k),
+            missing,
+        });
+    }
+    let [(_, Some(blocks)), (_, Some(errors)), (_, Some(energy))] = lists else {
+        return Ok(());
+    };
+    let bad = |key, reason: String| Error::SpectralMetadata { key, reason };
+    if errors.len() != blocks.len() || energy.len() != blocks.len() {
+        return Err(bad(
+            keys::SPECTRAL_BLOCKS,
+            format!(
+                "{} blocks but {} errors and {} energies",
+                blocks.len(),
+                errors.len(),
+                energy.len()
+            ),
+        ));
+    }
+    let mut previous: Option<usize> = None;
+    for ((name, e), k) in blocks.iter().zip(errors).zip(energy) {
+        let index = h
+            .blocks
+            .iter()
+            .position(|b| b.name == *name && matches!(b.encoding, Encoding::Spectral { .. }))
+            .ok_or_else(|| {
+                let reason = format!("{name:?} is not a spectral block of the knot");
+                bad(keys::SPECTRAL_BLOCKS, reason)
+            })?;
+        if previous.is_some_and(|p| p >= index) {
+            let reason = format!("{name:?} is listed twice or out of table order");
+            return Err(bad(keys::SPECTRAL_BLOCKS, reason));
+        }
+        previous = Some(index);
+        if !crate::spectral::is_figure(e, false) {
+            let reason = format!("{name:?}: {e:?} is not a decimal with a finite f64 value");
+            return Err(bad(keys::SPECTRAL_REL_ERROR, reason));
+        }
+        if !crate::spectral::is_figure(k, true) {
+            let reason = format!("{name:?}: {k:?} is not a decimal in [0, 1]");
+            return Err(bad(keys::SPECTRAL_ENERGY, reason));
+        }
+    }
+    Ok(())
+}
+
+/// Section 3.4's object-name rule: `[A-Za-z0-9._-]`, not starting with
+/// `.`, at most [`MAX_OBJECT_NAME_LEN`] bytes (so `NAME.proof` still fits
+/// in the 255 bytes a file system allows a name).
+pub(crate) fn valid_object_name(s: &str) -> std::result::Result<(), &'static str> {
+    if s.is_empty() {
+        return Err("empty");
+    }
+    if s.len() > MAX_OBJECT_NAME_LEN {
+        return Err("longer than 249 bytes (NAME.proof must fit in a 255-byte file name)");
+    }
+    if s.starts_with('.') {
+        return Err("must not start with '.'");
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("only [A-Za-z0-9._-] allowed");
+    }
+    Ok(())
+}
+
+fn spectral_len(m: u64, n: u64, k: u64, factor: DType, quant: Quant) -> Option<u64> {
+    let f = factor.itemsize();
+    let mk = m.checked_mul(k)?;
+    let kn = k.checked_mul(n)?;
+    let s = k.checked_mul(4)?;
+    match quant {
+        Quant::None => mk.checked_add(kn)?.checked_mul(f)?.checked_add(s),
+        // U_q + U_scale/zero (8 per row of U) + S + Vt_q + Vt_scale/zero (8 per row of Vt)
+        Quant::U8Affine => mk
+            .checked_add(m.checked_mul(8)?)?
+            .checked_add(s)?
+            .checked_add(kn)?
+            .checked_add(k.checked_mul(8)?),
+    }
+}
+
+fn placement(b: &Block, reason: &'static str) -> Error {
+    Error::DescriptorPlacement {
+        block: b.name.clone(),
+        reason,
+    }
+}
+
+fn validate_block(h: &Header, b: &Block, objects: &mut HashSet<String>) -> Result<()> {
+    let bytes = shape_bytes(&b.shape, b.dtype).ok_or_else(|| Error::ShapeOverflow {
+        block: b.name.clone(),
+        shape: b.shape.clone(),
+    })?;
+    match &b.encoding {
+        Encoding::Dense(p) => validate_dense(b, p, bytes)?,
+        Encoding::Spectral { .. } => validate_spectral(b)?,
+        Encoding::Alias { target } => validate_alias(h, b, *target)?,
+    }
+    validate_descriptors(b, objects)
+}
+
+/// A dense payload holds the whole tensor; COLUMNAR_ELIGIBLE only on a 2-D
+/// block, which then has at least one descriptor (section 3.4).
+fn validate_dense(b: &Block, p: &Payload, bytes: u64) -> Result<()> {
+    if p.len != bytes {
+        return Err(Error::PayloadLength {
+            block: b.name.clone(),
+            expected: bytes,
+            found: p.len,
+        });
+    }
+    let flagged = b.is_columnar_eligible();
+    if flagged && b.shape.len() != 2 {
+        return Err(placement(
+            b,
+            "COLUMNAR_ELIGIBLE is set on a block that is not 2-D",
+        ));
+    }
+    if flagged && b.columnar.is_empty() {
+        return Err(placement(
+            b,
+            "COLUMNAR_ELIGIBLE is set but the block has no columnar descriptor",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_spectral(b: &Block) -> Result<()> {
+    let Encoding::Spectral {
+        rank,
+        factor_dtype,
+        quant,
+        payload,
+    } = &b.encoding
+    else {
+        return Ok(());
+    };
+    let bad = |reason: String| Error::BadSpectral {
+        block: b.name.clone(),
+        reason,
+    };
+    let [m, n] = b.shape.as_slice() else {
+        return Err(bad(format!("shape {:?} is not 2-D", b.shape)));
+    };
+    if !b.dtype.is_castable_float() {
+        return Err(bad(format!("dtype {} is not f32/f16/bf16", b.dtype)));
+    }
+    if *rank == 0 || *rank > MAX_RANK {
+        return Err(bad(format!("rank {rank} is outside 1..={MAX_RANK}")));
+    }
+    let ok_factor = match quant {
+        Quant::None => factor_dtype.is_castable_float(),
+        Quant::U8Affine => *factor_dtype == DType::U8,
+    };
+    if !ok_factor {
+        return Err(bad(format!(
+            "factor dtype {factor_dtype} does not go with quant {quant:?}"
+        )));
+    }
+    let expected = spectral_len(*m, *n, u64::from(*rank), *factor_dtype, *quant)
+        .ok_or_else(|| bad("factor sizes overflow".into()))?;
+    if payload.len != expected {
+        return Err(Error::PayloadLength {
+            block: b.name.clone(),
+            expected,
+            found: payload.len,
+        });
+    }
+    if b.is_columnar_eligible() {
+        return Err(placement(b, "spectral blocks are never COLUMNAR_ELIGIBLE"));
+    }
+    Ok(())
+}
+
+fn validate_alias(h: &Header, b: &Block, target: u32) -> Result<()> {
+    let bad = |reason: String| Error::BadAlias {
+        block: b.name.clone(),
+        reason,
+    };
+    let t = usize::try_from(target)
+        .ok()
+        .and_then(|t| h.blocks.get(t))
+        .ok_or_else(|| bad(format!("target {target} is not a block index")))?;
+    if matches!(t.encoding, Encoding::Alias { .. }) {
+        return Err(bad(format!("target {:?} is itself an alias", t.name)));
+    }
+    if t.dtype != b.dtype || t.shape != b.shape {
+        return Err(bad(format!(
+            "dtype/shape {} {:?} differ from target {:?} ({} {:?})",
+            b.dtype, b.shape, t.name, t.dtype, t.shape
+        )));
+    }
+    if t.is_columnar_eligible() != b.is_columnar_eligible() {
+        return Err(bad(format!(
+            "COLUMNAR_ELIGIBLE differs from target {:?}",
+            t.name
+        )));
+    }
+    Ok(())
+}
+
+/// Descriptors only on COLUMNAR_ELIGIBLE dense 2-D blocks with rows and
+/// columns; each one checked against the block.
+fn validate_descriptors(b: &Block, objects: &mut HashSet<String>) -> Result<()> {
+    if b.columnar.is_empty() {
+        return Ok(());
+    }
+    if !matches!(b.encoding, Encoding::Dense(_)) || !b.is_columnar_eligible() {
+        return Err(placement(
+            b,
+            "columnar descriptors are only allowed on COLUMNAR_ELIGIBLE dense blocks",
+        ));
+    }
+    let [rows, cols] = *b.shape.as_slice() else {
+        return Err(placement(b, "columnar descriptors need a 2-D block"));
+    };
+    if rows == 0 || cols == 0 {
+        return Err(placement(
+            b,
+            "columnar descriptors need a block with at least one row and one column",
+        ));
+    }
+    let mut dtypes = HashSet::new();
+    for d in &b.columnar {
+        validate_names(b, d, objects)?;
+        validate_descriptor(b, d, (rows, cols), &mut dtypes)?;
+    }
+    Ok(())
+}
+
+/// The row file's name and, with a proof (version 3), its proof object's
+/// name: valid, and used by no other object of the knot.
+fn validate_names(b: &Block, d: &ColumnarDescriptor, objects: &mut HashSet<String>) -> Result<()> {
+    let bad = |reason| Error::BadObjectName {
+        block: b.name.clone(),
+        object: d.object.clone(),
+        reason,
+    };
+    valid_object_name(&d.object).map_err(bad)?;
+    if !objects.insert(d.object.clone()) {
+        return Err(bad("used by another descriptor"));
+    }
+    if d.proof.is_some() && !objects.insert(proof_object_name(&d.object)) {
+        // section 7a: the proof object is named after the row file
+        return Err(bad("its proof object name is used by another object"));
+    }
+    Ok(())
+}
+
+fn validate_descriptor(
+    b: &Block,
+    d: &ColumnarDescriptor,
+    (rows, cols): (u64, u64),
+    dtypes: &mut HashSet<DType>,
+) -> Result<()> {
+    let field = |field: &'static str, expected: String, found: String| Error::DescriptorField {
+        block: b.name.clone(),
+        object: d.object.clone(),
+        field,
+        expected,
+        found,
+    };
+    if let Some(proof) = &d.proof
+        && ProofLayout::new(d.rows, proof.height).is_none()
+    {
+        let expected = format!("0..={MAX_PROOF_HEIGHT}");
+        return Err(field("proof_height", expected, proof.height.to_string()));
+    }
+    if d.dtype == b.dtype && !d.is_block_exact() {
+        return Err(field(
+            "flags",
+            "BLOCK_EXACT set (a row file of the block's dtype is the payload)".into(),
+            format!("{:#04x}", d.flags),
+        ));
+    }
+    let dtype_ok = if b.dtype.is_castable_float() {
+        d.dtype.is_castable_float()
+    } else {
+        d.dtype == b.dtype
+    };
+    if !dtype_ok || !dtypes.insert(d.dtype) {
+        return Err(field(
+            "dtype",
+            format!("a distinct dtype castable from {}", b.dtype),
+            d.dtype.to_string(),
+        ));
+    }
+    if d.rows != rows {
+        return Err(field("rows", rows.to_string(), d.rows.to_string()));
+    }
+    let overflow = || field("row_bytes", "no overflow".into(), "overflow".into());
+    let row_bytes = cols.checked_mul(d.dtype.itemsize()).ok_or_else(overflow)?;
+    if d.row_bytes != row_bytes {
+        let found = d.row_bytes.to_string();
+        return Err(field("row_bytes", row_bytes.to_string(), found));
+    }
+    let overflow = || field("byte_len", "no overflow".into(), "overflow".into());
+    let byte_len = rows.checked_mul(row_bytes).ok_or_else(overflow)?;
+    if d.byte_len != byte_len {
+        let found = d.byte_len.to_string();
+        return Err(field("byte_len", byte_len.to_string(), found));
+    }
+    // Section 7: a row file in the block's own dtype is the payload.
+    if let Encoding::Dense(p) = &b.encoding
+        && d.dtype == b.dtype
+        && d.sha256 != p.sha256
+    {
+        let expected = format!(
+            "{} (the payload's: same dtype, same bytes)",
+            crate::hex(&p.sha256)
+        );
+        return Err(field("sha256", expected, crate::hex(&d.sha256)));
+    }
+    Ok(())
+}
+
+/// Checks every rule of docs/FORMAT.md that the header alone decides,
+/// including the payload layout against `preamble`.
+pub(crate) fn validate(preamble: &Preamble, h: &Header) -> Result<()> {
+    let mut names = HashSet::new();
+    for b in &h.blocks {
+        if !names.insert(b.name.as_str()) {
+            return Err(Error::DuplicateBlockName {
+                name: b.name.clone(),
+            });
+        }
+    }
+    let mut objects = HashSet::new();
+    for b in &h.blocks {
+        validate_block(h, b, &mut objects)?;
+    }
+    validate_metadata(h)?;
+    let mut cursor = preamble.data_offset;
+    for b in &h.blocks {
+        let Some(p) = b.encoding.payload() else {
+            continue;
+        };
+        let expected = align_up(cursor).ok_or(Error::FileLength {
+            expected: u64::MAX,
+            found: preamble.file_len,
+        })?;
+        if p.offset != expected {
+            return Err(Error::PayloadOffset {
+                block: b.name.clone(),
+                expected,
+                found: p.offset,
+            });
+        }
+        cursor = p.offset.checked_add(p.len).ok_or(Error::FileLength {
+            expected: u64::MAX,
+            found: preamble.file_len,
+        })?;
+    }
+    if cursor != preamble.file_len {
+        return Err(Error::FileLength {
+            expected: cursor,
+            found: preamble.file_len,
+        });
+    }
+    Ok(())
+}
