@@ -58,6 +58,13 @@ pub fn version(features: &[&str]) -> String {
     )
 }
 
+/// [`version`] for clap's `#[command(version = ...)]`, computed once: the
+/// features of one binary never change while it runs.
+pub fn version_line(features: &[&str]) -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| version(features))
+}
+
 /// Sends the libraries' `tracing` events to stderr: warnings by default
 /// (a dense fallback, retries, cache entries that failed verification),
 /// more with `GKQ_LOG=info` or `GKQ_LOG=debug`.

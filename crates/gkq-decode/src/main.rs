@@ -262,8 +262,7 @@ fn run(a: &Args) -> anyhow::Result<()> {
 
 /// The `--version` line: the version and this build's features.
 fn version() -> &'static str {
-    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    V.get_or_init(|| gkq_cli::version(gkq_store::FEATURES))
+    gkq_cli::version_line(gkq_store::FEATURES)
 }
 
 /// When this process started (for the time to first token from process start).

@@ -4,6 +4,5 @@
 
 /// The `--version` line: the version and this build's features.
 pub fn version() -> &'static str {
-    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    V.get_or_init(|| gkq_cli::version(gkq_store::FEATURES))
+    gkq_cli::version_line(gkq_store::FEATURES)
 }

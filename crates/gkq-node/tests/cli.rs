@@ -305,7 +305,14 @@ fn gkq_rows_missing_or_damaged_proof_falls_back_to_dense() {
     let good = fs::read(&proof).expect("proof");
     let run = |extra: &[&str]| {
         fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
-            .args([&knot, "--columnar-embed", &base, "--tokens", "1,2", "--json"])
+            .args([
+                &knot,
+                "--columnar-embed",
+                &base,
+                "--tokens",
+                "1,2",
+                "--json",
+            ])
             .args(extra)
             .output()
             .expect("run gkq-rows")
@@ -338,4 +345,37 @@ fn gkq_rows_missing_or_damaged_proof_falls_back_to_dense() {
         assert!(err.contains("token_embd.f32.rows.proof"), "{why}: {err}");
         fs::write(&proof, &good).expect("restore");
     }
+}
+
+/// A server that drips one byte every 200 ms (issue 22, item 2): each
+/// request's deadline (--timeout + bytes / --min-throughput) cuts it off,
+/// the retries too, and gkq-rows exits 1 naming the URL. Without the
+/// deadline one 256-byte row takes 51 s per attempt.
+#[test]
+fn gkq_rows_gives_up_on_a_dripping_server() {
+    let (_tmp, _nginx, out) = served("qwen2-tiny-f32", &[]);
+    let server =
+        fixtures::servers::FaultServer::start_dir(&out, fixtures::servers::Fault::Drip(200))
+            .expect("server");
+    let t = std::time::Instant::now();
+    let o = fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
+        .args([
+            &server.url("model.knot"),
+            "--columnar-embed",
+            &server.url("token_embd.f32.rows"),
+            "--require-columnar",
+            "--tokens",
+            "1",
+            "--timeout",
+            "1",
+        ])
+        .output()
+        .expect("run gkq-rows");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("timed out") && err.contains("token_embd.f32.rows"),
+        "{err}"
+    );
+    assert!(t.elapsed().as_secs() < 30, "{:?}: {err}", t.elapsed());
 }

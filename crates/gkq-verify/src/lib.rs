@@ -56,6 +56,8 @@ pub struct VerifyOptions {
     pub seed: u64,
     /// Per-request timeout for `--url` (the floor of each request's deadline).
     pub timeout: Duration,
+    /// Bytes per second a response must keep up with `--url` (0: only the timeout).
+    pub min_throughput: u64,
     /// Extra CA certificate files (PEM) to trust for `--url` (`--ca-cert`).
     pub ca_certs: Vec<PathBuf>,
 }
@@ -70,6 +72,7 @@ impl VerifyOptions {
             sample_rows: 64,
             seed: 0x6b6e_6f74,
             timeout: Duration::from_secs(10),
+            min_throughput: gkq_store::DEFAULT_MIN_THROUGHPUT,
             ca_certs: Vec::new(),
         }
     }

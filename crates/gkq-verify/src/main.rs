@@ -13,40 +13,74 @@ use std::time::Duration;
 use clap::Parser;
 use gkq_verify::{VerifyOptions, VerifyReport};
 
-/// Verify a packed GKQ model before release.
+const EXAMPLES: &str = "\
+Examples:
+  gkq-verify out/                                   the package alone (knot, rows, proofs, companions)
+  gkq-verify out/ --source ./Qwen2.5-0.5B           and every tensor against the source model
+  gkq-verify out/ --url https://models.example/qwen/v1 --timeout 5
+                                                    and the published objects over HTTP(S)
+
+Output: one tab-separated line per check, CHECK<TAB>PASS|FAIL|NOTE<TAB>detail, then result<TAB>PASS|FAIL; --json prints one object.
+
+Exit status: 0 every check passed (NOTE lines are information, such as a lossy cast); 1 a check failed; 2 the checks could not run.";
+
+/// Verify a packed GKQ model before release: the knot, every row file and
+/// proof object, the companion files; with --source every tensor against
+/// the source model; with --url the published objects.
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-verify",
-    version,
-    after_help = "Output: one tab-separated line per check, CHECK<TAB>PASS|FAIL|NOTE<TAB>detail, then result<TAB>PASS|FAIL; --json prints one object.\n\nExit status: 0 every check passed (NOTE lines are information, such as a lossy cast); 1 a check failed; 2 the checks could not run."
+    version = gkq_cli::version_line(&[]),
+    after_help = EXAMPLES
 )]
 struct Args {
     /// A gkq-pack output directory, or the knot file.
     target: PathBuf,
     /// The original Hugging Face model directory: check every tensor against it.
-    #[arg(long)]
+    #[arg(short, long, value_name = "MODEL_DIR")]
     source: Option<PathBuf>,
-    /// Base URL of the published objects: check Content-Length and Range behaviour.
-    #[arg(long)]
+    /// Base URL of the published objects: check Content-Length, Range
+    /// behaviour and sampled rows.
+    #[arg(short, long, value_name = "BASE_URL", help_heading = "Remote (--url)")]
     url: Option<String>,
     /// Random rows fetched per row file with --url (besides the first and last).
-    #[arg(long, default_value_t = 64)]
+    #[arg(
+        long,
+        default_value_t = 64,
+        value_name = "N",
+        help_heading = "Remote (--url)"
+    )]
     sample_rows: u64,
     /// Seed of the sampled rows.
-    #[arg(long, default_value_t = 0x6b6e_6f74)]
+    #[arg(long, default_value_t = 0x6b6e_6f74, help_heading = "Remote (--url)")]
     seed: u64,
     /// A PEM file of CA certificates to trust for --url besides the system
     /// store (repeatable; SSL_CERT_FILE replaces the system store).
-    #[arg(long = "ca-cert", value_name = "FILE")]
+    #[arg(long = "ca-cert", value_name = "FILE", help_heading = "Remote (--url)")]
     ca_certs: Vec<PathBuf>,
-    /// Timeout of each HTTP request, in seconds.
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds to connect, and the floor of each request's deadline (a
+    /// request for N bytes must finish within TIMEOUT + N / --min-throughput).
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "SECONDS",
+        help_heading = "Remote (--url)"
+    )]
     timeout: f64,
+    /// Bytes per second a response must keep up: a server that stalls or
+    /// drips slower is cut off (0: only the timeout).
+    #[arg(
+        long = "min-throughput",
+        value_name = "BYTES_PER_S",
+        default_value_t = gkq_store::DEFAULT_MIN_THROUGHPUT,
+        help_heading = "Remote (--url)"
+    )]
+    min_throughput: u64,
     /// Print one JSON object.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     json: bool,
     /// Print only failures (and no progress bar).
-    #[arg(long)]
+    #[arg(short, long, help_heading = "Output")]
     quiet: bool,
 }
 
@@ -112,6 +146,7 @@ fn main() -> ExitCode {
         sample_rows: args.sample_rows,
         seed: args.seed,
         timeout: Duration::from_secs_f64(args.timeout),
+        min_throughput: args.min_throughput,
         ca_certs: args.ca_certs,
     };
     let bar = gkq_cli::Bar::new("verify ", !args.json && !args.quiet);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use fixtures::servers::{Nginx, NginxOptions, Staller};
+use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions, Staller};
 
 struct Packed {
     _tmp: tempfile::TempDir,
@@ -343,6 +343,23 @@ fn remote_redirect_is_reported() {
     fails_with(
         &verify(&[s(&p.out), "--url", &format!("{}/old", nginx.url())]),
         &["redirect (HTTP 301)"],
+    );
+}
+
+/// A server that drips one byte every 200 ms never trips a read timeout;
+/// each request's deadline (timeout + bytes / --min-throughput) cuts it
+/// off (issue 22, item 2). Without it, one 256-byte row takes 51 s.
+#[test]
+fn remote_dripping_server_times_out() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let server = FaultServer::start_dir(&p.out, Fault::Drip(200)).expect("server");
+    let t = Instant::now();
+    let out = verify(&[s(&p.out), "--url", &server.base(), "--timeout", "1"]);
+    fails_with(&out, &["timed out", "token_embd.f32.rows"]);
+    assert!(
+        t.elapsed().as_secs() < 30,
+        "a dripping server must not hang verification ({:?})",
+        t.elapsed()
     );
 }
 

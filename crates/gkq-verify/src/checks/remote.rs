@@ -88,6 +88,7 @@ pub fn client(opts: &VerifyOptions) -> Result<Http, VerifyError> {
     let rt = Runtime::new(CALL.0, CALL.1).map_err(|e| VerifyError::Client(e.to_string()))?;
     let store = Store::new(StoreConfig {
         timeout: opts.timeout,
+        min_throughput: opts.min_throughput,
         retry: RetryPolicy {
             attempts: 1,
             ..RetryPolicy::default()
