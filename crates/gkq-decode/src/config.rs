@@ -48,6 +48,9 @@ pub struct Config {
 /// Positions a decode may reach when `config.json` gives no
 /// `max_position_embeddings`.
 pub const DEFAULT_MAX_POSITIONS: usize = 131_072;
+/// The most positions gkq-decode runs whatever `max_position_embeddings`
+/// claims (16,777,216: past any published context length).
+pub const MAX_POSITIONS: usize = 1 << 24;
 
 #[derive(Deserialize)]
 struct Raw {
@@ -204,8 +207,10 @@ impl Config {
     }
 
     /// The most positions a decode may reach: `max_position_embeddings`,
-    /// else [`DEFAULT_MAX_POSITIONS`].
+    /// else [`DEFAULT_MAX_POSITIONS`]; never more than [`MAX_POSITIONS`].
     pub fn position_limit(&self) -> usize {
-        self.max_positions.unwrap_or(DEFAULT_MAX_POSITIONS)
+        self.max_positions
+            .unwrap_or(DEFAULT_MAX_POSITIONS)
+            .min(MAX_POSITIONS)
     }
 }

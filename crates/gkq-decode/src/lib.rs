@@ -466,8 +466,9 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
         .min()
         .unwrap_or_else(Instant::now);
     let start = Instant::now();
-    let mut tokens = Vec::with_capacity(max_new);
-    let mut digests = Vec::with_capacity(max_new);
+    // grown as tokens come: max_position_embeddings is the publisher's word
+    let mut tokens = Vec::with_capacity(max_new.min(1 << 12));
+    let mut digests = Vec::with_capacity(max_new.min(1 << 12));
     let mut ttft = 0.0;
     let mut prefill = 0.0;
     let mut ids = prompt.to_vec();

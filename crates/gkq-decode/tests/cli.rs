@@ -138,3 +138,112 @@ fn json_report_text_prompt_and_two_process_pipeline() {
     assert_eq!(e.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&e.stderr).contains("outside the model's 0..2"));
 }
+
+/// The committed tiny model with `edit` applied to its config.json, packed
+/// (the knot pins the edited file): a publisher shipping nonsense.
+fn packed_with_config(dir: &Path, edit: impl Fn(&mut serde_json::Value)) -> String {
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    for e in std::fs::read_dir(fixtures::committed_tiny()).expect("committed") {
+        let p = e.expect("entry").path();
+        std::fs::copy(&p, src.join(p.file_name().expect("name"))).expect("copy");
+    }
+    let cfg = src.join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cfg).expect("config")).expect("json");
+    edit(&mut v);
+    std::fs::write(&cfg, serde_json::to_vec_pretty(&v).expect("json")).expect("write");
+    let out = dir.join("pkg");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(&src, &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    out.join("model.knot").to_str().expect("utf8").to_owned()
+}
+
+/// Sizes from config.json are checked against the knot's blocks with
+/// checked arithmetic before anything is allocated (issue 22, item 3):
+/// one clear error and exit 1, locally and from a URL, never an abort.
+#[test]
+fn nonsense_config_sizes_are_one_clear_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // 4 heads × (16 + 2^62) wraps to the real width 64
+    let wrapping_head_dim = 16u64 + (1u64 << 62);
+    let cases: [(&str, serde_json::Value, &str); 3] = [
+        (
+            "num_hidden_layers",
+            serde_json::json!(1_000_000_000_000u64),
+            "num_hidden_layers is 1000000000000, but the knot holds 2 layers",
+        ),
+        (
+            "num_hidden_layers",
+            serde_json::json!(u64::MAX),
+            "num_hidden_layers is 18446744073709551615",
+        ),
+        (
+            "head_dim",
+            serde_json::json!(wrapping_head_dim),
+            "overflows",
+        ),
+    ];
+    let www = tmp.path().join("www");
+    std::fs::create_dir_all(&www).expect("www");
+    let nginx = fixtures::servers::Nginx::start(
+        &www,
+        &tmp.path().join("nginx"),
+        &fixtures::servers::NginxOptions::default(),
+    )
+    .expect("nginx");
+    for (i, (key, value, needle)) in cases.into_iter().enumerate() {
+        let dir = www.join(i.to_string());
+        let knot = packed_with_config(&dir, |v| v[key] = value.clone());
+        let url = format!("{}/{i}/pkg/model.knot", nginx.url());
+        for target in [knot.as_str(), url.as_str()] {
+            let o = decode(&[target, "--prompt-ids", "5", "--max-new-tokens", "1"]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{key}={value} {target}: {err}");
+            assert!(
+                err.contains("config.json") && err.contains(needle),
+                "{key}={value}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+}
+
+/// `--max-new-tokens` beyond the model's positions is a usage error (exit
+/// 2), not a capacity overflow (issue 22, item 4), even when the config
+/// claims u64::MAX positions.
+#[test]
+fn max_new_tokens_is_bounded_by_the_positions() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let knot = packed(tmp.path());
+    let o = decode(&[
+        &knot,
+        "--prompt-ids",
+        "5",
+        "--max-new-tokens",
+        "18446744073709551615",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("32768 positions (max_position_embeddings)"),
+        "{err}"
+    );
+    let knot = packed_with_config(&tmp.path().join("huge"), |v| {
+        v["max_position_embeddings"] = serde_json::json!(u64::MAX);
+    });
+    let o = decode(&[
+        &knot,
+        "--prompt-ids",
+        "5",
+        "--max-new-tokens",
+        "18446744073709551615",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("16777216 positions"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
