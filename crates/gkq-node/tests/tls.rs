@@ -298,3 +298,35 @@ fn https_proxy_and_no_proxy_are_honoured() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(proxy.tunnels(), before, "NO_PROXY bypasses the proxy");
 }
+
+/// A dead `HTTPS_PROXY` is named, not blamed on the server (issue 22,
+/// item 9): the message says which variable points where, and that the
+/// server was not contacted.
+#[test]
+fn a_dead_https_proxy_is_named() {
+    let s = site(true, false);
+    let dead = format!(
+        "http://127.0.0.1:{}",
+        fixtures::servers::free_port().expect("port")
+    );
+    let knot = format!("{}/m/model.knot", s.nginx.url());
+    let o = fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
+        .args([&knot, "--tokens", "1", "--timeout", "2", "--ca-cert"])
+        .arg(&s.ca.ca)
+        .env("HTTPS_PROXY", &dead)
+        .env_remove("https_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .expect("run gkq-rows");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot connect to the proxy HTTPS_PROXY={dead}"))
+            && err.contains("the server itself was not contacted"),
+        "{err}"
+    );
+    assert!(!err.contains("is the server running"), "{err}");
+}

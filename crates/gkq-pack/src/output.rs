@@ -6,8 +6,8 @@
 //! old directory in one `renameat2(RENAME_EXCHANGE)`; the old package, now
 //! under the staging name, is removed afterwards. A new `OUT_DIR` is a plain
 //! rename of the staging directory. Files in an existing `OUT_DIR` that are
-//! not part of a package (anything but `model.knot`, `*.rows`, the companion
-//! files and temporary files) are hard-linked into the staging directory first, so they survive.
+//! not part of a package (anything but `model.knot`, `*.rows`, their
+//! `*.rows.proof`, the companion files and temporary files) are hard-linked into the staging directory first, so they survive.
 //!
 //! A run killed at any point leaves `OUT_DIR` complete and at most a
 //! staging (`.NAME.gkq-new`) or retired (`.NAME.gkq-old`) sibling, which the
@@ -105,6 +105,7 @@ fn remove_leftover(p: &Path) -> Result<()> {
 fn is_package_file(name: &str) -> bool {
     name == KNOT_NAME
         || name.ends_with(".rows")
+        || name.ends_with(".rows.proof")
         || name.ends_with(".gkq-tmp")
         || crate::COMPANION_FILES.contains(&name)
 }

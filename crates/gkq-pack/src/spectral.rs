@@ -70,10 +70,22 @@ impl std::str::FromStr for SpectralSpec {
         })?;
         let pattern = glob::Pattern::new(pattern).map_err(|e| bad(format!("pattern: {e}")))?;
         let (mut target, mut quant, mut factors) = (None, Quant::None, None);
+        let mut seen: Vec<(&str, &str)> = Vec::new();
         for part in spec.split(',') {
             let (key, value) = part
                 .split_once(':')
                 .ok_or_else(|| bad(format!("{part:?} is not KEY:VALUE")))?;
+            // rank and energy are one setting: the target
+            let slot = if key == "energy" { "rank" } else { key };
+            if let Some((_, prev)) = seen.iter().find(|(s, _)| *s == slot) {
+                let what = if *prev == key {
+                    format!("{key}: is given twice")
+                } else {
+                    "rank: and energy: both choose the rank; give one".to_owned()
+                };
+                return Err(bad(what));
+            }
+            seen.push((slot, key));
             match key {
                 "rank" => {
                     let k: u32 = value

@@ -883,6 +883,22 @@ fn existing_out_dir_needs_force_and_keeps_contents() {
     check_pack(&src, &out, &[DType::F32], true);
 }
 
+/// A proof object is part of the package (FORMAT.md 7a): repacking bf16
+/// as f32 leaves no bf16 proof object behind (issue 22, item 10).
+#[test]
+fn force_replaces_the_proof_objects_with_the_rows() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "qwen2-tiny-bf16");
+    let out = tmp.path().join("out");
+    packs(&src, &out, &["--quiet", "--dtype", "bf16"], "bf16");
+    assert!(out.join("token_embd.bf16.rows.proof").exists());
+    packs(&src, &out, &["--force", "--quiet", "--dtype", "f32"], "f32");
+    assert!(out.join("token_embd.f32.rows.proof").exists());
+    for stale in ["token_embd.bf16.rows", "token_embd.bf16.rows.proof"] {
+        assert!(!out.join(stale).exists(), "{stale} left behind");
+    }
+}
+
 /// Whether `out` holds a complete package: a valid knot, every payload and
 /// every row file it names with the recorded length and digest.
 fn complete_package(out: &Path) -> Result<Vec<u8>, String> {
@@ -1357,6 +1373,16 @@ fn spectral_refusals_and_bad_specs() {
         ("*.q_proj.weight=rank:8,quant:u4", "not u8 or none"),
         ("*.q_proj.weight=rank:8,factors:u8", "not f32, f16 or bf16"),
         ("*.q_proj.weight=rank:8,bogus:1", "unknown key"),
+        // repeated or contradictory keys (issue 22, item 11)
+        ("*.q_proj.weight=rank:4,rank:8", "rank: is given twice"),
+        ("*.q_proj.weight=rank:4,energy:0.99", "both choose the rank"),
+        ("*.q_proj.weight=energy:0.9,rank:4", "both choose the rank"),
+        ("*.q_proj.weight=energy:0.9,energy:0.99", "energy: is given twice"),
+        (
+            "*.q_proj.weight=rank:4,factors:f16,factors:f32",
+            "factors: is given twice",
+        ),
+        ("*.q_proj.weight=rank:4,quant:u8,quant:none", "quant: is given twice"),
         ("*.q_proj.weight=quant:u8", "needs rank:K or energy:x"),
         (
             "*.q_proj.weight=rank:8,quant:u8,factors:bf16",
