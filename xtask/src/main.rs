@@ -8,7 +8,6 @@
 
 mod bench;
 mod fuzz;
-mod upload;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,7 +26,7 @@ struct Cli {
 enum Cmd {
     /// Pack the committed tiny model and verify it against its source.
     Demo,
-    /// Install gkq-pack, gkq-verify, gkq-rows and gkq-inspect into ~/.cargo/bin (release builds).
+    /// Install gkq-pack, gkq-verify, gkq-rows, gkq-inspect and gkq-decode into ~/.cargo/bin (release builds; the node tools and gkq-decode with s3:// support).
     Install,
     /// Fuzz the knot parser for a bounded time.
     Fuzz {
@@ -38,8 +37,14 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// Publish a packed model to R2 (S3 API): rows first, knot last, resumable.
-    Upload(upload::UploadArgs),
+    /// Publish a packed model to R2 (S3 API): rows first, knot last, resumable
+    /// (`cargo xtask upload --help` for its flags; builds the r2-upload binary).
+    #[command(disable_help_flag = true)]
+    Upload {
+        /// The arguments of r2-upload.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Run s3s-fs on 127.0.0.1:8014 (bucket `models`) and nginx on 127.0.0.1:8080 over its data, until Ctrl-C or SIGTERM.
     ///
     /// Both are installed by `bash scripts/install-test-deps.sh` (nginx-light
@@ -80,38 +85,54 @@ pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The binaries a user runs, and the crate that builds each.
-const BINARIES: [(&str, &str); 4] = [
-    ("gkq-pack", "crates/gkq-pack"),
-    ("gkq-verify", "crates/gkq-verify"),
-    ("gkq-rows", "crates/gkq-reader"),
-    ("gkq-inspect", "crates/gkq-reader"),
+/// The tools a user runs: each crate, the binaries it builds, and the
+/// features `cargo xtask install` gives it.
+const TOOLS: [(&str, &[&str], &str); 4] = [
+    ("crates/gkq-pack", &["gkq-pack"], ""),
+    ("crates/gkq-verify", &["gkq-verify"], ""),
+    ("crates/gkq-node", &["gkq-rows", "gkq-inspect"], "s3"),
+    ("crates/gkq-decode", &["gkq-decode"], "s3"),
 ];
 
+/// Every tool's binary name.
+fn tool_names() -> Vec<&'static str> {
+    TOOLS
+        .iter()
+        .flat_map(|(_, bins, _)| bins.iter().copied())
+        .collect()
+}
+
 fn install() -> anyhow::Result<()> {
-    for path in ["crates/gkq-pack", "crates/gkq-verify", "crates/gkq-reader"] {
-        run(cargo().args(["install", "--locked", "--path", path]))?;
+    for (path, bins, features) in TOOLS {
+        eprintln!(
+            "install: {} (release build{})",
+            bins.join(", "),
+            if features.is_empty() {
+                String::new()
+            } else {
+                format!(", features {features}")
+            }
+        );
+        let mut c = cargo();
+        c.args(["install", "--locked", "--path", path]);
+        if !features.is_empty() {
+            c.args(["--features", features]);
+        }
+        run(&mut c)?;
     }
-    let names: Vec<&str> = BINARIES.iter().map(|(b, _)| *b).collect();
     eprintln!(
-        "install: {} are in ~/.cargo/bin (on PATH with a standard rustup setup)",
-        names.join(", ")
+        "install: {} are in ~/.cargo/bin (on PATH with a standard rustup setup); `NAME --version` lists each one's features",
+        tool_names().join(", ")
     );
     Ok(())
 }
 
+/// `cargo build` of one binary, cargo's progress shown.
+fn build(args: &[&str]) -> anyhow::Result<()> {
+    run(cargo().arg("build").args(args))
+}
+
 fn demo() -> anyhow::Result<()> {
-    run(cargo().args([
-        "build",
-        "--quiet",
-        "-p",
-        "gkq-pack",
-        "-p",
-        "gkq-verify",
-        "-p",
-        "gkq-reader",
-        "--bins",
-    ]))?;
     let root = root();
     let (model, out) = ("fixtures/models/qwen2-tiny", "target/demo/qwen2-tiny");
     let step = |bin: &str, args: &[&str]| -> anyhow::Result<()> {
@@ -120,22 +141,49 @@ fn demo() -> anyhow::Result<()> {
             .args(args)
             .current_dir(&root))
     };
+    // The packer first, without the SVD (faer), so the first result comes
+    // after the smallest build; then the gate.
+    eprintln!("demo: building gkq-pack (debug, without the spectral feature)");
+    build(&[
+        "-p",
+        "gkq-pack",
+        "--no-default-features",
+        "--bin",
+        "gkq-pack",
+    ])?;
     step(
         "gkq-pack",
         &[
             model, "--out", out, "--force", "--dtype", "f32", "--dtype", "bf16",
         ],
     )?;
+    eprintln!("demo: building gkq-verify (debug)");
+    build(&["-p", "gkq-verify", "--bin", "gkq-verify"])?;
     step("gkq-verify", &[out, "--source", model])?;
     eprintln!("demo: packed {model} into {out} and verified it against the source");
     let bin_dir = root.join("target/debug");
     eprintln!(
-        "demo: the binaries are in {} ({}); put them on PATH with\n  export PATH=\"{}:$PATH\"\nor install release builds into ~/.cargo/bin with `cargo xtask install`",
+        "demo: gkq-pack and gkq-verify are in {}; put them on PATH with\n  export PATH=\"{}:$PATH\"\nor install release builds of all the tools ({}) into ~/.cargo/bin with `cargo xtask install`",
         bin_dir.display(),
-        BINARIES.map(|(b, _)| b).join(", "),
-        bin_dir.display()
+        bin_dir.display(),
+        tool_names().join(", ")
     );
     Ok(())
+}
+
+/// `cargo xtask upload ARGS`: builds and runs the `r2-upload` binary (the
+/// AWS SDK is built for this task only) in the directory it was invoked
+/// from, so relative paths mean what they meant to the user.
+fn upload(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
+    let mut c = cargo();
+    c.current_dir(std::env::current_dir()?);
+    c.arg("run")
+        .arg("--manifest-path")
+        .arg(root().join("Cargo.toml"))
+        .args(["--package", "r2-upload", "--bin", "r2-upload", "--"])
+        .args(args);
+    let status = c.status().with_context(|| format!("running {c:?}"))?;
+    std::process::exit(status.code().unwrap_or(1));
 }
 
 /// Fails when something already listens on 127.0.0.1:`port`.
@@ -196,7 +244,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Demo => demo(),
         Cmd::Install => install(),
         Cmd::Fuzz { seconds, seed } => fuzz::run(seconds, seed),
-        Cmd::Upload(a) => upload::run(a),
+        Cmd::Upload { args } => upload(&args),
         Cmd::LocalServers => local_servers(),
         Cmd::Bench { which, reps } => bench::run(which, reps.max(1)),
     };

@@ -44,14 +44,14 @@ impl Progress for Bar {
     }
 }
 
-/// `0.1.0 (features: s3)`: the version and the features of this build,
-/// for `--version` (an `s3://` URL needs `s3`).
+/// `0.1.0 (features: s3)`: the version and the optional features this
+/// build has (`none` when it has none of them), for `--version`.
 pub fn version(features: &[&str]) -> String {
     format!(
         "{} (features: {})",
         env!("CARGO_PKG_VERSION"),
         if features.is_empty() {
-            "none; no s3:// URLs".to_owned()
+            "none".to_owned()
         } else {
             features.join(", ")
         }

@@ -50,7 +50,7 @@ pub struct Config {
 pub const DEFAULT_MAX_POSITIONS: usize = 131_072;
 /// The most positions gkq-decode runs whatever `max_position_embeddings`
 /// claims (16,777,216: past any published context length).
-pub const MAX_POSITIONS: usize = 1 << 24;
+pub(crate) const MAX_POSITIONS: usize = 1 << 24;
 
 #[derive(Deserialize)]
 struct Raw {

@@ -15,7 +15,7 @@ use gkq_format::{DType, Role};
 use gkq_source::{SourceModel, hub};
 use serde::Serialize;
 
-use crate::error::{PackError, Result};
+use crate::error::Result;
 use crate::roles;
 
 /// The ranks the report evaluates.
@@ -132,15 +132,7 @@ pub fn analyze_spectrum(
     }
 }
 
-/// Singular values of a row-major `m × n` matrix, in f64, on one thread.
-pub fn singular_values(values: &[f64], m: usize, n: usize) -> Result<Vec<f64>> {
-    let mat = faer::Mat::<f64>::from_fn(m, n, |i, j| values[i * n + j]);
-    let s = mat
-        .as_ref()
-        .singular_values()
-        .map_err(|e| PackError::Dtype(format!("SVD did not converge: {e:?}")))?;
-    Ok(s)
-}
+pub use crate::svd::singular_values;
 
 /// Analyzes every 2-D float tensor of the model in `model_dir` (a
 /// directory or an `ORG/NAME` in the local Hugging Face cache).

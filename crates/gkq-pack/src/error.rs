@@ -122,6 +122,11 @@ pub enum PackError {
         /// The directory.
         path: PathBuf,
     },
+    /// `--spectral` or `--analyze` in a build without the `spectral` feature.
+    #[error(
+        "this gkq-pack was built without the `spectral` feature (no SVD): `cargo xtask install` or `cargo build -p gkq-pack` builds it with it (`gkq-pack --version` lists a build's features)"
+    )]
+    NoSpectral,
     /// A `--spectral` argument that does not parse.
     #[error("--spectral {arg}: {reason}")]
     SpectralSpec {

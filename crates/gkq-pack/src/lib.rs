@@ -25,6 +25,7 @@ mod roles;
 mod rows;
 mod run;
 mod spectral;
+mod svd;
 
 use std::time::Instant;
 

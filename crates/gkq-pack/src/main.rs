@@ -6,6 +6,13 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+
+/// The features of this build, for `--version`.
+const FEATURES: &[&str] = if cfg!(feature = "spectral") {
+    &["spectral"]
+} else {
+    &[]
+};
 use gkq_format::DType;
 use gkq_pack::{PackOptions, PackReport};
 
@@ -13,7 +20,7 @@ use gkq_pack::{PackOptions, PackReport};
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-pack",
-    version,
+    version = gkq_cli::version_line(FEATURES),
     after_help = "Exit status: 0 packed; 1 error (nothing is left behind: an existing OUT_DIR keeps its old package)."
 )]
 struct Args {

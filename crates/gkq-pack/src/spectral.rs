@@ -254,30 +254,6 @@ pub(crate) fn factor_all(
         .collect()
 }
 
-/// The thin SVD of a row-major `m × n` matrix in f64 on one thread:
-/// `(U m×d, σ d, V n×d)` with `d = min(m, n)`, σ non-increasing.
-pub(crate) fn thin_svd(
-    values: &[f64],
-    m: usize,
-    n: usize,
-) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
-    let mat = faer::Mat::<f64>::from_fn(m, n, |i, j| values[i * n + j]);
-    let svd = mat
-        .thin_svd()
-        .map_err(|e| PackError::Dtype(format!("SVD did not converge: {e:?}")))?;
-    let d = m.min(n);
-    let (u, s, v) = (svd.U(), svd.S().column_vector(), svd.V());
-    let mut uu = Vec::with_capacity(m * d);
-    for i in 0..m {
-        uu.extend((0..d).map(|k| u[(i, k)]));
-    }
-    let mut vv = Vec::with_capacity(n * d);
-    for j in 0..n {
-        vv.extend((0..d).map(|k| v[(j, k)]));
-    }
-    Ok((uu, (0..d).map(|k| s[k]).collect(), vv))
-}
-
 /// The smallest K keeping at least `share` of Σσ² (σ non-increasing).
 pub fn rank_for_energy(sigma: &[f64], share: f64) -> usize {
     let total: f64 = sigma.iter().map(|s| s * s).sum();
@@ -387,7 +363,7 @@ fn factor(t: &SourceTensor, raw: &[u8], spec: &SpectralSpec) -> Result<Factored>
         )));
     }
     let wide: Vec<f64> = source.iter().map(|&x| f64::from(x)).collect();
-    let (u, sigma, v) = thin_svd(&wide, m, n)?;
+    let (u, sigma, v) = crate::svd::thin_svd(&wide, m, n)?;
     let d = sigma.len();
     let k = match spec.target {
         Target::Rank(k) if k as usize > d => {

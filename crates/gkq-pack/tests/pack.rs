@@ -1377,12 +1377,18 @@ fn spectral_refusals_and_bad_specs() {
         ("*.q_proj.weight=rank:4,rank:8", "rank: is given twice"),
         ("*.q_proj.weight=rank:4,energy:0.99", "both choose the rank"),
         ("*.q_proj.weight=energy:0.9,rank:4", "both choose the rank"),
-        ("*.q_proj.weight=energy:0.9,energy:0.99", "energy: is given twice"),
+        (
+            "*.q_proj.weight=energy:0.9,energy:0.99",
+            "energy: is given twice",
+        ),
         (
             "*.q_proj.weight=rank:4,factors:f16,factors:f32",
             "factors: is given twice",
         ),
-        ("*.q_proj.weight=rank:4,quant:u8,quant:none", "quant: is given twice"),
+        (
+            "*.q_proj.weight=rank:4,quant:u8,quant:none",
+            "quant: is given twice",
+        ),
         ("*.q_proj.weight=quant:u8", "needs rank:K or energy:x"),
         (
             "*.q_proj.weight=rank:8,quant:u8,factors:bf16",

@@ -1,9 +1,12 @@
-//! `cargo xtask upload`: flags and reporting; the work is in `r2-upload`.
+//! `r2-upload` (run as `cargo xtask upload`): flags and reporting; the
+//! work is in the library. A binary of its own so that the AWS SDK is built
+//! only for those who publish, not for `cargo xtask demo`.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Args;
+use clap::Parser;
 use r2_upload::{UploadOptions, Uploader};
 use serde_json::json;
 
@@ -11,11 +14,14 @@ use serde_json::json;
 ///
 /// Row files and companion files first, the knot last; objects already
 /// present with the same length and sha256 are skipped, so a re-run resumes.
-#[derive(Args, Debug)]
+#[derive(Parser, Debug)]
 #[command(
+    name = "cargo xtask upload",
+    bin_name = "cargo xtask upload",
+    version = gkq_cli::version_line(&["s3"]),
     after_help = "Credentials: R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (an R2 API token with Object Read & Write on the bucket); else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN); else an AWS profile (AWS_PROFILE, ~/.aws/credentials).\nEndpoint: --endpoint, else https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com.\nTo try it locally: `bash scripts/install-test-deps.sh`, then `cargo xtask local-servers`.\n\nExit status: 0 published (or already there); 1 error (the message says what to do)."
 )]
-pub(crate) struct UploadArgs {
+struct UploadArgs {
     /// A gkq-pack output directory.
     out_dir: PathBuf,
     /// Bucket name.
@@ -54,7 +60,12 @@ fn env(k: &str) -> Option<String> {
     std::env::var(k).ok()
 }
 
-pub(crate) fn run(a: UploadArgs) -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    gkq_cli::init_logging();
+    gkq_cli::exit("cargo xtask upload", run(UploadArgs::parse()))
+}
+
+fn run(a: UploadArgs) -> anyhow::Result<()> {
     let objects = r2_upload::prepare(&a.out_dir, &a.prefix)?;
     let part = a.part_size.map(|m| m << 20);
     if a.dry_run {

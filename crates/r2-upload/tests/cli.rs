@@ -32,8 +32,7 @@ fn upload_then_verify_over_http() {
     .expect("nginx");
     let public = format!("{}/models/qwen2-tiny/v1", nginx.url());
     let upload = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_xtask"))
-            .arg("upload")
+        Command::new(env!("CARGO_BIN_EXE_r2-upload"))
             .arg(&out)
             .args([
                 "--bucket",
@@ -101,8 +100,7 @@ fn upload_then_verify_over_http() {
     opts.url = Some(public);
     assert!(gkq_verify::verify(&opts).expect("verify").passed);
     // missing credentials: a clear message, exit non-zero
-    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["upload"])
+    let o = Command::new(env!("CARGO_BIN_EXE_r2-upload"))
         .arg(&out)
         .args(["--bucket", "models", "--endpoint", &s3.url()])
         .env_remove("R2_ACCESS_KEY_ID")
@@ -127,8 +125,7 @@ fn upload_then_verify_over_http() {
 fn upload_errors_are_one_line() {
     let (_tmp, out, s3) = packed_and_s3();
     let upload = |endpoint: &str, secret: &str| {
-        Command::new(env!("CARGO_BIN_EXE_xtask"))
-            .arg("upload")
+        Command::new(env!("CARGO_BIN_EXE_r2-upload"))
             .arg(&out)
             .args(["--bucket", "models", "--endpoint", endpoint])
             .env_remove("AWS_ACCESS_KEY_ID")
@@ -173,8 +170,8 @@ fn upload_errors_are_one_line() {
         &[&format!("cannot reach {dead}"), "refused"],
     );
     // --help names the variables and the defaults
-    let help = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["upload", "--help"])
+    let help = Command::new(env!("CARGO_BIN_EXE_r2-upload"))
+        .arg("--help")
         .output()
         .expect("help");
     let text = String::from_utf8_lossy(&help.stdout);
