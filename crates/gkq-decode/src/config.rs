@@ -85,8 +85,21 @@ impl Config {
             Some("llama") => Arch::Llama,
             Some("mistral") => Arch::Mistral,
             Some(other) => {
+                let encoder = [
+                    "bert",
+                    "roberta",
+                    "distilbert",
+                    "xlm-roberta",
+                    "electra",
+                    "mpnet",
+                ];
+                let why = if encoder.contains(&other) {
+                    ": an encoder-only model has no LM head to decode with"
+                } else {
+                    ""
+                };
                 return Err(DecodeError::Config(format!(
-                    "config.json: model_type {other:?} is not an architecture gkq-decode runs (it runs {SUPPORTED})"
+                    "config.json: model_type {other:?} is not an architecture gkq-decode runs (it runs {SUPPORTED}){why}"
                 )));
             }
             None => {

@@ -21,6 +21,16 @@ pub enum DecodeError {
     /// Tokenizer problems.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// A range of layers the model does not have.
+    #[error("layers {start}..{end} are outside the model's 0..{layers}")]
+    Layers {
+        /// First layer asked for.
+        start: usize,
+        /// End of the range asked for.
+        end: usize,
+        /// The model's layer count.
+        layers: usize,
+    },
     /// Stages chained in a way that cannot run.
     #[error("{0}")]
     Stages(String),

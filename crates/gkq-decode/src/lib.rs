@@ -151,10 +151,11 @@ impl Stage {
             None => 0..cfg.layers,
             Some(r) if r.start <= r.end && r.end <= cfg.layers => r,
             Some(r) => {
-                return Err(DecodeError::Stages(format!(
-                    "layers {}..{} are outside the model's 0..{}",
-                    r.start, r.end, cfg.layers
-                )));
+                return Err(DecodeError::Layers {
+                    start: r.start,
+                    end: r.end,
+                    layers: cfg.layers,
+                });
             }
         };
         let mut plan = PullPlan::new().budget(PULL_BUDGET);

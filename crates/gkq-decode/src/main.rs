@@ -164,14 +164,19 @@ fn bytes_line(b: gkq_decode::RoleBytes) -> String {
 }
 
 fn split(a: &Args, config: ReaderConfig, l: usize) -> anyhow::Result<()> {
-    let input = Stage::open(&a.knot, config.clone(), StageRoles::Input, Some(0..l))?;
-    let layers = input.config().layers;
-    if l > layers {
-        return Err(DecodeError::Usage(format!(
+    let beyond = |layers: usize| {
+        DecodeError::Usage(format!(
             "--split {l}: the model has {layers} layers; split at 1 to {}",
             layers.saturating_sub(1)
         ))
-        .into());
+    };
+    let input = match Stage::open(&a.knot, config.clone(), StageRoles::Input, Some(0..l)) {
+        Err(DecodeError::Layers { layers, .. }) => return Err(beyond(layers).into()),
+        other => other?,
+    };
+    let layers = input.config().layers;
+    if l == 0 || l >= layers {
+        return Err(beyond(layers).into());
     }
     let output = Stage::open(&a.knot, config, StageRoles::Output, Some(l..layers))?;
     let ids = prompt(a, &input)?;

@@ -377,7 +377,15 @@ fn bad_config() {
     fs::write(src.join("config.json"), "{ not json").expect("write");
     fails(&src, &out, &[], &["config.json", "invalid JSON"]);
     fs::remove_file(src.join("config.json")).expect("rm");
-    fails(&src, &out, &[], &["config.json", "cannot read"]);
+    fails(
+        &src,
+        &out,
+        &[],
+        &[
+            "config.json",
+            "missing: a model directory needs its config.json",
+        ],
+    );
     assert!(!out.exists(), "output directory created before failing");
 }
 

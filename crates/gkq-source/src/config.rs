@@ -127,7 +127,13 @@ impl ModelConfig {
             path: path.clone(),
             reason,
         };
-        let text = std::fs::read_to_string(&path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => err(
+                "missing: a model directory needs its config.json (the architecture, sizes and tied embeddings come from it); copy it from the model's repository next to the safetensors files"
+                    .into(),
+            ),
+            _ => err(format!("cannot read: {e}")),
+        })?;
         let v: Value =
             serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))?;
         if !v.is_object() {

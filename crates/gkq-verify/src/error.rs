@@ -36,6 +36,16 @@ pub enum VerifyError {
     /// The HTTP client could not be set up (a bad `--ca-cert` file).
     #[error("{0}")]
     Client(String),
+    /// A `--url` that names the knot rather than the directory it is in.
+    #[error(
+        "--url {url} names the knot; --url takes the base URL the package's objects are under (the knot is BASE/model.knot, the rows BASE/NAME.rows): use --url {base}"
+    )]
+    KnotUrl {
+        /// The URL given.
+        url: String,
+        /// The base URL it is under.
+        base: String,
+    },
     /// A `--url` that is not http(s).
     #[error("--url {url}: {reason}")]
     BadUrl {

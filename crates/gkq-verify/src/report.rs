@@ -230,6 +230,18 @@ pub enum Finding {
         /// Where.
         differ: Differ,
     },
+    /// No source file is the one packed and tensors differ: the wrong model.
+    #[error(
+        "this looks like a different model than the one packed: none of its {files} source files has the digest the knot records (source.sha256), and {differ} of the knot's {tensors} tensors are missing or differ; check the --source directory (the lines below give the details)"
+    )]
+    DifferentModel {
+        /// Source files the knot lists.
+        files: usize,
+        /// Tensors missing from the source or different.
+        differ: usize,
+        /// Tensors of the knot (aliases aside).
+        tensors: usize,
+    },
     /// A source file the knot's `source.files` does not list.
     #[error("source file is not listed in the knot's source.files")]
     SourceFileNotListed,

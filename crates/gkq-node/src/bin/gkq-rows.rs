@@ -1,7 +1,7 @@
 //! `gkq-rows`: read embedding rows of a published model the way a node does,
 //! and show what it cost.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -18,38 +18,63 @@ macro_rules! outln {
     }};
 }
 
-/// Fetch embedding rows of a GKQ knot (path or URL) through the runtime reader.
+const AFTER_HELP: &str = "\
+Examples:
+  gkq-rows out/qwen2-tiny --tokens 1,2,3 --f32
+      rows of a local package (a directory means its model.knot), printed as f32
+  gkq-rows https://HOST/qwen/v1/model.knot --columnar-embed https://HOST/qwen/v1/ -t 9707,11,1879 --json
+      the narrowest exact row file of the published package, verified row by row
+  gkq-rows https://HOST/qwen/v1/model.knot --knot-id 2e1e52fc… --sessions-file sessions.jsonl
+      replay sessions through one warm cache, pinned to a knot id
+
+Output: the report (resolution, requests, bytes, time) goes to stderr; stdout gets the rows with --f32 (one line per id: ID<TAB>values) or one JSON object with --json, and nothing otherwise.
+
+When --columnar-embed is given but cannot be used (a typo, a server that is down, a row file of the wrong size, a missing or damaged proof object), the embedding falls back to the knot's dense block and a warning on stderr says why and what it costs; --require-columnar makes that an error.
+
+Exit status: 0 rows read; 1 error (bad ids, unreachable knot, --require-columnar refused the fallback); 2 usage error.";
+
+/// Token ids: commas and/or white space (`1,2`, `1, 2`, `1 2`), or a JSON array.
+#[derive(Clone, Debug)]
+struct Ids(Vec<u64>);
+
+fn ids_arg(text: &str) -> Result<Ids, String> {
+    parse_ids(text).map(Ids).map_err(|e| format!("{e:#}"))
+}
+
+/// Fetch embedding rows of a GKQ knot (path, directory or URL) the way a
+/// node does, and report what it cost.
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-rows",
     version = gkq_node::version(),
-    after_help = "When --columnar-embed is given but cannot be used (a typo, a server that is down, a row file of the wrong size), the embedding falls back to the knot's dense block and a warning on stderr says why and what it costs; --require-columnar makes that an error.\n\nExit status: 0 rows read; 1 error (bad ids, unreachable knot, --require-columnar refused the fallback)."
+    after_help = AFTER_HELP,
+    group = clap::ArgGroup::new("ids").required(true).args(["tokens", "tokens_file", "sessions_file"])
 )]
 struct Args {
-    /// The knot: a path or an http(s) URL.
+    /// The knot: a path, a package directory, or an http(s):// or s3:// URL.
     knot: String,
     #[command(flatten)]
     embed: NodeArgs,
-    /// Token ids, comma-separated.
-    #[arg(long, value_delimiter = ',', conflicts_with_all = ["tokens_file", "sessions_file"])]
-    tokens: Vec<u64>,
+    /// Token ids, comma- or space-separated.
+    #[arg(short, long, value_name = "IDS", value_parser = ids_arg, help_heading = "Input")]
+    tokens: Option<Ids>,
     /// A file of token ids (a JSON array, or ids separated by commas or white space).
-    #[arg(long, conflicts_with = "sessions_file")]
+    #[arg(long, value_name = "FILE", help_heading = "Input")]
     tokens_file: Option<PathBuf>,
     /// One JSON array of token ids per line, replayed through one warm backend.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", help_heading = "Input")]
     sessions_file: Option<PathBuf>,
-    /// Token ids to preload before the lookups (a warm seed), comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    warm: Vec<u64>,
-    /// Print the rows as f32.
-    #[arg(long)]
+    /// Token ids to preload before the lookups (a warm seed).
+    #[arg(long, value_name = "IDS", value_parser = ids_arg, help_heading = "Input")]
+    warm: Option<Ids>,
+    /// Print the rows as f32 on stdout.
+    #[arg(long, help_heading = "Output")]
     f32: bool,
     /// After the lookup, repeat it N times from the warm cache and report the cost per row hit.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Output")]
     bench_hits: Option<u32>,
-    /// Print one JSON object.
-    #[arg(long)]
+    /// Print one JSON object on stdout.
+    #[arg(long, help_heading = "Output")]
     json: bool,
 }
 
@@ -149,6 +174,136 @@ fn warn_fallback(a: &Args, reader: &Reader) {
     );
 }
 
+/// `--warm`: preloads rows, and reports what that cost.
+fn warm(a: &Args, reader: &Reader, e: &Embedding, out: &mut Value) -> anyhow::Result<()> {
+    let Some(Ids(warm)) = &a.warm else {
+        return Ok(());
+    };
+    let (c0, n0, t) = (e.cache_stats(), reader.net_stats(), Instant::now());
+    e.warm(warm)?;
+    let v = counters(
+        warm,
+        e.cache_stats().since(&c0),
+        reader.net_stats().since(&n0),
+        t.elapsed().as_secs_f64(),
+    );
+    if !a.json {
+        human("warm seed", &v);
+    }
+    out["warm"] = v;
+    Ok(())
+}
+
+/// `--sessions-file`: one lookup per line through one warm backend.
+fn sessions(
+    a: &Args,
+    path: &Path,
+    reader: &Reader,
+    e: &Embedding,
+    out: &mut Value,
+) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let (c0, n0, t) = (e.cache_stats(), reader.net_stats(), Instant::now());
+    let mut sessions = Vec::new();
+    let mut all = Vec::new();
+    let lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    for (n, line) in lines {
+        let ids: Vec<u64> = serde_json::from_str(line).with_context(|| {
+            format!(
+                "{}:{}: not a JSON array of token ids",
+                path.display(),
+                n + 1
+            )
+        })?;
+        let (v, _) = lookup(reader, e, &ids, false)?;
+        if !a.json {
+            human(&format!("session {}", sessions.len() + 1), &v);
+        }
+        all.extend_from_slice(&ids);
+        sessions.push(v);
+    }
+    let total = counters(
+        &all,
+        e.cache_stats().since(&c0),
+        reader.net_stats().since(&n0),
+        t.elapsed().as_secs_f64(),
+    );
+    if !a.json {
+        human("total", &total);
+    }
+    for (k, val) in total.as_object().expect("counters are an object") {
+        out[k] = val.clone();
+    }
+    out["sessions"] = Value::Array(sessions);
+    Ok(())
+}
+
+/// `--tokens`/`--tokens-file`: one lookup, the rows on stdout with `--f32`.
+fn tokens(a: &Args, reader: &Reader, e: &Embedding, out: &mut Value) -> anyhow::Result<()> {
+    let ids = match (&a.tokens_file, &a.tokens) {
+        (Some(p), _) => parse_ids(
+            &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        )?,
+        (None, Some(Ids(ids))) => ids.clone(),
+        (None, None) => Vec::new(),
+    };
+    if ids.is_empty() {
+        bail!("no token ids: give --tokens, --tokens-file or --sessions-file");
+    }
+    let (v, rows) = lookup(reader, e, &ids, a.f32)?;
+    if !a.json {
+        human("lookup", &v);
+        if let Some(rows) = &rows {
+            let hidden = rows.len() / ids.len();
+            for (id, row) in ids.iter().zip(rows.chunks(hidden.max(1))) {
+                let values: Vec<String> = row.iter().map(|x| format!("{x:e}")).collect();
+                outln!("{id}\t{}", values.join(" "));
+            }
+        }
+    }
+    for (k, val) in v.as_object().expect("counters are an object") {
+        out[k] = val.clone();
+    }
+    if let Some(n) = a.bench_hits {
+        out["lru_hit_ns_per_row"] = json!(bench_hits(a, reader, e, &ids, n)?);
+    }
+    if let Some(rows) = rows {
+        let hidden = rows.len() / ids.len();
+        out["rows"] = Value::Array(rows.chunks(hidden.max(1)).map(|r| json!(r)).collect());
+    }
+    Ok(())
+}
+
+/// `--bench-hits N`: nanoseconds per row served from the warm cache.
+fn bench_hits(
+    a: &Args,
+    reader: &Reader,
+    e: &Embedding,
+    ids: &[u64],
+    n: u32,
+) -> anyhow::Result<f64> {
+    let before = reader.net_stats();
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(e.rows(ids)?);
+    }
+    let per_row = t.elapsed().as_secs_f64() * 1e9 / (f64::from(n.max(1)) * ids.len() as f64);
+    if reader.net_stats() != before {
+        bail!("--bench-hits: repeated lookups made requests (cache smaller than the token set?)");
+    }
+    if !a.json {
+        eprintln!(
+            "cache hits: {per_row:.0} ns per row ({n} repeats of {} ids)",
+            ids.len()
+        );
+    }
+    Ok(per_row)
+}
+
 fn run(a: Args) -> anyhow::Result<()> {
     let config = ReaderConfig::try_from(a.embed.clone()).map_err(anyhow::Error::msg)?;
     let t0 = Instant::now();
@@ -164,124 +319,10 @@ fn run(a: Args) -> anyhow::Result<()> {
         eprintln!("resolution: {:?}: {}", res.path, res.reason);
     }
     warn_fallback(&a, &reader);
-    if !a.warm.is_empty() {
-        let (c0, n0, t) = (e.cache_stats(), reader.net_stats(), Instant::now());
-        e.warm(&a.warm)?;
-        let v = counters(
-            &a.warm,
-            e.cache_stats().since(&c0),
-            reader.net_stats().since(&n0),
-            t.elapsed().as_secs_f64(),
-        );
-        if !a.json {
-            human("warm seed", &v);
-        }
-        out["warm"] = v;
-    }
-    if let Some(path) = &a.sessions_file {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let (c0, n0, t) = (e.cache_stats(), reader.net_stats(), Instant::now());
-        let mut sessions = Vec::new();
-        let mut all = Vec::new();
-        for (n, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            let ids: Vec<u64> = serde_json::from_str(line).with_context(|| {
-                format!(
-                    "{}:{}: not a JSON array of token ids",
-                    path.display(),
-                    n + 1
-                )
-            })?;
-            let (v, _) = lookup(&reader, &e, &ids, false)?;
-            if !a.json {
-                human(&format!("session {}", sessions.len() + 1), &v);
-            }
-            all.extend_from_slice(&ids);
-            sessions.push(v);
-        }
-        let total = counters(
-            &all,
-            e.cache_stats().since(&c0),
-            reader.net_stats().since(&n0),
-            t.elapsed().as_secs_f64(),
-        );
-        if !a.json {
-            human("total", &total);
-        }
-        for k in [
-            "distinct_rows",
-            "hits",
-            "misses",
-            "requests",
-            "payload_bytes",
-            "proof_bytes",
-            "http_bytes",
-            "seconds",
-            "rows_fetched",
-            "tokens",
-            "retries",
-        ] {
-            out[k] = total[k].clone();
-        }
-        out["sessions"] = Value::Array(sessions);
-    } else {
-        let ids = match &a.tokens_file {
-            Some(p) => parse_ids(
-                &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-            )?,
-            None => a.tokens.clone(),
-        };
-        if ids.is_empty() {
-            bail!("no token ids: give --tokens, --tokens-file or --sessions-file");
-        }
-        let (v, rows) = lookup(&reader, &e, &ids, a.f32)?;
-        if !a.json {
-            human("lookup", &v);
-            if let Some(rows) = &rows {
-                let hidden = rows.len() / ids.len();
-                for (id, row) in ids.iter().zip(rows.chunks(hidden.max(1))) {
-                    outln!(
-                        "{id}\t{}",
-                        row.iter()
-                            .map(|x| format!("{x:e}"))
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    );
-                }
-            }
-        }
-        for (k, val) in v.as_object().expect("counters are an object") {
-            out[k] = val.clone();
-        }
-        if let Some(n) = a.bench_hits {
-            let before = reader.net_stats();
-            let t = Instant::now();
-            for _ in 0..n {
-                std::hint::black_box(e.rows(&ids)?);
-            }
-            let per_row =
-                t.elapsed().as_secs_f64() * 1e9 / (f64::from(n.max(1)) * ids.len() as f64);
-            if reader.net_stats() != before {
-                bail!(
-                    "--bench-hits: repeated lookups made requests (cache smaller than the token set?)"
-                );
-            }
-            if !a.json {
-                eprintln!(
-                    "cache hits: {per_row:.0} ns per row ({n} repeats of {} ids)",
-                    ids.len()
-                );
-            }
-            out["lru_hit_ns_per_row"] = json!(per_row);
-        }
-        if let Some(rows) = rows {
-            let hidden = rows.len() / ids.len();
-            out["rows"] = Value::Array(rows.chunks(hidden.max(1)).map(|r| json!(r)).collect());
-        }
+    warm(&a, &reader, &e, &mut out)?;
+    match &a.sessions_file {
+        Some(path) => sessions(&a, path, &reader, &e, &mut out)?,
+        None => tokens(&a, &reader, &e, &mut out)?,
     }
     let before = res.path;
     let res = e.resolution();

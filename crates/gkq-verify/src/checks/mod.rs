@@ -179,7 +179,10 @@ impl Context<'_> {
         if let Some(src) = self.source.take() {
             match src {
                 Err(e) => ran.source.fail(source_name(self.opts.source.as_deref()), e),
-                Ok(src) => source::check_model(&self.knot, &src, &mut ran.source),
+                Ok(src) => {
+                    source::check_model(&self.knot, &src, &mut ran.source);
+                    source::different_model(&self.knot, &mut ran.source);
+                }
             }
             let summary = "every tensor and source file digest against the original".to_owned();
             checks.push(ran.source.check(CheckName::Source, started, summary));

@@ -33,14 +33,23 @@ pub(crate) struct RemoteOutcome {
 
 /// Rejects a base URL that is not http(s).
 pub(crate) fn check_url(url: &str) -> Result<(), VerifyError> {
-    if url.starts_with("http://") || url.starts_with("https://") {
-        Ok(())
-    } else {
-        Err(VerifyError::BadUrl {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(VerifyError::BadUrl {
             url: url.to_owned(),
             reason: "must start with http:// or https://",
-        })
+        });
     }
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    if let Some((base, _)) = path
+        .rsplit_once('/')
+        .filter(|(_, name)| name.ends_with(".knot"))
+    {
+        return Err(VerifyError::KnotUrl {
+            url: url.to_owned(),
+            base: base.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// Joins a base URL and an object name.

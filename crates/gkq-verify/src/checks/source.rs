@@ -323,6 +323,38 @@ pub(crate) fn check_model(knot: &Knot<'_>, src: &SourceModel, acc: &mut Acc) {
     }
 }
 
+/// After every source check: when no source file has the digest the knot
+/// records and tensors are missing or differ, one line first that says
+/// what that means (the wrong model directory), before the details.
+pub(crate) fn different_model(knot: &Knot<'_>, acc: &mut Acc) {
+    let header = knot.header().header();
+    let files = header.meta_list(keys::SOURCE_FILES).unwrap_or_default();
+    let digests = acc
+        .findings
+        .iter()
+        .filter(|(_, f)| matches!(f, Finding::Digest { .. } | Finding::SourceFileNotListed))
+        .count();
+    let tensors = header
+        .blocks
+        .iter()
+        .filter(|b| !matches!(b.encoding, Encoding::Alias { .. }))
+        .count();
+    let differ = acc
+        .findings
+        .iter()
+        .filter(|(_, f)| matches!(f, Finding::BlockNotInSource | Finding::TensorDiffers { .. }))
+        .count();
+    if files.is_empty() || digests < files.len() || differ == 0 {
+        return;
+    }
+    let finding = Finding::DifferentModel {
+        files: files.len(),
+        differ,
+        tensors,
+    };
+    acc.findings.insert(0, ("--source".to_owned(), finding));
+}
+
 /// Bytes of the source's tensors in file `file`.
 pub(crate) fn tensor_bytes(src: &SourceModel, file: usize) -> u64 {
     src.tensors

@@ -1,0 +1,102 @@
+//! The mistakes a new user makes with gkq-decode, and the message each
+//! gets: what went wrong and what to do (issue 25).
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn decode(args: &[&str]) -> Output {
+    fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"))
+        .args(args)
+        .output()
+        .expect("run gkq-decode")
+}
+
+fn pack(dir: &Path, preset: &str) -> PathBuf {
+    let src = dir.join("src");
+    fixtures::write_model(&src, &fixtures::preset(preset).expect("preset")).expect("fixture");
+    let out = dir.join("pkg");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(&src, &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    out
+}
+
+/// Exit `code`, and stderr holds every needle.
+fn says(o: &Output, code: i32, needles: &[&str]) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    println!("{err}"); // shown with --nocapture: the message as a user sees it
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} missing from: {err}");
+    }
+    err
+}
+
+#[test]
+fn an_unsupported_architecture_is_named_with_the_supported_ones() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(tmp.path(), "gpt2-tiny-f32");
+    let err = says(
+        &decode(&[out.to_str().expect("utf8"), "--prompt-ids", "1"]),
+        1,
+        &["gpt2", "qwen2", "llama", "mistral"],
+    );
+    assert!(!err.contains("missing field"), "{err}");
+}
+
+#[test]
+fn an_encoder_only_model_has_no_lm_head() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(tmp.path(), "bert-tiny-f32");
+    let err = says(
+        &decode(&[out.to_str().expect("utf8"), "--prompt-ids", "1"]),
+        1,
+        &["bert", "encoder-only model has no LM head"],
+    );
+    assert!(!err.contains("missing field"), "{err}");
+}
+
+#[test]
+fn a_package_without_its_config_says_what_is_missing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(tmp.path(), "qwen2-tiny-f32");
+    std::fs::remove_file(out.join("config.json")).expect("rm");
+    let www = tmp.path();
+    let nginx = fixtures::servers::Nginx::start(
+        www,
+        &tmp.path().join("nginx"),
+        &fixtures::servers::NginxOptions::default(),
+    )
+    .expect("nginx");
+    for knot in [
+        out.to_str().expect("utf8").to_owned(),
+        format!("{}/pkg/model.knot", nginx.url()),
+    ] {
+        let err = says(&decode(&[&knot, "--prompt-ids", "1"]), 1, &["config.json"]);
+        assert!(
+            err.contains("missing") || err.contains("not found") || err.contains("404"),
+            "{err}"
+        );
+        assert!(!err.contains("for HEAD"), "{knot}: {err}");
+    }
+}
+
+#[test]
+fn a_split_beyond_the_layers_names_the_layer_count() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(tmp.path(), "qwen2-tiny-f32");
+    let err = says(
+        &decode(&[
+            out.to_str().expect("utf8"),
+            "--prompt-ids",
+            "1",
+            "--split",
+            "5",
+        ]),
+        2,
+        &["--split 5", "layers"],
+    );
+    assert!(!err.contains("--layers"), "{err}");
+}
