@@ -219,6 +219,13 @@ fn local_servers() -> anyhow::Result<()> {
         "public bucket URL {}/models  (Ctrl-C or SIGTERM to stop)",
         nginx.url()
     );
+    eprintln!("in another shell:");
+    eprintln!("  export R2_ACCESS_KEY_ID={S3_ACCESS_KEY} R2_SECRET_ACCESS_KEY={S3_SECRET_KEY}");
+    eprintln!(
+        "  cargo xtask upload target/demo/qwen2-tiny --bucket models --prefix qwen2-tiny/v1 --endpoint {} --public-url {}/models/qwen2-tiny/v1",
+        s3.url(),
+        nginx.url()
+    );
     // Wait for SIGINT or SIGTERM; the servers are stopped when dropped.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()

@@ -44,6 +44,19 @@ fn local_servers_ports_and_sigterm() {
         .spawn()
         .expect("spawn");
     wait_for("both servers", || listening(8014) && listening(8080));
+    // the lines a user pastes: an export of the keys, and the upload
+    let mut err = child.stderr.take().expect("stderr");
+    let mut seen = String::new();
+    let t = Instant::now();
+    while !seen.contains("cargo xtask upload") && t.elapsed() < Duration::from_secs(10) {
+        let mut buf = [0u8; 4096];
+        let n = std::io::Read::read(&mut err, &mut buf).expect("read");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(
+        seen.contains("export R2_ACCESS_KEY_ID=") && seen.contains(" R2_SECRET_ACCESS_KEY="),
+        "{seen}"
+    );
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

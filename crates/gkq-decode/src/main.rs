@@ -38,6 +38,7 @@ a network failure); 2 usage error (flags, or a request the model cannot hold).";
 #[command(
     name = "gkq-decode",
     version = version(),
+    override_usage = "gkq-decode <KNOT> (--prompt-ids <IDS> | --prompt <TEXT>) [OPTIONS]\n       gkq-decode <KNOT> --roles output --hidden-in <FILE> [OPTIONS]",
     after_long_help = EXAMPLES,
     after_help = "Run with --help for examples, where the output goes, and the exit codes."
 )]

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use gkq_format::DType;
+use gkq_pack::{PackOptions, PackReport};
 
 /// The features of this build, for `--version`.
 const FEATURES: &[&str] = if cfg!(feature = "spectral") {
@@ -13,15 +15,27 @@ const FEATURES: &[&str] = if cfg!(feature = "spectral") {
 } else {
     &[]
 };
-use gkq_format::DType;
-use gkq_pack::{PackOptions, PackReport};
+
+const AFTER_HELP: &str = "\
+Examples:
+  gkq-pack ./Qwen2.5-0.5B -o out/qwen                      f32 row files (the default)
+  gkq-pack ./Qwen2.5-0.5B -o out/qwen --dtype f32 --dtype bf16
+                                                           f32 blocks, f32 and bf16 row files
+  gkq-pack Qwen/Qwen2.5-0.5B -o out/qwen --force           from the local Hugging Face cache, replacing out/qwen
+  gkq-pack ./model -o out/m --spectral 'model.layers.*.self_attn.k_proj.weight=rank:64'
+  gkq-pack ./model --analyze                               which tensors are low-rank (writes nothing)
+
+Output: the report (files, digests, the knot id) goes to stderr, with a progress bar on a terminal; --json prints one object on stdout instead; --quiet prints nothing.
+
+Exit status: 0 packed; 1 error (nothing is left behind: an existing OUT_DIR keeps its old package); 2 usage error.";
 
 /// Pack a Hugging Face model directory into a GKQ v2 knot and columnar row files.
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-pack",
     version = gkq_cli::version_line(FEATURES),
-    after_help = "Exit status: 0 packed; 1 error (nothing is left behind: an existing OUT_DIR keeps its old package)."
+    override_usage = "gkq-pack <MODEL_DIR> --out <OUT_DIR> [OPTIONS]\n       gkq-pack <MODEL_DIR> --analyze",
+    after_help = AFTER_HELP
 )]
 struct Args {
     /// Model directory (config.json plus model.safetensors, or shards with
@@ -29,39 +43,44 @@ struct Args {
     /// Hugging Face cache (HF_HUB_CACHE, HF_HOME; nothing is downloaded).
     model_dir: PathBuf,
     /// Output directory (must not exist unless --force).
-    #[arg(long, required_unless_present = "analyze")]
+    #[arg(
+        short,
+        long,
+        value_name = "OUT_DIR",
+        required_unless_present = "analyze"
+    )]
     out: Option<PathBuf>,
     /// Write nothing: print, for every 2-D float tensor, the singular value
     /// spectrum (rank for 99 %, 99.9 %, 99.99 % of the energy), the relative
     /// Frobenius error at ranks 32, 64, 128, 256, and the bytes a spectral
     /// block would take there (quant 0 with 16-bit factors, quant 1 u8)
     /// against the dense bytes. Computed in f64 with faer, on one thread.
-    #[arg(long, conflicts_with = "out")]
+    #[arg(long, conflicts_with = "out", help_heading = "Low-rank blocks")]
     analyze: bool,
     /// Row file dtype, repeatable; the first is also the dtype of the
     /// embedding's and lm_head's dense blocks. Accepted: f32, f16, bf16 (and
     /// fp32, float32, fp16, float16, half, bfloat16). Default: f32.
-    #[arg(long = "dtype", value_name = "DTYPE", value_parser = parse_dtype)]
+    #[arg(short, long = "dtype", value_name = "DTYPE", value_parser = parse_dtype)]
     dtypes: Vec<DType>,
-    /// Name of the token-embedding tensor (default: from config.json).
-    #[arg(long)]
-    embed_tensor: Option<String>,
-    /// Name of the lm_head tensor (default: from config.json).
-    #[arg(long)]
-    lm_head_tensor: Option<String>,
     /// Replace the contents of an existing output directory.
-    #[arg(long)]
+    #[arg(short, long)]
     force: bool,
     /// Accept narrowing casts that turn finite values into infinities.
     #[arg(long)]
     allow_lossy: bool,
+    /// Name of the token-embedding tensor (default: from config.json).
+    #[arg(long, value_name = "NAME", help_heading = "Source")]
+    embed_tensor: Option<String>,
+    /// Name of the lm_head tensor (default: from config.json).
+    #[arg(long, value_name = "NAME", help_heading = "Source")]
+    lm_head_tensor: Option<String>,
     /// Model id recorded as source.model_id (default: read from a Hugging
     /// Face cache path, models--ORG--NAME/snapshots/REV; else none).
-    #[arg(long)]
+    #[arg(long, value_name = "ORG/NAME", help_heading = "Source")]
     model_id: Option<String>,
     /// Revision recorded as source.revision (default: from a Hugging Face
     /// cache path; else none).
-    #[arg(long)]
+    #[arg(long, value_name = "REV", help_heading = "Source")]
     revision: Option<String>,
     /// Store the tensors whose names match PATTERN (a glob: `*`, `?`,
     /// `[...]`) as rank-K spectral blocks (FORMAT.md section 5), repeatable.
@@ -73,14 +92,15 @@ struct Args {
     #[arg(
         long = "spectral",
         value_name = "PATTERN=SPEC",
-        conflicts_with = "analyze"
+        conflicts_with = "analyze",
+        help_heading = "Low-rank blocks"
     )]
     spectral: Vec<String>,
     /// Print one JSON object on stdout.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     json: bool,
     /// No human output and no progress bar.
-    #[arg(long)]
+    #[arg(short, long, help_heading = "Output")]
     quiet: bool,
 }
 

@@ -1619,3 +1619,31 @@ fn real_minilm_analyze_and_spectral() {
     );
     assert!(e.contains("refused"), "{e}");
 }
+
+/// The help has examples and the usage line shows --out (issue 25); a
+/// typo gets a suggestion; --version lists the features.
+#[test]
+fn help_examples_usage_and_suggestions() {
+    let bin = env!("CARGO_BIN_EXE_gkq-pack");
+    let o = std::process::Command::new(bin)
+        .arg("--help")
+        .output()
+        .expect("help");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("Examples:") && text.contains("gkq-pack <MODEL_DIR> --out <OUT_DIR>"),
+        "{text}"
+    );
+    let o = std::process::Command::new(bin)
+        .args(["m", "--outt", "x"])
+        .output()
+        .expect("typo");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("a similar argument exists: '--out'"), "{err}");
+    let v = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .expect("version");
+    assert!(String::from_utf8_lossy(&v.stdout).contains("(features: spectral)"));
+}

@@ -19,7 +19,7 @@ use serde_json::json;
     name = "cargo xtask upload",
     bin_name = "cargo xtask upload",
     version = gkq_cli::version_line(&["s3"]),
-    after_help = "Credentials: R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (an R2 API token with Object Read & Write on the bucket); else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN); else an AWS profile (AWS_PROFILE, ~/.aws/credentials).\nEndpoint: --endpoint, else https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com.\nTo try it locally: `bash scripts/install-test-deps.sh`, then `cargo xtask local-servers`.\n\nExit status: 0 published (or already there); 1 error (the message says what to do)."
+    after_help = "Examples:\n  cargo xtask upload out/qwen --bucket models --prefix qwen2.5-0.5b/v1 --public-url https://models.example/qwen2.5-0.5b/v1\n  cargo xtask upload out/qwen --bucket models --prefix qwen2.5-0.5b/v1 --dry-run\n  cargo xtask upload out/qwen --bucket models --prefix t/v1 --endpoint http://127.0.0.1:8014   (cargo xtask local-servers)\n\nOutput: one line per object on stderr (--json: one JSON object per object on stdout), then the knot id.\n\nCredentials: R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (an R2 API token with Object Read & Write on the bucket); else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN); else an AWS profile (AWS_PROFILE, ~/.aws/credentials).\nEndpoint: --endpoint, else https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com.\nTo try it locally: `bash scripts/install-test-deps.sh`, then `cargo xtask local-servers`.\n\nExit status: 0 published (or already there); 1 error (the message says what to do)."
 )]
 struct UploadArgs {
     /// A gkq-pack output directory.

@@ -177,6 +177,7 @@ fn upload_errors_are_one_line() {
     let text = String::from_utf8_lossy(&help.stdout);
     for m in [
         "Usage: cargo xtask upload",
+        "Examples:",
         "R2_ACCOUNT_ID",
         "R2_ACCESS_KEY_ID",
         "R2_SECRET_ACCESS_KEY",

@@ -14,13 +14,23 @@ use serde_json::{Value, json};
 #[command(
     name = "gkq-inspect",
     version = gkq_node::version(),
-    after_help = "A URL is read the way a node opens it: one HEAD and one or two range requests for the header; no payload is fetched.\n\nExit status: 0 printed; 1 the knot could not be read or is invalid (the message says which rule it breaks)."
+    after_help = "\
+Examples:
+  gkq-inspect out/qwen2-tiny                              a local package (a directory means its model.knot)
+  gkq-inspect https://HOST/qwen/v1/model.knot --json      a published knot, as one JSON object
+  gkq-inspect s3://bucket/qwen/v1/model.knot --endpoint http://127.0.0.1:8014
+
+A URL is read the way a node opens it: one range GET of the knot's first 64 KiB, and a second for the rest of the header when it is longer; no payload is fetched.
+
+Output: the knot id, metadata and block table on stdout (text, or one JSON object with --json); errors on stderr.
+
+Exit status: 0 printed; 1 the knot could not be read or is invalid (the message says which rule it breaks); 2 usage error."
 )]
 struct Args {
-    /// The knot: a path or an http(s) URL.
+    /// The knot: a path, a package directory, or an http(s):// or s3:// URL.
     knot: String,
     /// Print one JSON object.
-    #[arg(long)]
+    #[arg(short, long)]
     json: bool,
     #[command(flatten)]
     net: NetArgs,
