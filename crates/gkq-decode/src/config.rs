@@ -220,7 +220,7 @@ impl Config {
     }
 
     /// The most positions a decode may reach: `max_position_embeddings`,
-    /// else [`DEFAULT_MAX_POSITIONS`]; never more than [`MAX_POSITIONS`].
+    /// else [`DEFAULT_MAX_POSITIONS`]; never more than 16,777,216.
     pub fn position_limit(&self) -> usize {
         self.max_positions
             .unwrap_or(DEFAULT_MAX_POSITIONS)

@@ -93,7 +93,7 @@ pub enum StageRoles {
 }
 
 /// One pipeline stage: a reader and the layers it runs, loaded in the
-/// background in first-use order ([`load`]).
+/// background in first-use order (the `load` module).
 pub struct Stage {
     reader: Reader,
     cfg: Config,

@@ -77,8 +77,12 @@ fn validate_metadata(h: &Header) -> Result<()> {
     }
     validate_package_files(h)?;
     validate_spectral_figures(h)?;
-    // Every `role.*` key, known or not, is a STR naming a block.
-    for (key, value) in md.range::<str, _>((
+    validate_roles(h)
+}
+
+/// Every `role.*` key, known or not, is a STR naming a block.
+fn validate_roles(h: &Header) -> Result<()> {
+    for (key, value) in h.metadata.range::<str, _>((
         std::ops::Bound::Included(keys::ROLE_PREFIX),
         std::ops::Bound::Unbounded,
     )) {

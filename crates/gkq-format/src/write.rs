@@ -57,91 +57,109 @@ fn put_payload(out: &mut Vec<u8>, p: &Payload) {
     out.extend_from_slice(&p.sha256);
 }
 
-/// Serialises a header (docs/FORMAT.md section 3). Its length does not
-/// depend on digests or offsets, only on names, shapes and counts.
-pub(crate) fn encode_header(h: &Header) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
+/// The metadata section (section 3.1), appended to `out`.
+fn put_metadata(out: &mut Vec<u8>, metadata: &Metadata) -> Result<()> {
     let n: u32 = count(
-        h.metadata.len(),
+        metadata.len(),
         u64::from(MAX_METADATA_ENTRIES),
         "metadata entry count",
     )?;
     out.extend_from_slice(&n.to_le_bytes());
-    for (key, value) in &h.metadata {
+    for (key, value) in metadata {
         if key.is_empty() {
             return Err(Error::EmptyName {
                 what: "metadata key",
             });
         }
-        put_str16(&mut out, key, MAX_KEY_LEN, "metadata key")?;
+        put_str16(out, key, MAX_KEY_LEN, "metadata key")?;
         out.push(value.tag());
         match value {
             Value::U64(v) => out.extend_from_slice(&v.to_le_bytes()),
             Value::Bool(v) => out.push(u8::from(*v)),
-            Value::Str(s) => put_str32(&mut out, s, MAX_STRING_LEN, "STR value")?,
+            Value::Str(s) => put_str32(out, s, MAX_STRING_LEN, "STR value")?,
             Value::StrList(items) => {
                 let n: u32 = count(items.len(), u64::from(MAX_LIST_LEN), "STR_LIST length")?;
                 out.extend_from_slice(&n.to_le_bytes());
                 for s in items {
-                    put_str32(&mut out, s, MAX_STRING_LEN, "STR_LIST item")?;
+                    put_str32(out, s, MAX_STRING_LEN, "STR_LIST item")?;
                 }
             }
         }
     }
+    Ok(())
+}
+
+/// One block of the table (section 3.2), appended to `out`.
+fn put_block(out: &mut Vec<u8>, b: &Block) -> Result<()> {
+    if b.name.is_empty() {
+        return Err(Error::EmptyName { what: "block name" });
+    }
+    put_str16(out, &b.name, MAX_NAME_LEN, "block name")?;
+    out.push(b.encoding.tag());
+    out.push(b.dtype.code());
+    out.extend_from_slice(&b.flags.to_le_bytes());
+    let ndim: u8 = count(b.shape.len(), u64::from(MAX_NDIM), "ndim")?;
+    out.push(ndim);
+    for d in &b.shape {
+        out.extend_from_slice(&d.to_le_bytes());
+    }
+    match &b.encoding {
+        Encoding::Dense(p) => put_payload(out, p),
+        Encoding::Spectral {
+            rank,
+            factor_dtype,
+            quant,
+            payload,
+        } => {
+            out.extend_from_slice(&rank.to_le_bytes());
+            out.push(factor_dtype.code());
+            out.push(match quant {
+                Quant::None => 0,
+                Quant::U8Affine => 1,
+            });
+            put_payload(out, payload);
+        }
+        Encoding::Alias { target } => out.extend_from_slice(&target.to_le_bytes()),
+    }
+    let n: u8 = count(
+        b.columnar.len(),
+        u64::from(MAX_DESCRIPTORS),
+        "descriptors per block",
+    )?;
+    out.push(n);
+    for d in &b.columnar {
+        put_descriptor(out, d)?;
+    }
+    Ok(())
+}
+
+/// One columnar descriptor (section 3.4, version 3), appended to `out`.
+fn put_descriptor(out: &mut Vec<u8>, d: &ColumnarDescriptor) -> Result<()> {
+    out.push(d.dtype.code());
+    out.extend_from_slice(&d.rows.to_le_bytes());
+    out.extend_from_slice(&d.row_bytes.to_le_bytes());
+    out.extend_from_slice(&d.byte_len.to_le_bytes());
+    out.extend_from_slice(&d.sha256);
+    put_str16(out, &d.object, MAX_NAME_LEN, "descriptor object")?;
+    // version 3 (section 3.4): flags, proof_height, merkle_root
+    let proof = d
+        .proof
+        .ok_or_else(|| Error::Writer(format!("row file {:?} has no row proof", d.object)))?;
+    out.push(d.flags);
+    out.push(proof.height);
+    out.extend_from_slice(&proof.root);
+    Ok(())
+}
+
+/// Serialises a header (docs/FORMAT.md section 3). Its length does not
+/// depend on digests or offsets, only on names, shapes and counts.
+pub(crate) fn encode_header(h: &Header) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    put_metadata(&mut out, &h.metadata)?;
     let n: u32 = count(h.blocks.len(), u64::from(MAX_BLOCKS), "block count")?;
     out.extend_from_slice(&n.to_le_bytes());
     for b in &h.blocks {
-        if b.name.is_empty() {
-            return Err(Error::EmptyName { what: "block name" });
-        }
-        put_str16(&mut out, &b.name, MAX_NAME_LEN, "block name")?;
-        out.push(b.encoding.tag());
-        out.push(b.dtype.code());
-        out.extend_from_slice(&b.flags.to_le_bytes());
-        let ndim: u8 = count(b.shape.len(), u64::from(MAX_NDIM), "ndim")?;
-        out.push(ndim);
-        for d in &b.shape {
-            out.extend_from_slice(&d.to_le_bytes());
-        }
-        match &b.encoding {
-            Encoding::Dense(p) => put_payload(&mut out, p),
-            Encoding::Spectral {
-                rank,
-                factor_dtype,
-                quant,
-                payload,
-            } => {
-                out.extend_from_slice(&rank.to_le_bytes());
-                out.push(factor_dtype.code());
-                out.push(match quant {
-                    Quant::None => 0,
-                    Quant::U8Affine => 1,
-                });
-                put_payload(&mut out, payload);
-            }
-            Encoding::Alias { target } => out.extend_from_slice(&target.to_le_bytes()),
-        }
-        let n: u8 = count(
-            b.columnar.len(),
-            u64::from(MAX_DESCRIPTORS),
-            "descriptors per block",
-        )?;
-        out.push(n);
-        for d in &b.columnar {
-            out.push(d.dtype.code());
-            out.extend_from_slice(&d.rows.to_le_bytes());
-            out.extend_from_slice(&d.row_bytes.to_le_bytes());
-            out.extend_from_slice(&d.byte_len.to_le_bytes());
-            out.extend_from_slice(&d.sha256);
-            put_str16(&mut out, &d.object, MAX_NAME_LEN, "descriptor object")?;
-            // version 3 (section 3.4): flags, proof_height, merkle_root
-            let proof = d.proof.ok_or_else(|| {
-                Error::Writer(format!("row file {:?} has no row proof", d.object))
-            })?;
-            out.push(d.flags);
-            out.push(proof.height);
-            out.extend_from_slice(&proof.root);
-        }
+        put_block(&mut out, b)?;
     }
     if out.len() as u64 > MAX_HEADER_LEN {
         return Err(Error::HeaderTooLarge {

@@ -90,7 +90,7 @@ pub struct CastSummary {
     pub overflowed: bool,
 }
 
-/// What [`pack`] produced (the `--json` output).
+/// What [`crate::pack`] produced (the `--json` output).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct PackReport {
     /// The knot id: hex of the preamble's `header_sha256`, which

@@ -138,30 +138,7 @@ impl Inner {
             None
         };
         let lm_head = if serve.output {
-            let name = role_block(knot.header(), keys::ROLE_LM_HEAD, knot.location())?;
-            let index = knot.index(&name)?;
-            let blocks = &knot.header().header().blocks;
-            let tied = matches!(blocks.get(index).map(|b| &b.encoding), Some(Encoding::Alias { target }) if *target as usize == embed_index);
-            let source = lmhead::lm_source(
-                &knot,
-                index,
-                config.columnar_embed.as_deref(),
-                config.lm_head_dtype,
-            )?;
-            tracing::info!(lm_head = %name, path = ?source.resolution.path, reason = %source.resolution.reason, "lm_head resolved");
-            Some(LmHeadCore {
-                index,
-                resolution: Mutex::new(source.resolution.clone()),
-                source,
-                // only a tied lm_head shares its resident matrix with the embedding
-                resident: if tied {
-                    resident.clone()
-                } else {
-                    Arc::new(OnceCell::new())
-                },
-                background: Mutex::new(None),
-                fetched: AtomicU64::new(0),
-            })
+            Some(Self::open_lm_head(&knot, &config, embed_index, &resident)?)
         } else {
             None
         };
@@ -172,6 +149,40 @@ impl Inner {
             config,
             embedding,
             lm_head,
+        })
+    }
+
+    /// The lm_head's source (the narrowest exact row file, else the block)
+    /// and, when tied to the embedding, the resident matrix they share.
+    fn open_lm_head(
+        knot: &KnotHandle,
+        config: &ReaderConfig,
+        embed_index: usize,
+        resident: &Resident,
+    ) -> Result<LmHeadCore> {
+        let name = role_block(knot.header(), keys::ROLE_LM_HEAD, knot.location())?;
+        let index = knot.index(&name)?;
+        let blocks = &knot.header().header().blocks;
+        let tied = matches!(blocks.get(index).map(|b| &b.encoding), Some(Encoding::Alias { target }) if *target as usize == embed_index);
+        let source = lmhead::lm_source(
+            knot,
+            index,
+            config.columnar_embed.as_deref(),
+            config.lm_head_dtype,
+        )?;
+        tracing::info!(lm_head = %name, path = ?source.resolution.path, reason = %source.resolution.reason, "lm_head resolved");
+        Ok(LmHeadCore {
+            index,
+            resolution: Mutex::new(source.resolution.clone()),
+            source,
+            // only a tied lm_head shares its resident matrix with the embedding
+            resident: if tied {
+                resident.clone()
+            } else {
+                Arc::new(OnceCell::new())
+            },
+            background: Mutex::new(None),
+            fetched: AtomicU64::new(0),
         })
     }
 

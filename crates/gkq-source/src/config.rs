@@ -171,3 +171,50 @@ impl ModelConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(json: &str) -> Result<ModelConfig> {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::write(dir.path().join("config.json"), json).expect("write");
+        ModelConfig::read(dir.path())
+    }
+
+    #[test]
+    fn families_ties_and_heads() {
+        let q = read(r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","vocab_size":8,"hidden_size":4,"tie_word_embeddings":true}"#)
+            .expect("qwen2");
+        assert_eq!(q.family, Some(Family::Decoder));
+        assert!(q.tie_word_embeddings && q.has_lm_head());
+        assert_eq!((q.vocab_size, q.hidden_size), (8, Some(4)));
+        // GPT-2: n_vocab/n_embd spellings, tied by the family's default
+        let g = read(
+            r#"{"architectures":["GPT2LMHeadModel"],"model_type":"gpt2","n_vocab":8,"n_embd":4}"#,
+        )
+        .expect("gpt2");
+        assert_eq!(g.family, Some(Family::Gpt2));
+        assert!(g.tie_word_embeddings && g.has_lm_head());
+        // a bare encoder has no lm_head
+        let b = read(r#"{"architectures":["BertModel"],"model_type":"bert","vocab_size":8}"#)
+            .expect("bert");
+        assert!(!b.has_lm_head());
+    }
+
+    #[test]
+    fn bad_configs_say_what_is_wrong() {
+        let e = |json: &str| read(json).expect_err(json).to_string();
+        assert!(e("{ not json").contains("invalid JSON"));
+        assert!(e("[1]").contains("not a JSON object"));
+        assert!(e(r#"{"vocab_size":8}"#).contains("neither architectures nor model_type"));
+        assert!(e(r#"{"model_type":"llama"}"#).contains("vocab_size is missing"));
+        assert!(
+            e(r#"{"model_type":"llama","vocab_size":8,"tie_word_embeddings":"yes"}"#)
+                .contains("not a bool")
+        );
+        let dir = tempfile::tempdir().expect("tmp");
+        let missing = ModelConfig::read(dir.path()).expect_err("none").to_string();
+        assert!(missing.contains("needs its config.json"), "{missing}");
+    }
+}

@@ -152,4 +152,26 @@ mod tests {
         assert!(!looks_like_id("/abs"));
         assert!(!looks_like_id("model"));
     }
+
+    #[test]
+    fn directories_and_mistakes() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let snap = dir.path().join("models--org--m/snapshots/rev1");
+        std::fs::create_dir_all(&snap).expect("snapshot");
+        let l = locate(&snap).expect("a directory");
+        assert_eq!(l.model_id.as_deref(), Some("org/m"));
+        assert_eq!(l.revision.as_deref(), Some("rev1"));
+        let plain = locate(dir.path()).expect("a plain directory");
+        assert_eq!((plain.model_id, plain.revision), (None, None));
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"").expect("file");
+        assert!(matches!(
+            locate(&file),
+            Err(SourceError::NotADirectory { .. })
+        ));
+        assert!(matches!(
+            locate(&dir.path().join("nope/x/y")),
+            Err(SourceError::NoModelDir { .. })
+        ));
+    }
 }

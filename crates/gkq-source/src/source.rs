@@ -142,59 +142,71 @@ fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> 
     ))
 }
 
+/// `model.safetensors.index.json`: its weight map (tensor → shard), each
+/// shard a plain file name that exists in `dir`.
+fn read_index(dir: &Path, index_path: &Path) -> Result<BTreeMap<String, String>> {
+    let err = |reason: String| SourceError::Index {
+        path: index_path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(index_path).map_err(|e| err(e.to_string()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))?;
+    let map = v["weight_map"]
+        .as_object()
+        .ok_or_else(|| err("weight_map is missing or not an object".into()))?;
+    let mut wm = BTreeMap::new();
+    for (t, f) in map {
+        let f = f
+            .as_str()
+            .ok_or_else(|| err(format!("weight_map[{t:?}] is not a string")))?;
+        if f.contains('/') || f.starts_with('.') {
+            return Err(err(format!("shard name {f:?} is not a plain file name")));
+        }
+        wm.insert(t.clone(), f.to_owned());
+    }
+    for s in wm.values().collect::<BTreeSet<_>>() {
+        let p = dir.join(s);
+        if !p.is_file() {
+            return Err(SourceError::MissingShard {
+                index: index_path.to_path_buf(),
+                shard: s.clone(),
+                path: p,
+            });
+        }
+    }
+    Ok(wm)
+}
+
+/// No safetensors in `dir`: say so, and what to do with pickled weights.
+fn no_weights(dir: &Path) -> SourceError {
+    let pickled = ["pytorch_model.bin", "pytorch_model.bin.index.json"]
+        .iter()
+        .find(|n| dir.join(n).is_file());
+    SourceError::NoWeights {
+        dir: dir.to_path_buf(),
+        hint: pickled.map_or_else(String::new, |n| {
+            format!(
+                "; found {n}: gkq-pack reads safetensors only (pickled PyTorch weights can run code when loaded). Convert with transformers: AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"
+            )
+        }),
+    }
+}
+
 impl SourceModel {
     /// Opens and validates every safetensors file of `dir`.
     pub fn open(dir: &Path) -> Result<SourceModel> {
         let index_path = dir.join("model.safetensors.index.json");
         let mut expected: Option<BTreeMap<String, String>> = None;
         let names: Vec<String> = if index_path.exists() {
-            let err = |reason: String| SourceError::Index {
-                path: index_path.clone(),
-                reason,
-            };
-            let text = std::fs::read_to_string(&index_path).map_err(|e| err(e.to_string()))?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))?;
-            let map = v["weight_map"]
-                .as_object()
-                .ok_or_else(|| err("weight_map is missing or not an object".into()))?;
-            let mut wm = BTreeMap::new();
-            for (t, f) in map {
-                let f = f
-                    .as_str()
-                    .ok_or_else(|| err(format!("weight_map[{t:?}] is not a string")))?;
-                if f.contains('/') || f.starts_with('.') {
-                    return Err(err(format!("shard name {f:?} is not a plain file name")));
-                }
-                wm.insert(t.clone(), f.to_owned());
-            }
+            let wm = read_index(dir, &index_path)?;
             let shards: BTreeSet<String> = wm.values().cloned().collect();
-            for s in &shards {
-                let p = dir.join(s);
-                if !p.is_file() {
-                    return Err(SourceError::MissingShard {
-                        index: index_path.clone(),
-                        shard: s.clone(),
-                        path: p,
-                    });
-                }
-            }
             expected = Some(wm);
             shards.into_iter().collect()
         } else if dir.join("model.safetensors").is_file() {
             vec!["model.safetensors".to_owned()]
         } else {
-            let pickled = ["pytorch_model.bin", "pytorch_model.bin.index.json"]
-                .iter()
-                .find(|n| dir.join(n).is_file());
-            return Err(SourceError::NoWeights {
-                dir: dir.to_path_buf(),
-                hint: pickled.map_or_else(String::new, |n| {
-                    format!(
-                        "; found {n}: gkq-pack reads safetensors only (pickled PyTorch weights can run code when loaded). Convert with transformers: AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"
-                    )
-                }),
-            });
+            return Err(no_weights(dir));
         };
         let mut files = Vec::new();
         let mut tensors: Vec<SourceTensor> = Vec::new();
@@ -295,5 +307,53 @@ impl SourceModel {
                 Ok(h.finalize().into())
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(dir: &Path, json: &str) -> Result<BTreeMap<String, String>> {
+        let p = dir.join("model.safetensors.index.json");
+        std::fs::write(&p, json).expect("write");
+        read_index(dir, &p)
+    }
+
+    #[test]
+    fn shard_index_rules() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let d = dir.path();
+        std::fs::write(d.join("a.safetensors"), b"").expect("shard");
+        let wm = index(
+            d,
+            r#"{"weight_map":{"x":"a.safetensors","y":"a.safetensors"}}"#,
+        )
+        .expect("valid");
+        assert_eq!(wm.len(), 2);
+        let err = |json: &str| index(d, json).expect_err(json).to_string();
+        assert!(err("{").contains("invalid JSON"));
+        assert!(err(r#"{"metadata":{}}"#).contains("weight_map is missing"));
+        assert!(err(r#"{"weight_map":{"x":1}}"#).contains("is not a string"));
+        assert!(
+            err(r#"{"weight_map":{"x":"../a.safetensors"}}"#).contains("not a plain file name")
+        );
+        let missing = index(d, r#"{"weight_map":{"x":"b.safetensors"}}"#).expect_err("missing");
+        assert!(
+            matches!(missing, SourceError::MissingShard { .. }),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn pickled_weights_get_a_conversion_hint() {
+        let dir = tempfile::tempdir().expect("tmp");
+        assert!(!no_weights(dir.path()).to_string().contains("pickled"));
+        std::fs::write(dir.path().join("pytorch_model.bin"), b"").expect("bin");
+        let e = no_weights(dir.path()).to_string();
+        assert!(
+            e.contains("pytorch_model.bin") && e.contains("safe_serialization=True"),
+            "{e}"
+        );
     }
 }

@@ -183,6 +183,67 @@ fn join(parts: impl IntoIterator<Item = BytesMut>) -> BytesMut {
     acc
 }
 
+/// A read of no bytes: nothing to fetch, but a digest is still checked.
+fn empty_read(url: &str, start: u64, check: &Check) -> Result<Bytes> {
+    let empty = <[u8; 32]>::from(Sha256::digest([]));
+    match check {
+        Check::Sha256(want) if *want != empty => Err(StoreError::Digest {
+            url: url.to_owned(),
+            start,
+            end: start,
+            expected: hex(want),
+            found: hex(&empty),
+        }),
+        _ => Ok(Bytes::new()),
+    }
+}
+
+/// Collects finished parts, feeding the in-order prefix to a hasher on the
+/// blocking pool as it grows: the digest is ready when the last part is.
+async fn hashed<S>(mut pending: S) -> Result<(BytesMut, [u8; 32])>
+where
+    S: futures_util::Stream<Item = Result<(u64, BytesMut)>> + Unpin,
+{
+    let (tx, rx) = std::sync::mpsc::channel::<BytesMut>();
+    let hasher = tokio::task::spawn_blocking(move || {
+        let mut h = Sha256::new();
+        let mut acc: Vec<BytesMut> = Vec::new();
+        for p in rx {
+            h.update(&p);
+            acc.push(p);
+        }
+        (join(acc), <[u8; 32]>::from(h.finalize()))
+    });
+    let mut waiting = BTreeMap::new();
+    let mut next = 0u64;
+    while let Some(done) = pending.next().await {
+        let (off, buf) = done?;
+        waiting.insert(off, buf);
+        while let Some(buf) = waiting.remove(&next) {
+            next += buf.len() as u64;
+            // the hasher ends only when tx is dropped
+            let _ = tx.send(buf);
+        }
+    }
+    drop(tx);
+    hasher
+        .await
+        .map_err(|e| StoreError::Client(format!("hasher task: {e}")))
+}
+
+/// Collects finished parts, in place.
+async fn collected<S>(mut pending: S) -> Result<BytesMut>
+where
+    S: futures_util::Stream<Item = Result<(u64, BytesMut)>> + Unpin,
+{
+    let mut parts = BTreeMap::new();
+    while let Some(done) = pending.next().await {
+        let (off, buf) = done?;
+        parts.insert(off, buf);
+    }
+    Ok(join(parts.into_values()))
+}
+
 /// Reads bytes `start..start + len` of `url` from `backend` in parallel
 /// parts under `gate`, and returns them once `check` passes.
 pub async fn read_parts(
@@ -194,90 +255,34 @@ pub async fn read_parts(
     check: Check,
 ) -> Result<Bytes> {
     if len == 0 {
-        return match check {
-            Check::Sha256(want) if want != <[u8; 32]>::from(Sha256::digest([])) => {
-                Err(StoreError::Digest {
-                    url: url.to_owned(),
-                    start,
-                    end: start,
-                    expected: hex(&want),
-                    found: hex(&Sha256::digest([])),
-                })
-            }
-            _ => Ok(Bytes::new()),
-        };
+        return empty_read(url, start, &check);
     }
-    check_read(
-        url,
-        start,
-        start.saturating_add(len) - 1,
-        backend.max_read_bytes(),
-    )?;
+    let end = start.saturating_add(len) - 1;
+    check_read(url, start, end, backend.max_read_bytes())?;
     let t = Instant::now();
     let size = part_size(gate.config, &check);
-    let n = usize::try_from(len).unwrap_or(usize::MAX);
-    let mut whole = BytesMut::zeroed(n);
+    let mut whole = BytesMut::zeroed(usize::try_from(len).unwrap_or(usize::MAX));
     let mut found = String::new();
     for round in 0..2 {
-        let mut pending: FuturesUnordered<_> = cut(whole, size)
+        let pending: FuturesUnordered<_> = cut(whole, size)
             .into_iter()
             .map(|p| part(backend, gate, url, start, p, total, &check))
             .collect();
-        let (joined, digest) = match &check {
-            Check::Sha256(_) => {
-                let (tx, rx) = std::sync::mpsc::channel::<BytesMut>();
-                let hasher = tokio::task::spawn_blocking(move || {
-                    let mut h = Sha256::new();
-                    let mut acc: Vec<BytesMut> = Vec::new();
-                    for p in rx {
-                        h.update(&p);
-                        acc.push(p);
-                    }
-                    (join(acc), <[u8; 32]>::from(h.finalize()))
-                });
-                let mut waiting = BTreeMap::new();
-                let mut next = 0u64;
-                while let Some(done) = pending.next().await {
-                    let (off, buf) = done?;
-                    waiting.insert(off, buf);
-                    while let Some(buf) = waiting.remove(&next) {
-                        next += buf.len() as u64;
-                        // the hasher ends only when tx is dropped
-                        let _ = tx.send(buf);
-                    }
+        let joined = match &check {
+            Check::Sha256(want) => match hashed(pending).await? {
+                (joined, d) if d != *want => {
+                    found = hex(&d);
+                    tracing::warn!(url, start, len, round, found = %found, "a range failed its sha256: fetching it again");
+                    whole = joined;
+                    continue;
                 }
-                drop(tx);
-                let (joined, d) = hasher
-                    .await
-                    .map_err(|e| StoreError::Client(format!("hasher task: {e}")))?;
-                (joined, Some(d))
-            }
-            _ => {
-                let mut parts = BTreeMap::new();
-                while let Some(done) = pending.next().await {
-                    let (off, buf) = done?;
-                    parts.insert(off, buf);
-                }
-                (join(parts.into_values()), None)
-            }
+                (joined, _) => joined,
+            },
+            _ => collected(pending).await?,
         };
-        match (&check, digest) {
-            (Check::Sha256(want), Some(d)) if d != *want => {
-                found = hex(&d);
-                tracing::warn!(url, start, len, round, found = %found, "a range failed its sha256: fetching it again");
-                whole = joined;
-            }
-            _ => {
-                tracing::debug!(
-                    url,
-                    start,
-                    len,
-                    ms = t.elapsed().as_millis() as u64,
-                    "parallel read verified"
-                );
-                return Ok(joined.freeze());
-            }
-        }
+        let ms = t.elapsed().as_millis() as u64;
+        tracing::debug!(url, start, len, ms, "parallel read verified");
+        return Ok(joined.freeze());
     }
     let expected = match check {
         Check::Sha256(d) => hex(&d),
@@ -286,7 +291,7 @@ pub async fn read_parts(
     Err(StoreError::Digest {
         url: url.to_owned(),
         start,
-        end: start + len - 1,
+        end,
         expected,
         found,
     })

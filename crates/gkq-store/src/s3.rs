@@ -1,6 +1,6 @@
 //! S3 (Cloudflare R2, or any S3-compatible store; feature `s3`): the
 //! client configured the way R2 needs it, shared by the uploader, and
-//! [`S3Reader`], strict ranged reads of private objects for the reader.
+//! [`S3Store`], strict ranged reads of private objects for the reader.
 
 use std::time::Duration;
 

@@ -14,14 +14,8 @@ use anyhow::bail;
 use super::common::{bench_dir, dir_bytes, release_bin, timed, timed_rss};
 use crate::root;
 
-pub(crate) fn run() -> anyhow::Result<()> {
-    if !Path::new("/usr/bin/time").exists() {
-        bail!("bench big needs /usr/bin/time (apt-get install time) for peak RSS");
-    }
-    // generated afresh: the end of the run deletes it (disk)
-    let _ = std::fs::remove_dir_all(bench_dir().join("llama3-70b-embed"));
-    let model = crate::bench::common::preset("llama3-70b-embed")?;
-    let input = dir_bytes(&model)?;
+/// `cp -r && sync` of `model`: the reference for writing as many bytes.
+fn copy_time(model: &Path) -> anyhow::Result<f64> {
     let copy = bench_dir().join("big-copy");
     let _ = std::fs::remove_dir_all(&copy);
     let (cp, _) = timed(Command::new("sh").arg("-c").arg(format!(
@@ -30,6 +24,41 @@ pub(crate) fn run() -> anyhow::Result<()> {
         copy.display()
     )))?;
     std::fs::remove_dir_all(&copy)?;
+    Ok(cp)
+}
+
+/// scripts/reference_pack.py on `model` (our output gone: disk): its
+/// seconds, peak RSS and the knot id line it prints.
+fn reference(model: &Path) -> anyhow::Result<(f64, u64, String)> {
+    let s = |p: &Path| p.as_os_str().to_owned();
+    let py_out = bench_dir().join("big-reference");
+    let _ = std::fs::remove_dir_all(&py_out);
+    let script = root().join("scripts/reference_pack.py");
+    let tool = format!("--tool=gkq-pack {}", env!("CARGO_PKG_VERSION"));
+    let (py, py_rss, stdout) = timed_rss(
+        Path::new("python3"),
+        &[
+            &s(&script),
+            &s(model),
+            &s(&py_out),
+            "--dtype".as_ref(),
+            "bf16".as_ref(),
+            tool.as_ref(),
+        ],
+    )?;
+    std::fs::remove_dir_all(&py_out)?;
+    Ok((py, py_rss, String::from_utf8_lossy(&stdout).into_owned()))
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    if !Path::new("/usr/bin/time").exists() {
+        bail!("bench big needs /usr/bin/time (apt-get install time) for peak RSS");
+    }
+    // generated afresh: the end of the run deletes it (disk)
+    let _ = std::fs::remove_dir_all(bench_dir().join("llama3-70b-embed"));
+    let model = crate::bench::common::preset("llama3-70b-embed")?;
+    let input = dir_bytes(&model)?;
+    let cp = copy_time(&model)?;
 
     let out = bench_dir().join("big-pack");
     let _ = std::fs::remove_dir_all(&out);
@@ -64,25 +93,8 @@ pub(crate) fn run() -> anyhow::Result<()> {
     let limit = verified as f64 / (cores * rate);
     std::fs::remove_dir_all(&out)?;
 
-    // the Python reference, with our output gone (disk), checked by knot id
-    let py_out = bench_dir().join("big-reference");
-    let _ = std::fs::remove_dir_all(&py_out);
-    let script = root().join("scripts/reference_pack.py");
-    let tool = format!("--tool=gkq-pack {}", env!("CARGO_PKG_VERSION"));
-    let (py, py_rss, stdout) = timed_rss(
-        Path::new("python3"),
-        &[
-            &s(&script),
-            &s(&model),
-            &s(&py_out),
-            "--dtype".as_ref(),
-            "bf16".as_ref(),
-            tool.as_ref(),
-        ],
-    )?;
-    let py_id = String::from_utf8_lossy(&stdout);
+    let (py, py_rss, py_id) = reference(&model)?;
     let same = py_id.trim() == format!("knot id {knot_id}");
-    std::fs::remove_dir_all(&py_out)?;
     std::fs::remove_dir_all(&model)?;
 
     println!(

@@ -46,20 +46,8 @@ fn kib(b: f64) -> String {
     format!("{:.2} KB", b / 1024.0)
 }
 
-pub(crate) fn run() -> anyhow::Result<()> {
-    packed()?;
-    let nginx = Nginx::start(
-        &bench_dir(),
-        &bench_dir().join("nginx-reader"),
-        &NginxOptions::default(),
-    )?;
-    let base = format!("{}/{PACK}", nginx.url());
-    let sessions = fixtures::sessions::dir();
-    let s = |n: &str| sessions.join(n).display().to_string();
-    println!(
-        "bench reader: qwen2.5-0.5b preset (bf16 source) packed with --dtype f32 --dtype bf16, served by nginx on 127.0.0.1; the reader gets the base URL and picks the bf16 rows (exact: 1792 B/row instead of 3584), each verified with its Merkle proof (height 6: 192 B per row, and a 75,968 B chunk table once); dense f32 embedding = 544,538,624 B = 519.31 MB (MiB, as in the proposal); KB = 1024 B"
-    );
-    println!();
+/// One cold `gkq-rows` per workload; returns the knot header's bytes.
+fn cold(base: &str, s: &dyn Fn(&str) -> String) -> anyhow::Result<f64> {
     println!(
         "Cold backend per workload (a fresh gkq-rows process; the knot header fetch is shown separately):"
     );
@@ -69,7 +57,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut header = 0.0;
     for (name, _) in fixtures::sessions::WORKLOADS {
-        let v = rows_json(&base, &["--sessions-file", &s(&format!("{name}.jsonl"))])?;
+        let v = rows_json(base, &["--sessions-file", &s(&format!("{name}.jsonl"))])?;
         header = v["open"]["payload_bytes"].as_f64().unwrap_or(0.0);
         let payload = v["payload_bytes"].as_f64().unwrap_or(0.0);
         let proof = v["proof_bytes"].as_f64().unwrap_or(0.0);
@@ -89,17 +77,16 @@ pub(crate) fn run() -> anyhow::Result<()> {
             100.0 - payload / DENSE * 100.0
         );
     }
-    println!();
-    println!(
-        "Opening the knot remotely (HEAD + one range GET of the header, + HEAD of the row file): {} of payload per process.",
-        kib(header)
-    );
-    println!();
-    let warm = std::fs::read_to_string(sessions.join("warm100.txt"))?;
+    Ok(header)
+}
+
+/// 100 sessions through one warm backend, against the proposal's figures.
+fn warm(base: &str, s: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
+    let warm = std::fs::read_to_string(s("warm100.txt"))?;
     let naive = 100.0 * DENSE;
     let mut cols = Vec::new();
     for file in ["mix100.jsonl", "fresh100.jsonl"] {
-        let v = rows_json(&base, &["--sessions-file", &s(file), "--warm", warm.trim()])?;
+        let v = rows_json(base, &["--sessions-file", &s(file), "--warm", warm.trim()])?;
         cols.push(v);
     }
     println!(
@@ -109,40 +96,39 @@ pub(crate) fn run() -> anyhow::Result<()> {
     println!("|---|---:|---:|---:|");
     let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
     let w = |v: &Value| v["warm"]["payload_bytes"].as_f64().unwrap_or(0.0);
-    println!(
-        "| warm seed | {} | {} | 350 KB |",
-        kib(w(&cols[0])),
-        kib(w(&cols[1]))
-    );
+    let total = |v: &Value| w(v) + f(v, "payload_bytes");
+    let (a, b) = (&cols[0], &cols[1]);
+    println!("| warm seed | {} | {} | 350 KB |", kib(w(a)), kib(w(b)));
     println!(
         "| cold tail | {} ({} misses) | {} ({} misses) | 647.50 KB |",
-        kib(f(&cols[0], "payload_bytes")),
-        cols[0]["misses"],
-        kib(f(&cols[1], "payload_bytes")),
-        cols[1]["misses"]
+        kib(f(a, "payload_bytes")),
+        a["misses"],
+        kib(f(b, "payload_bytes")),
+        b["misses"]
     );
-    let total = |v: &Value| w(v) + f(v, "payload_bytes");
     println!(
         "| total paid | {} | {} | 997.50 KB |",
-        kib(total(&cols[0])),
-        kib(total(&cols[1]))
+        kib(total(a)),
+        kib(total(b))
     );
-    println!(
-        "| naive dense per session | {:.2} GB | {:.2} GB | 50.71 GB |",
-        naive / 1073741824.0,
-        naive / 1073741824.0
-    );
+    let gb = naive / 1073741824.0;
+    println!("| naive dense per session | {gb:.2} GB | {gb:.2} GB | 50.71 GB |");
+    let ratio = |v: &Value| total(v) / naive * 100.0;
     println!(
         "| ratio | {:.6}% | {:.6}% | 0.001876% |",
-        total(&cols[0]) / naive * 100.0,
-        total(&cols[1]) / naive * 100.0
+        ratio(a),
+        ratio(b)
     );
     println!(
         "| saved | {:.6}% | {:.6}% | 99.998124% |",
-        100.0 - total(&cols[0]) / naive * 100.0,
-        100.0 - total(&cols[1]) / naive * 100.0
+        100.0 - ratio(a),
+        100.0 - ratio(b)
     );
-    println!();
+    Ok(())
+}
+
+/// The cost of a row served from the warm in-memory cache.
+fn lru_hit(base: &str, s: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
     let hits = Command::new(release_bin("gkq-rows"))
         .arg(format!("{base}/model.knot"))
         .args([
@@ -160,7 +146,11 @@ pub(crate) fn run() -> anyhow::Result<()> {
         "LRU hit: {:.0} ns per row (long_context ids, 2000 repeats, warm cache; target < 1000 ns)",
         hv["lru_hit_ns_per_row"].as_f64().unwrap_or(f64::NAN)
     );
-    println!();
+    Ok(())
+}
+
+/// Cold sessions behind a proxy that adds 20 ms to every request.
+fn delayed(nginx: &Nginx, s: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
     let proxy = DelayProxy::start(nginx.port(), Duration::from_millis(20))?;
     let pbase = format!("{}/{PACK}", proxy.url());
     println!(
@@ -178,6 +168,33 @@ pub(crate) fn run() -> anyhow::Result<()> {
             req * 20.0
         );
     }
-    drop(proxy);
     Ok(())
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    packed()?;
+    let nginx = Nginx::start(
+        &bench_dir(),
+        &bench_dir().join("nginx-reader"),
+        &NginxOptions::default(),
+    )?;
+    let base = format!("{}/{PACK}", nginx.url());
+    let sessions = fixtures::sessions::dir();
+    let s = |n: &str| sessions.join(n).display().to_string();
+    println!(
+        "bench reader: qwen2.5-0.5b preset (bf16 source) packed with --dtype f32 --dtype bf16, served by nginx on 127.0.0.1; the reader gets the base URL and picks the bf16 rows (exact: 1792 B/row instead of 3584), each verified with its Merkle proof (height 6: 192 B per row, and a 75,968 B chunk table once); dense f32 embedding = 544,538,624 B = 519.31 MB (MiB, as in the proposal); KB = 1024 B"
+    );
+    println!();
+    let header = cold(&base, &s)?;
+    println!();
+    println!(
+        "Opening the knot remotely (one range GET of the header, + HEAD of the row file): {} of payload per process.",
+        kib(header)
+    );
+    println!();
+    warm(&base, &s)?;
+    println!();
+    lru_hit(&base, &s)?;
+    println!();
+    delayed(&nginx, &s)
 }

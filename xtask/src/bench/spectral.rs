@@ -45,11 +45,11 @@ fn knot_bytes(report: &serde_json::Value) -> u64 {
     report["knot"]["bytes"].as_u64().unwrap_or(0)
 }
 
-pub(crate) fn run(reps: usize) -> anyhow::Result<()> {
-    let shapes = preset("qwen2.5-0.5b-1layer")?;
+/// `--analyze` on the one-layer shapes, one line per tensor.
+fn analyze(shapes: &std::path::Path) -> anyhow::Result<()> {
     let (secs, stdout) = crate::bench::common::timed(
         Command::new(release_bin("gkq-pack"))
-            .arg(&shapes)
+            .arg(shapes)
             .args(["--analyze", "--json"]),
     )?;
     let analysis: serde_json::Value = serde_json::from_slice(&stdout)?;
@@ -71,9 +71,12 @@ pub(crate) fn run(reps: usize) -> anyhow::Result<()> {
                 .unwrap_or(0.0),
         );
     }
-    println!();
-    let out = bench_dir().join("pack-spectral");
-    let (dense, _) = pack(&shapes, &out, &[], reps)?;
+    Ok(())
+}
+
+/// One-layer packs with one rank-64 matrix, against the dense pack.
+fn one_layer(shapes: &std::path::Path, out: &std::path::Path, reps: usize) -> anyhow::Result<()> {
+    let (dense, _) = pack(shapes, out, &[], reps)?;
     println!(
         "`gkq-pack --dtype bf16` of the one-layer model: dense {dense:.2} s (median of {reps}); with one rank-64 spectral matrix:"
     );
@@ -86,7 +89,7 @@ pub(crate) fn run(reps: usize) -> anyhow::Result<()> {
         "model.layers.0.mlp.gate_proj.weight=rank:64",
         "model.layers.0.mlp.gate_proj.weight=rank:64,quant:u8",
     ] {
-        let (secs, report) = pack(&shapes, &out, &[arg], reps)?;
+        let (secs, report) = pack(shapes, out, &[arg], reps)?;
         let s = &report["spectral"][0];
         println!(
             "| `{arg}` | {secs:.2} | {:.2} | {:.3} | {} | {} | {:.4} |",
@@ -97,6 +100,15 @@ pub(crate) fn run(reps: usize) -> anyhow::Result<()> {
             s["rel_frobenius_error"].as_f64().unwrap_or(0.0),
         );
     }
+    Ok(())
+}
+
+pub(crate) fn run(reps: usize) -> anyhow::Result<()> {
+    let shapes = preset("qwen2.5-0.5b-1layer")?;
+    analyze(&shapes)?;
+    println!();
+    let out = bench_dir().join("pack-spectral");
+    one_layer(&shapes, &out, reps)?;
     println!();
     let full = model()?;
     let arg = "model.layers.*.self_attn.k_proj.weight=rank:64";

@@ -34,7 +34,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         .and_then(gkq_format::merkle::layout_of)
         .map_or(0, |l| l.table_len());
     let ca = TestCa::generate(&bench_dir().join("tls-ca"))?;
-    let sessions = fixtures::sessions::dir();
+
     println!(
         "bench wire: qwen2.5-0.5b preset (bf16 source) packed with f32 and bf16 rows; the base URL resolves to the bf16 rows ({ROW} B/row) with Merkle proofs; nginx over TLS on 127.0.0.1, behind a proxy adding 10 ms each way (20 ms RTT; TCP and TLS handshakes pay it too); one cold gkq-rows process per workload; knot header {header} B"
     );
@@ -62,67 +62,97 @@ pub(crate) fn run() -> anyhow::Result<()> {
             },
         )?;
         for (name, _) in fixtures::sessions::WORKLOADS {
-            let proxy = WireProxy::start(nginx.port(), Duration::from_millis(10))?;
-            let base = format!("https://127.0.0.1:{}/{PACK}", proxy.port());
-            let t = Instant::now();
-            let o = Command::new(release_bin("gkq-rows"))
-                .arg(format!("{base}/model.knot"))
-                .arg("--ca-cert")
-                .arg(&ca.ca)
-                .arg("--columnar-embed")
-                .arg(format!("{base}/"))
-                .arg("--sessions-file")
-                .arg(sessions.join(format!("{name}.jsonl")))
-                .arg("--json")
-                .output()
-                .context("running gkq-rows")?;
-            let wall = t.elapsed().as_secs_f64() * 1e3;
-            if !o.status.success() {
-                bail!("gkq-rows failed: {}", String::from_utf8_lossy(&o.stderr));
+            let line = Setup {
+                label,
+                http2,
+                header,
+                table,
+                ca: &ca,
+            };
+            if let Some(v) = line.workload(&nginx, name)? {
+                verdict = v;
             }
-            let v: Value = serde_json::from_slice(&o.stdout)?;
-            if v["resolution"]["path"] != "columnar"
-                || !v["resolution"]["reason"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("token_embd.bf16.rows")
-            {
-                bail!("not on the columnar path: {}", v["resolution"]);
-            }
-            let distinct = v["distinct_rows"].as_u64().unwrap_or(0);
-            let proof = v["proof_bytes"].as_u64().unwrap_or(0);
-            let payload = v["payload_bytes"].as_u64().unwrap_or(0) - proof;
-            let head = v["open"]["payload_bytes"].as_u64().unwrap_or(0);
-            let requests =
-                v["requests"].as_u64().unwrap_or(0) + v["open"]["requests"].as_u64().unwrap_or(0);
-            let wire = proxy.stats();
-            if http2 && name == "long_context" {
-                let emb = payload + proof;
-                verdict = format!(
-                    "long_context, cold node, TLS + HTTP/2: embedding bytes {emb} B (rows {payload} + path records {} ({:.1} % of the rows; budget 12 %) + chunk table {table}) against the proposal's 500 KB (512,000 B): {}; rows alone: {}; with the knot header GET ({head} B): {} B; on the wire, everything: {} B",
-                    proof - table,
-                    (proof - table) as f64 / payload.max(1) as f64 * 100.0,
-                    if emb < 512_000 { "met" } else { "missed" },
-                    if payload < 512_000 { "met" } else { "missed" },
-                    emb + head,
-                    wire.total()
-                );
-            }
-            let target = (1.15 * (distinct * ROW) as f64) as u64 + header + 65536;
-            println!(
-                "| {label} | {name} | {distinct} | {payload} | {} | {:.1}% | {table} | {head} | {} | {} | {:.3} | {target} | {} | {} | {requests} | {wall:.1} | {:.1} |",
-                proof - table,
-                (proof - table) as f64 / payload.max(1) as f64 * 100.0,
-                payload + proof,
-                wire.total(),
-                wire.total() as f64 / payload.max(1) as f64,
-                if wire.total() <= target { "yes" } else { "no" },
-                wire.connections,
-                wall / RTT_MS
-            );
         }
     }
     println!();
     println!("{verdict}");
     Ok(())
+}
+
+/// One transport's settings for the table.
+struct Setup<'a> {
+    label: &'static str,
+    http2: bool,
+    header: u64,
+    table: u64,
+    ca: &'a TestCa,
+}
+
+impl Setup<'_> {
+    /// One cold gkq-rows process for workload `name` behind a fresh proxy:
+    /// prints its row; returns the verdict line for long_context over h2.
+    fn workload(&self, nginx: &Nginx, name: &str) -> anyhow::Result<Option<String>> {
+        let proxy = WireProxy::start(nginx.port(), Duration::from_millis(10))?;
+        let base = format!("https://127.0.0.1:{}/{PACK}", proxy.port());
+        let t = Instant::now();
+        let o = Command::new(release_bin("gkq-rows"))
+            .arg(format!("{base}/model.knot"))
+            .arg("--ca-cert")
+            .arg(&self.ca.ca)
+            .arg("--columnar-embed")
+            .arg(format!("{base}/"))
+            .arg("--sessions-file")
+            .arg(fixtures::sessions::dir().join(format!("{name}.jsonl")))
+            .arg("--json")
+            .output()
+            .context("running gkq-rows")?;
+        let wall = t.elapsed().as_secs_f64() * 1e3;
+        if !o.status.success() {
+            bail!("gkq-rows failed: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        let v: Value = serde_json::from_slice(&o.stdout)?;
+        if v["resolution"]["path"] != "columnar"
+            || !v["resolution"]["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("token_embd.bf16.rows")
+        {
+            bail!("not on the columnar path: {}", v["resolution"]);
+        }
+        let distinct = v["distinct_rows"].as_u64().unwrap_or(0);
+        let proof = v["proof_bytes"].as_u64().unwrap_or(0);
+        let payload = v["payload_bytes"].as_u64().unwrap_or(0) - proof;
+        let head = v["open"]["payload_bytes"].as_u64().unwrap_or(0);
+        let requests =
+            v["requests"].as_u64().unwrap_or(0) + v["open"]["requests"].as_u64().unwrap_or(0);
+        let wire = proxy.stats();
+        let mut verdict = None;
+        if self.http2 && name == "long_context" {
+            let emb = payload + proof;
+            let table = self.table;
+            verdict = Some(format!(
+                "long_context, cold node, TLS + HTTP/2: embedding bytes {emb} B (rows {payload} + path records {} ({:.1} % of the rows; budget 12 %) + chunk table {table}) against the proposal's 500 KB (512,000 B): {}; rows alone: {}; with the knot header GET ({head} B): {} B; on the wire, everything: {} B",
+                proof - table,
+                (proof - table) as f64 / payload.max(1) as f64 * 100.0,
+                if emb < 512_000 { "met" } else { "missed" },
+                if payload < 512_000 { "met" } else { "missed" },
+                emb + head,
+                wire.total()
+            ));
+        }
+        let (header, table, label) = (self.header, self.table, self.label);
+        let target = (1.15 * (distinct * ROW) as f64) as u64 + header + 65536;
+        println!(
+            "| {label} | {name} | {distinct} | {payload} | {} | {:.1}% | {table} | {head} | {} | {} | {:.3} | {target} | {} | {} | {requests} | {wall:.1} | {:.1} |",
+            proof - table,
+            (proof - table) as f64 / payload.max(1) as f64 * 100.0,
+            payload + proof,
+            wire.total(),
+            wire.total() as f64 / payload.max(1) as f64,
+            if wire.total() <= target { "yes" } else { "no" },
+            wire.connections,
+            wall / RTT_MS
+        );
+        Ok(verdict)
+    }
 }

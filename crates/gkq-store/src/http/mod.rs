@@ -331,18 +331,36 @@ impl HttpStore {
                 found: 0,
             });
         }
+        match self.body(&mut resp, url, (start, end), dest, got).await {
+            Some(stop) => stop,
+            None => Attempt::Done(object_len),
+        }
+    }
+
+    /// Streams the body of a 206 for bytes `start..=end` into `dest`:
+    /// `None` when exactly those bytes arrived, else what to do instead.
+    async fn body(
+        &self,
+        resp: &mut reqwest::Response,
+        url: &str,
+        (start, end): (u64, u64),
+        dest: &mut Dest<'_>,
+        got: &mut u64,
+    ) -> Option<Attempt<u64>> {
+        let want = end - start + 1;
+        let length = |found| StoreError::BodyLength {
+            url: url.into(),
+            start,
+            end,
+            expected: want,
+            found,
+        };
         loop {
             match resp.chunk().await {
                 Ok(Some(b)) => {
                     let n = b.len() as u64;
                     if *got + n > want {
-                        return Attempt::Fail(StoreError::BodyLength {
-                            url: url.into(),
-                            start,
-                            end,
-                            expected: want,
-                            found: *got + n,
-                        });
+                        return Some(Attempt::Fail(length(*got + n)));
                     }
                     dest.put(*got, &b);
                     *got += n;
@@ -351,29 +369,17 @@ impl HttpStore {
                 Ok(None) => break,
                 // a reset or a stall mid-body: retry the whole range
                 Err(e) => {
-                    return Attempt::Retry(Failure {
+                    return Some(Attempt::Retry(Failure {
                         timeout: e.is_timeout(),
                         ..Failure::msg(format!(
                             "reading bytes={start}-{end}: {} after {got} of {want} bytes",
                             root_cause(&e)
                         ))
-                    });
+                    }));
                 }
             }
         }
-        if *got != want {
-            return Attempt::Retry(Failure::msg(
-                StoreError::BodyLength {
-                    url: url.into(),
-                    start,
-                    end,
-                    expected: want,
-                    found: *got,
-                }
-                .to_string(),
-            ));
-        }
-        Attempt::Done(object_len)
+        (*got != want).then(|| Attempt::Retry(Failure::msg(length(*got).to_string())))
     }
 
     /// The retry loop around [`HttpStore::ranged_once`], each attempt under
