@@ -13,4 +13,4 @@ pub mod source;
 
 pub use config::ModelConfig;
 pub use error::{Result, SourceError};
-pub use source::{SourceFile, SourceModel, SourceTensor};
+pub use source::{SourceFile, SourceModel, SourceTensor, header_tensors};

@@ -82,6 +82,47 @@ pub fn map_dtype(d: Dtype) -> Option<DType> {
     })
 }
 
+/// The tensors a safetensors file declares (validated by the `safetensors`
+/// crate: offsets in order, within the file, matching the shapes), and where
+/// its data starts; `path` only names the file in errors.
+fn parse_header(path: &Path, bytes: &[u8]) -> Result<(u64, Vec<SourceTensor>)> {
+    let (n, meta) = SafeTensors::read_metadata(bytes).map_err(|e| SourceError::Safetensors {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let data_start = 8u64.saturating_add(n as u64);
+    let infos = meta.tensors();
+    let mut tensors = Vec::with_capacity(infos.len());
+    for name in meta.offset_keys() {
+        let Some(info) = infos.get(&name) else {
+            continue;
+        };
+        let dtype = map_dtype(info.dtype).ok_or_else(|| SourceError::UnsupportedDtype {
+            path: path.to_path_buf(),
+            tensor: name.clone(),
+            dtype: format!("{:?}", info.dtype),
+        })?;
+        let (s, e) = info.data_offsets;
+        tensors.push(SourceTensor {
+            name,
+            file: 0,
+            dtype,
+            shape: info.shape.iter().map(|&d| d as u64).collect(),
+            offset: data_start.saturating_add(s as u64),
+            len: e.saturating_sub(s) as u64,
+        });
+    }
+    tensors.sort_by_key(|t| t.offset);
+    Ok((data_start, tensors))
+}
+
+/// The tensors of a whole safetensors file held in memory (what
+/// [`SourceModel::open`] reads from each file's header; for fuzzing and
+/// tools that have the bytes).
+pub fn header_tensors(bytes: &[u8]) -> Result<Vec<SourceTensor>> {
+    parse_header(Path::new("<bytes>"), bytes).map(|(_, t)| t)
+}
+
 fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> {
     let path = dir.join(name);
     // A FIFO or device would block or never end: refuse it before opening.
@@ -102,34 +143,8 @@ fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> 
     // mmap-based safetensors loader).
     #[allow(unsafe_code)]
     let map = unsafe { memmap2::Mmap::map(&file) }.at(&path)?;
-    let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| SourceError::Safetensors {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
+    let (data_start, tensors) = parse_header(&path, &map)?;
     drop(map);
-    let data_start = 8u64.saturating_add(n as u64);
-    let infos = meta.tensors();
-    let mut tensors = Vec::with_capacity(infos.len());
-    for name in meta.offset_keys() {
-        let Some(info) = infos.get(&name) else {
-            continue;
-        };
-        let dtype = map_dtype(info.dtype).ok_or_else(|| SourceError::UnsupportedDtype {
-            path: path.clone(),
-            tensor: name.clone(),
-            dtype: format!("{:?}", info.dtype),
-        })?;
-        let (s, e) = info.data_offsets;
-        tensors.push(SourceTensor {
-            name,
-            file: 0,
-            dtype,
-            shape: info.shape.iter().map(|&d| d as u64).collect(),
-            offset: data_start.saturating_add(s as u64),
-            len: e.saturating_sub(s) as u64,
-        });
-    }
-    tensors.sort_by_key(|t| t.offset);
     Ok((
         SourceFile {
             name: name.to_owned(),

@@ -1,0 +1,174 @@
+//! Fuzz targets for every parser that takes untrusted bytes, on the stable
+//! toolchain: the harnesses in `src/bin/` run them under AFL++ (`cargo afl`,
+//! coverage-guided); `tests/corpus.rs` replays the committed corpora
+//! (`fuzz/corpus/<target>/`) through the same functions in every test run.
+//!
+//! Each target must never panic. Two of them also check a property: the
+//! Merkle checks never accept bytes other than the rows they were built
+//! for, and a config accepted against a knot never yields sizes whose
+//! products overflow.
+
+use gkq_format::merkle::{self, ProofLayout};
+use gkq_format::{ColumnarDescriptor, DType, Encoding, Knot, Prefix, RowProof, SpectralParts};
+
+/// The knot parser: whole knots, prefixes, payloads and spectral blocks.
+pub fn knot(data: &[u8]) {
+    if let Ok(k) = Knot::parse(data) {
+        for i in 0..=k.blocks().len() {
+            let _ = k.verify_payload(i);
+            if let (Some(b), Some(p)) = (k.blocks().get(i), k.payload(i))
+                && matches!(b.encoding, Encoding::Spectral { .. })
+                && let Ok(parts) = SpectralParts::decode(b, p)
+            {
+                let _ = parts.reconstruct();
+            }
+        }
+    }
+    for cut in [72, data.len() / 2, data.len()] {
+        if let Ok(Prefix::Complete(h)) = gkq_format::parse_prefix(&data[..cut.min(data.len())]) {
+            let _ = h.payload_of(0);
+        }
+    }
+}
+
+/// Reads a little-endian value from `data` at `at`, 0 past the end.
+fn byte(data: &[u8], at: usize) -> u8 {
+    data.get(at).copied().unwrap_or(0)
+}
+
+/// The Merkle proof checks (FORMAT.md 7a). The first bytes choose a small
+/// row file (rows, row bytes, proof height, the row to check); its rows
+/// come from the rest of the input. The proof object is built honestly,
+/// then the input's tail is XORed over the table, the record and the row
+/// fetched: the checks may accept only when what they were given is what
+/// was built.
+pub fn merkle(data: &[u8]) {
+    let rows = u64::from(byte(data, 0) % 48) + 1;
+    let row_bytes = u64::from(byte(data, 1) % 12) + 1;
+    let height = byte(data, 2) % 7;
+    let pick = u64::from(byte(data, 3)) % rows;
+    let body: Vec<u8> = (0..rows * row_bytes)
+        .map(|i| byte(data, 8 + (i as usize % data.len().max(1))))
+        .collect();
+    let leaves: Vec<merkle::Hash> = body
+        .chunks(row_bytes as usize)
+        .map(merkle::leaf_hash)
+        .collect();
+    let mut proof = Vec::new();
+    let Ok(Some(root)) = merkle::write_proof(&leaves, height, &mut proof) else {
+        return;
+    };
+    let Some(mut desc) = ColumnarDescriptor::for_shape(rows, row_bytes, DType::U8, "f.rows".into())
+    else {
+        return;
+    };
+    desc.proof = Some(RowProof { height, root });
+    let Some(layout) = ProofLayout::new(rows, height) else {
+        return;
+    };
+    let table_len = layout.table_len() as usize;
+    let (rec_at, rec_end) = layout.records_range(pick, 1).unwrap_or((0, 0));
+    let (rec_at, rec_len) = (rec_at as usize, (rec_end - rec_at) as usize);
+    let row_at = (pick * row_bytes) as usize;
+    // what a server sends: table, record and row, each maybe altered
+    let mut table = proof[..table_len.min(proof.len())].to_vec();
+    let mut record = proof
+        .get(rec_at..rec_at + rec_len)
+        .unwrap_or_default()
+        .to_vec();
+    let mut row = body[row_at..row_at + row_bytes as usize].to_vec();
+    let mask = data.get(4..8).unwrap_or_default();
+    let flip = |v: &mut Vec<u8>, salt: u8| {
+        if let Some((&at, &x)) = mask.first().zip(mask.get(1))
+            && !v.is_empty()
+        {
+            let i = usize::from(at ^ salt) % v.len();
+            v[i] ^= x;
+        }
+    };
+    match byte(data, 4) % 4 {
+        0 => {}
+        1 => flip(&mut table, 0),
+        2 => flip(&mut record, 1),
+        _ => flip(&mut row, 2),
+    }
+    let honest = table == proof[..table_len.min(proof.len())]
+        && record == proof.get(rec_at..rec_at + rec_len).unwrap_or_default()
+        && row == body[row_at..row_at + row_bytes as usize];
+    match merkle::check_table(&desc, &table) {
+        Ok(roots) => {
+            let ok = merkle::check_row(&desc, &roots, pick, &row, &record).is_ok();
+            assert_eq!(
+                ok, honest,
+                "check_row accepted altered bytes, or refused honest ones"
+            );
+            let chunk = pick / layout.chunk_rows();
+            let first = (chunk * layout.chunk_rows() * row_bytes) as usize;
+            let count = layout.chunk_rows().min(rows - chunk * layout.chunk_rows());
+            let mut rows_of_chunk = body[first..first + (count * row_bytes) as usize].to_vec();
+            if byte(data, 4) % 4 == 3 {
+                flip(&mut rows_of_chunk, 2);
+            }
+            let whole = rows_of_chunk == body[first..first + (count * row_bytes) as usize];
+            let chunk_ok = merkle::check_chunk(&desc, &roots, chunk, &rows_of_chunk).is_ok();
+            assert_eq!(chunk_ok, whole, "check_chunk disagrees with the bytes");
+        }
+        Err(_) => assert!(!honest, "an honest chunk table was refused"),
+    }
+}
+
+/// `config.json` as gkq-decode reads it, then checked against a small
+/// knot's shapes: never a panic, and never sizes that overflow once
+/// accepted.
+pub fn config(data: &[u8]) {
+    let Ok(cfg) = gkq_decode::Config::from_json(data) else {
+        return;
+    };
+    let _ = cfg.position_limit();
+    let header = tiny_header();
+    if cfg.check(&header).is_ok() {
+        assert!(cfg.heads.checked_mul(cfg.head_dim).is_some());
+        assert!(
+            cfg.layers <= 1,
+            "more layers than the knot holds were accepted"
+        );
+    }
+}
+
+/// A one-layer Llama-shaped header (hidden 8, 2 heads of 4, intermediate 16).
+fn tiny_header() -> gkq_format::Header {
+    use gkq_format::{Block, Header, Metadata, Value, keys};
+    let mut md = Metadata::new();
+    md.insert(
+        keys::ROLE_TOKEN_EMBD.into(),
+        Value::Str("model.embed_tokens.weight".into()),
+    );
+    let block = |name: &str, shape: Vec<u64>| Block::dense(name, DType::F32, shape).expect("small");
+    let p = "model.layers.0";
+    Header {
+        metadata: md,
+        blocks: vec![
+            block("model.embed_tokens.weight", vec![32, 8]),
+            block(&format!("{p}.self_attn.q_proj.weight"), vec![8, 8]),
+            block(&format!("{p}.self_attn.k_proj.weight"), vec![8, 8]),
+            block(&format!("{p}.self_attn.o_proj.weight"), vec![8, 8]),
+            block(&format!("{p}.mlp.gate_proj.weight"), vec![16, 8]),
+        ],
+    }
+}
+
+/// The safetensors header reader gkq-pack and gkq-verify use.
+pub fn safetensors(data: &[u8]) {
+    if let Ok(tensors) = gkq_source::header_tensors(data) {
+        for t in tensors {
+            assert!(t.offset >= 8, "a tensor starts inside the length prefix");
+        }
+    }
+}
+
+/// `gkq-pack --spectral PATTERN=SPEC`.
+pub fn spectral(data: &[u8]) {
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = s.parse::<gkq_pack::SpectralSpec>();
+    }
+}
