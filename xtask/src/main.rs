@@ -6,6 +6,7 @@
 //! - `fuzz`: a bounded mutation fuzzer for the knot parser on the stable toolchain;
 //! - `bench pack|verify|big|reader|wire|decode|spectral`: the performance benchmarks, with same-run references.
 
+mod afl;
 mod bench;
 mod fuzz;
 
@@ -36,6 +37,21 @@ enum Cmd {
         /// Seed of the mutation stream.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+    },
+    /// The coverage-guided fuzzer (AFL++ via cargo-afl) on each target of
+    /// fuzz/, `--jobs` at a time, with inputs/s, edges reached and findings.
+    Afl {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        /// Targets run at once.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// Add the inputs that reached new edges to fuzz/corpus.
+        #[arg(long)]
+        keep: bool,
+        /// Targets (default: all).
+        targets: Vec<String>,
     },
     /// Publish a packed model to R2 (S3 API): rows first, knot last, resumable
     /// (`cargo xtask upload --help` for its flags; builds the r2-upload binary).
@@ -251,6 +267,12 @@ fn main() -> std::process::ExitCode {
         Cmd::Demo => demo(),
         Cmd::Install => install(),
         Cmd::Fuzz { seconds, seed } => fuzz::run(seconds, seed),
+        Cmd::Afl {
+            seconds,
+            jobs,
+            keep,
+            targets,
+        } => afl::run_all(seconds, jobs, &targets, keep),
         Cmd::Upload { args } => upload(&args),
         Cmd::LocalServers => local_servers(),
         Cmd::Bench { which, reps } => bench::run(which, reps.max(1)),
