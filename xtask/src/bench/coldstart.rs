@@ -212,15 +212,18 @@ fn curl_anchor(site: &Site, net: Net, pack: &str) -> anyhow::Result<(f64, WireSt
     let cfg = bench_dir().join("curl-ranges.cfg");
     // one transfer per block of options, `next` between them: curl's
     // per-transfer options (range, output, the CA) do not carry over
-    let mut text = String::new();
     let ca = site.ca.ca.display();
-    for (object, a, b) in bulk_ranges(&bench_dir().join(pack))? {
-        text.push_str(&format!(
-            "http2\ncacert = \"{ca}\"\nfail\nurl = \"https://127.0.0.1:{}/{pack}/{object}\"\nrange = \"{a}-{b}\"\noutput = \"/dev/null\"\nnext\n",
-            proxy.port()
-        ));
-    }
-    std::fs::write(&cfg, text)?;
+    let blocks: Vec<String> = bulk_ranges(&bench_dir().join(pack))?
+        .into_iter()
+        .map(|(object, a, b)| {
+            format!(
+                "http2\ncacert = \"{ca}\"\nfail\nurl = \"https://127.0.0.1:{}/{pack}/{object}\"\nrange = \"{a}-{b}\"\noutput = \"/dev/null\"\n",
+                proxy.port()
+            )
+        })
+        .collect();
+    // `next` between transfers, not after the last (an empty one fails)
+    std::fs::write(&cfg, blocks.join("next\n"))?;
     let t = Instant::now();
     let st = Command::new("curl")
         .args(["--parallel", "--parallel-max", "16", "--no-progress-meter"])
