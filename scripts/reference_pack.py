@@ -166,7 +166,7 @@ def proof_height(rows, row_bytes):
 
 
 def write_proof(leaves, h, path):
-    """Writes the proof object; returns the Merkle root."""
+    """Writes the proof object; returns the Merkle root and the records."""
     c = 1 << h
     roots, records = [], []
     for at in range(0, len(leaves), c):
@@ -176,7 +176,16 @@ def write_proof(leaves, h, path):
     with open(path, "wb") as f:
         f.write(b"".join(roots))
         f.write(b"".join(records))
-    return th(roots)
+    return th(roots), records
+
+
+def write_runs(rows_path, row_bytes, records, path):
+    """FORMAT.md 7b, from its formula: row i, then record i, for every row."""
+    with open(rows_path, "rb") as rows, open(path, "wb") as out:
+        for rec in records:
+            row = rows.read(row_bytes)
+            assert len(row) == row_bytes
+            out.write(row + rec)
 
 
 # ----------------------------------------------------------- the source
@@ -353,6 +362,9 @@ def main():
     if companions:
         metadata["package.files"] = ("list", [c[0] for c in companions])
         metadata["package.sha256"] = ("list", [c[1] for c in companions])
+    runs = sorted(d["object"] for b in blocks for d in b["columnar"] if d["height"] > 0)
+    if runs:
+        metadata["columnar.runs"] = ("list", runs)
     header_len = len(encode_header(metadata, blocks))
     cursor = data_offset = align_up(72 + header_len)
     for b in blocks:
@@ -409,7 +421,12 @@ def main():
             d["flags"] = (SOURCE_EXACT if o["src_exact"] else 0) | (BLOCK_EXACT if o["blk_exact"] else 0)
             proof = os.path.join(args.out_dir, d["object"] + ".proof")
             written.append(proof)
-            d["root"] = write_proof(o["leaves"], d["height"], proof)
+            d["root"], records = write_proof(o["leaves"], d["height"], proof)
+            if d["height"] > 0:
+                runs_path = os.path.join(args.out_dir, d["object"] + ".runs")
+                written.append(runs_path)
+                rows_path = os.path.join(args.out_dir, d["object"])
+                write_runs(rows_path, d["row_bytes"], records, runs_path)
 
     # source digests (whole files), then the header and the preamble
     digests = []

@@ -23,6 +23,8 @@ fn out_dir(target: &str) -> PathBuf {
 fn start(target: &str, seconds: u64) -> anyhow::Result<Child> {
     let out = out_dir(target);
     let _ = std::fs::remove_dir_all(&out);
+    // afl-fuzz makes its output directory, not the ones above it
+    std::fs::create_dir_all(root().join("target/afl-out"))?;
     let bin = root()
         .join("target/afl/release")
         .join(format!("fuzz-{target}"));

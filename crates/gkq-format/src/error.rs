@@ -405,6 +405,9 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// `columnar.runs` breaks a rule (docs/FORMAT.md 7b).
+    #[error("metadata columnar.runs: {0}")]
+    RunsMetadata(String),
     /// Descriptors where none are allowed, or none where one is required.
     #[error("block {block:?}: {reason}")]
     DescriptorPlacement {

@@ -25,6 +25,7 @@ pub mod merkle;
 mod model;
 mod parse;
 pub mod progress;
+pub mod runs;
 mod spectral;
 mod validate;
 mod write;

@@ -44,6 +44,9 @@ pub mod keys {
     /// `STR_LIST`: per block of `spectral.blocks`, the share of the source
     /// tensor's energy (Σσ²) its rank keeps, as a decimal in [0, 1].
     pub const SPECTRAL_ENERGY: &str = "spectral.energy_kept";
+    /// `STR_LIST`: row files (descriptor objects, strictly ascending) that
+    /// have a runs object `<object>.runs` next to them (FORMAT.md 7b).
+    pub const COLUMNAR_RUNS: &str = "columnar.runs";
     /// Prefix of the role keys: every `role.*` key is a `STR` naming a block.
     pub const ROLE_PREFIX: &str = "role.";
 }
@@ -463,6 +466,12 @@ impl Header {
                 })
             })
             .collect()
+    }
+
+    /// Whether row file `object` has a runs object (listed in `columnar.runs`).
+    pub fn has_runs(&self, object: &str) -> bool {
+        self.meta_list(keys::COLUMNAR_RUNS)
+            .is_some_and(|l| l.iter().any(|o| o == object))
     }
 
     /// A `STR_LIST` metadata value.

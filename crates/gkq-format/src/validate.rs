@@ -44,6 +44,7 @@ fn validate_metadata(h: &Header) -> Result<()> {
         keys::SPECTRAL_BLOCKS,
         keys::SPECTRAL_REL_ERROR,
         keys::SPECTRAL_ENERGY,
+        keys::COLUMNAR_RUNS,
     ] {
         expect_type(md, key, 4)?;
     }
@@ -77,7 +78,41 @@ fn validate_metadata(h: &Header) -> Result<()> {
     }
     validate_package_files(h)?;
     validate_spectral_figures(h)?;
+    validate_runs(h)?;
     validate_roles(h)
+}
+
+/// `columnar.runs` (section 7b): strictly ascending names of row files
+/// that carry a proof of height 1 or more.
+fn validate_runs(h: &Header) -> Result<()> {
+    let Some(list) = h.meta_list(keys::COLUMNAR_RUNS) else {
+        return Ok(());
+    };
+    let bad = Error::RunsMetadata;
+    let mut previous: Option<&str> = None;
+    for name in list {
+        if previous.is_some_and(|p| p.as_bytes() >= name.as_bytes()) {
+            return Err(bad(format!(
+                "{name:?}: the list must be strictly ascending"
+            )));
+        }
+        previous = Some(name);
+        let d = h
+            .blocks
+            .iter()
+            .flat_map(|b| &b.columnar)
+            .find(|d| d.object == *name);
+        match d.and_then(|d| d.proof) {
+            Some(p) if p.height > 0 => {}
+            Some(_) => {
+                return Err(bad(format!(
+                    "{name:?} has proof height 0: it is its own runs object"
+                )));
+            }
+            None => return Err(bad(format!("{name:?} is not a row file with a row proof"))),
+        }
+    }
+    Ok(())
 }
 
 /// Every `role.*` key, known or not, is a STR naming a block.
@@ -129,9 +164,14 @@ fn validate_package_files(h: &Header) -> Result<()> {
         }
         previous = Some(name);
         if h.blocks.iter().flat_map(|b| &b.columnar).any(|d| {
-            d.object == *name || d.proof.is_some() && proof_object_name(&d.object) == *name
+            d.object == *name
+                || d.proof.is_some() && proof_object_name(&d.object) == *name
+                || crate::runs::runs_object_name(&d.object) == *name
         }) {
-            return Err(bad(name, "is also a row file or proof object of the knot"));
+            return Err(bad(
+                name,
+                "is also a row file, proof or runs object of the knot",
+            ));
         }
     }
     let hashes = h.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();

@@ -155,6 +155,14 @@ fn human(r: &PackReport) {
             c.proof_height,
             32 * u32::from(c.proof_height)
         );
+        if let Some(runs) = &c.runs {
+            eprintln!(
+                "  {}  {} bytes  each row with its record ({} B strides: one range per run of rows)",
+                runs.path.display(),
+                runs.bytes,
+                c.row_bytes + 32 * u64::from(c.proof_height)
+            );
+        }
     }
     for c in &r.companions {
         eprintln!(

@@ -44,10 +44,19 @@ pub(crate) fn plan(
             list(&|r| gkq_format::decimal(r.energy_kept)),
         );
     }
-    Ok(Header {
-        blocks: plan_blocks(src, roles, dtypes, factored)?,
-        metadata,
-    })
+    let blocks = plan_blocks(src, roles, dtypes, factored)?;
+    // every row file with path records gets a runs object (FORMAT.md 7b)
+    let mut runs: Vec<String> = blocks
+        .iter()
+        .flat_map(|b| &b.columnar)
+        .filter(|d| d.proof.is_some_and(|p| p.height > 0))
+        .map(|d| d.object.clone())
+        .collect();
+    runs.sort();
+    if !runs.is_empty() {
+        metadata.insert(keys::COLUMNAR_RUNS.into(), Value::StrList(runs));
+    }
+    Ok(Header { blocks, metadata })
 }
 
 /// The block table: every tensor dense in its dtype, the role tensors in

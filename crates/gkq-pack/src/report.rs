@@ -60,6 +60,10 @@ pub struct ColumnarReport {
     pub proof: FileReport,
     /// `proof_height`: 32 × this many bytes of proof per row fetched.
     pub proof_height: u8,
+    /// Its runs object (FORMAT.md 7b: each row followed by its record),
+    /// when the proof height is 1 or more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs: Option<FileReport>,
 }
 
 /// A companion file copied into the package, for the report.

@@ -192,6 +192,15 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
     let d = d.clone();
     let proof_file = flush_file(pw, &proof_path)?;
     let (proof_len, proof_sha) = hash_file(&proof_path)?;
+    let mut synced = vec![(file, f.path.clone()), (proof_file, proof_path.clone())];
+    let runs = match gkq_format::runs::RunsLayout::of(&d) {
+        Some(layout) => {
+            let (report, file, path) = write_runs(out, &d, &layout, (&f.path, &proof_path))?;
+            synced.push((file, path));
+            Some(report)
+        }
+        None => None,
+    };
     let report = ColumnarReport {
         tensor: String::new(),
         role: String::new(),
@@ -211,8 +220,37 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
             sha256: proof_sha,
         },
         proof_height: height,
+        runs,
     };
-    Ok((report, vec![(file, f.path), (proof_file, proof_path)]))
+    Ok((report, synced))
+}
+
+/// Writes the runs object of a closed row file (FORMAT.md 7b): each row
+/// read back from the row file, followed by its record from the proof
+/// object.
+fn write_runs(
+    out: &mut Output,
+    d: &gkq_format::ColumnarDescriptor,
+    layout: &gkq_format::runs::RunsLayout,
+    (rows_path, proof_path): (&Path, &Path),
+) -> Result<(FileReport, File, PathBuf)> {
+    use std::io::{BufReader, Seek, SeekFrom};
+    let name = gkq_format::runs::runs_object_name(&d.object);
+    let (path, mut w) = out.create(&name)?;
+    let mut rows = BufReader::with_capacity(1 << 20, File::open(rows_path).at(rows_path)?);
+    let mut proof = File::open(proof_path).at(proof_path)?;
+    let table = merkle::layout_of(d).map_or(0, |l| l.table_len());
+    proof.seek(SeekFrom::Start(table)).at(proof_path)?;
+    let mut records = BufReader::with_capacity(1 << 20, proof);
+    gkq_format::runs::write_runs(layout, &mut rows, &mut records, &mut w).at(&path)?;
+    let file = flush_file(w, &path)?;
+    let (bytes, sha256) = hash_file(&path)?;
+    let report = FileReport {
+        path: PathBuf::from(&name),
+        bytes,
+        sha256,
+    };
+    Ok((report, file, path))
 }
 
 /// Largest error of `out` (row file bytes, `to`) against `src` (source

@@ -400,6 +400,10 @@ impl<'a> Run<'a> {
                         path: out_dir.join(&report.proof.path),
                         ..report.proof
                     },
+                    runs: report.runs.map(|r| FileReport {
+                        path: out_dir.join(&r.path),
+                        ..r
+                    }),
                     ..report
                 });
             }

@@ -25,6 +25,7 @@ use bytes::Bytes;
 use futures_util::future::{BoxFuture, FutureExt, Shared, WeakShared};
 use futures_util::stream::StreamExt;
 use gkq_format::merkle::{self, Hash, ProofLayout};
+use gkq_format::runs::RunsLayout;
 use gkq_format::{ColumnarDescriptor, DType, hex};
 use gkq_store::{RangeRead, ReadOptions, Store, StoreError};
 use lru::LruCache;
@@ -123,6 +124,10 @@ fn add(c: &AtomicU64, n: u64) {
 struct Backend {
     url: String,
     proof_url: String,
+    /// The runs object (FORMAT.md 7b) while it works: `None` when the
+    /// package has none, or after it failed once (rows and records then
+    /// come from the row file and the proof object).
+    runs: Mutex<Option<(String, RunsLayout)>>,
     desc: ColumnarDescriptor,
     layout: ProofLayout,
     config: FetchConfig,
@@ -162,7 +167,7 @@ impl ColumnarEmbedBackend {
     /// without a row proof (a version 2 knot) is refused, since its rows
     /// could not be verified.
     pub(crate) fn new(
-        url: String,
+        (url, runs): (String, Option<String>),
         desc: ColumnarDescriptor,
         config: FetchConfig,
         store: Arc<Store>,
@@ -178,6 +183,7 @@ impl ColumnarEmbedBackend {
         Ok(ColumnarEmbedBackend {
             inner: Arc::new(Backend {
                 proof_url: proof_url(&url),
+                runs: Mutex::new(runs.zip(RunsLayout::of(&desc))),
                 url,
                 desc,
                 layout,
@@ -515,9 +521,70 @@ impl Backend {
         Ok(())
     }
 
-    /// GETs the rows and the path records of every run, all in flight at
-    /// once under the concurrency limit.
+    /// Rows and path records of every run: one range per run from the
+    /// runs object when there is one (falling back for good to the two
+    /// objects if it fails other than by a network error), else
+    /// [`Backend::get_split`].
     async fn get_runs(&self, runs: &[RowRun]) -> Result<Vec<(RowRun, Bytes, Bytes)>> {
+        let Some((at, layout)) = crate::inner::lock(&self.runs).clone() else {
+            return self.get_split(runs).await;
+        };
+        match self.get_interleaved(&at, layout, runs).await {
+            Ok(got) => Ok(got),
+            Err(ReaderError::Store(e))
+                if !e.is_unreachable()
+                    && !matches!(e, StoreError::Transport { timeout: true, .. }) =>
+            {
+                tracing::warn!(url = %at, reason = %e, "the runs object failed: rows and records from the row file and the proof object from now on");
+                *crate::inner::lock(&self.runs) = None;
+                self.get_split(runs).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One range of the runs object per run, all in flight at once.
+    async fn get_interleaved(
+        &self,
+        at: &str,
+        layout: RunsLayout,
+        runs: &[RowRun],
+    ) -> Result<Vec<(RowRun, Bytes, Bytes)>> {
+        let limit = if self.store.multiplexed() {
+            self.config.concurrency_multiplexed
+        } else {
+            self.config.concurrency
+        };
+        let total = layout.object_len();
+        let mut stream = futures_util::stream::iter(runs.iter().copied())
+            .map(|run| async move {
+                let (s, e) = layout.range(run.first, run.count).unwrap_or((0, 1));
+                let opts = ReadOptions {
+                    total,
+                    ..Default::default()
+                };
+                let got = self.store.read_vec(at, s, e - 1, opts).await;
+                (run, got)
+            })
+            .buffered(limit.max(1));
+        let mut out = Vec::with_capacity(runs.len());
+        while let Some((run, got)) = stream.next().await {
+            let bytes = got?;
+            let (mut rows, mut records) = (Vec::new(), Vec::new());
+            for (row, record) in layout.split(&bytes) {
+                rows.extend_from_slice(row);
+                records.extend_from_slice(record);
+            }
+            add(&self.counters.proof_bytes, records.len() as u64);
+            out.push((run, Bytes::from(rows), Bytes::from(records)));
+        }
+        Ok(out)
+    }
+
+    /// GETs the rows and the path records of every run from the row file
+    /// and the proof object, all in flight at once under the concurrency
+    /// limit.
+    async fn get_split(&self, runs: &[RowRun]) -> Result<Vec<(RowRun, Bytes, Bytes)>> {
         let limit = if self.store.multiplexed() {
             self.config.concurrency_multiplexed
         } else {

@@ -68,7 +68,7 @@ pub(crate) fn ids_u64<I: Into<u64> + Copy>(ids: &[I]) -> Vec<u64> {
     ids.iter().map(|&i| i.into()).collect()
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -206,7 +206,7 @@ impl Inner {
         tracing::info!(knot = %knot.location(), tensor = %name, path = ?resolution.path, reason = %resolution.reason, "embedding resolved");
         let source = match &resolution.columnar {
             Some((url, desc)) => Some(ColumnarEmbedBackend::new(
-                url.clone(),
+                (url.clone(), resolution.runs.clone()),
                 desc.clone(),
                 config.fetch.clone(),
                 store.clone(),

@@ -126,6 +126,7 @@ pub(crate) fn lm_source(
             path: ReadPath::Dense,
             reason,
             columnar: None,
+            runs: None,
         },
         rows: None,
     };
@@ -173,6 +174,7 @@ pub(crate) fn lm_source(
                 merkle::layout_of(d).map_or(0, |l| l.chunk_rows())
             ),
             columnar: Some((at.clone(), d.clone())),
+            runs: None,
         },
         rows: Some((at, d.clone())),
     })

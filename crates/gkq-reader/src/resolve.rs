@@ -39,11 +39,23 @@ pub struct Resolution {
     /// For the columnar path: the row file URL and descriptor.
     #[serde(skip)]
     pub columnar: Option<(String, ColumnarDescriptor)>,
+    /// For the columnar path: the runs object the rows are fetched from,
+    /// each run with its records in one range (FORMAT.md 7b), when the
+    /// package has one.
+    #[serde(skip)]
+    pub runs: Option<String>,
+}
+
+/// The URL of the runs object of the row file at `url` (FORMAT.md 7b).
+pub(crate) fn runs_url(url: &str) -> String {
+    let (path, rest) = url.split_at(url.find(['?', '#']).unwrap_or(url.len()));
+    format!("{path}{}{rest}", gkq_format::runs::RUNS_SUFFIX)
 }
 
 fn dense(tensor: &str, reason: String) -> Resolution {
     Resolution {
         tensor: tensor.to_owned(),
+        runs: None,
         path: ReadPath::Dense,
         reason,
         columnar: None,
@@ -145,6 +157,7 @@ pub(crate) async fn resolve(
                 "spectral block of rank {rank}: never columnar; block_payload returns the factors untouched, and rows are reconstructed as U·diag(S)·Vt (FORMAT.md section 5)"
             ),
             columnar: None,
+            runs: None,
         });
     }
     let Some(url) = columnar_url else {
@@ -174,17 +187,60 @@ pub(crate) async fn resolve(
             ),
         ));
     }
+    let runs = knot
+        .header()
+        .header()
+        .has_runs(&desc.object)
+        .then(|| gkq_format::runs::RunsLayout::of(desc))
+        .flatten();
+    let columnar = |reason: String, runs: Option<String>| Resolution {
+        tensor: name.to_owned(),
+        path: ReadPath::Columnar,
+        reason,
+        columnar: Some((url.clone(), desc.clone())),
+        runs,
+    };
     if knot.header_from_cache() {
         // a pinned knot opened from the disk cache: no request is made at
         // open, and every row is verified against the pinned root anyway
-        return Ok(Resolution {
-            tensor: name.to_owned(),
-            path: ReadPath::Columnar,
-            reason: format!(
-                "{url}: {why}; the knot is pinned (--knot-id) and its header came from the cache, so the row file's length is not asked for; every row verified against the knot's Merkle root"
+        let how = if runs.is_some() {
+            "; each run of rows with its records in one range"
+        } else {
+            ""
+        };
+        return Ok(columnar(
+            format!(
+                "{url}: {why}; the knot is pinned (--knot-id) and its header came from the cache, so the row file's length is not asked for; every row verified against the knot's Merkle root{how}"
             ),
-            columnar: Some((url, desc.clone())),
-        });
+            runs.map(|_| runs_url(&url)),
+        ));
+    }
+    let mut no_runs = String::new();
+    if let Some(layout) = runs {
+        let at = runs_url(&url);
+        let want = layout.object_len().unwrap_or(0);
+        match store.head(&at).await.map(|h| h.len) {
+            Ok(len) if len == want => {
+                return Ok(columnar(
+                    format!(
+                        "{url}: {why}; fetched from its runs object {at} (Content-Length {len} = {} rows × {} bytes of row and record): one range per run of rows, every row verified against the knot's Merkle root",
+                        desc.rows,
+                        layout.stride()
+                    ),
+                    Some(at),
+                ));
+            }
+            Ok(len) => {
+                no_runs = format!(
+                    "; its runs object {at} has Content-Length {len} ≠ {want}, so rows and their records come from two objects"
+                );
+            }
+            Err(e) => {
+                no_runs = format!(
+                    "; no runs object ({e}), so rows and their records come from two objects"
+                );
+            }
+        }
     }
     match store.head(&url).await.map(|h| h.len) {
         Err(e) => Ok(dense(name, format!("HEAD {url} failed: {e}"))),
@@ -195,14 +251,12 @@ pub(crate) async fn resolve(
                 desc.byte_len, desc.rows, desc.row_bytes
             ),
         )),
-        Ok(len) => Ok(Resolution {
-            tensor: name.to_owned(),
-            path: ReadPath::Columnar,
-            reason: format!(
-                "{url}: {why}; Content-Length {len} = {} rows × {} bytes; every row verified against the knot's Merkle root",
+        Ok(len) => Ok(columnar(
+            format!(
+                "{url}: {why}; Content-Length {len} = {} rows × {} bytes; every row verified against the knot's Merkle root{no_runs}",
                 desc.rows, desc.row_bytes
             ),
-            columnar: Some((url, desc.clone())),
-        }),
+            None,
+        )),
     }
 }

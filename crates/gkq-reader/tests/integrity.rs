@@ -356,3 +356,119 @@ fn a_missing_or_broken_proof_object_always_means_the_dense_fallback() {
         );
     }
 }
+
+/// Issue 23: the runs object (FORMAT.md 7b) gives the same verified rows as
+/// the row file and the proof object, bit for bit, in one request per run
+/// instead of two; without it the reader falls back and says why.
+#[test]
+fn the_runs_object_gives_the_same_rows_in_one_request_per_run() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(&wide(FDtype::BF16, 7), &[DType::BF16], tmp.path());
+    assert!(
+        out.join("token_embd.bf16.rows.runs").is_file(),
+        "gkq-pack writes it"
+    );
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let base = format!("{}/m/", nginx.url());
+    // runs of 1 row (spread ids) and of several (a block of neighbours)
+    let ids: Vec<u64> = [3u64, 4, 5, 6, 7, 130, 300, 301, 511, 3].to_vec();
+    let read = |r: &Reader| {
+        let e = r.embedding().expect("input");
+        let n0 = r.net_stats().requests;
+        let rows = e.rows(&ids).expect("rows");
+        let bytes: Vec<Vec<u8>> = (0..ids.len())
+            .map(|k| rows.bytes(k).expect("row").to_vec())
+            .collect();
+        (bytes, r.net_stats().requests - n0, e.resolution().reason)
+    };
+    let (with_runs, req_runs, why) = read(&open(&out, &base, true));
+    assert!(
+        why.contains("token_embd.bf16.rows.runs") && why.contains("one range per run"),
+        "{why}"
+    );
+    fs::remove_file(out.join("token_embd.bf16.rows.runs")).expect("rm");
+    let (split, req_split, why) = read(&open(&out, &base, true));
+    assert!(
+        why.contains("no runs object") && why.contains("two objects"),
+        "{why}"
+    );
+    assert_eq!(with_runs, split, "the same rows, bit for bit");
+    for (k, &id) in ids.iter().enumerate() {
+        let wide: Vec<f32> = {
+            let mut v = Vec::new();
+            cast_row(&with_runs[k], DType::BF16, DType::F32, &mut v).expect("cast");
+            v.chunks(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+                .collect()
+        };
+        assert_eq!(wide, dense_f32(&out, id), "row {id}");
+    }
+    // 4 runs: [3..=7], [130], [300..=301], [511]; plus the chunk table
+    assert_eq!(req_runs, 4 + 1, "one request per run, and the table");
+    assert_eq!(req_split, 2 * 4 + 1, "rows and records apart");
+}
+
+/// A server that tampers with the runs object (a row byte, a record byte,
+/// two runs swapped) gets no row through; `--require-columnar` fails.
+#[test]
+fn a_tampered_runs_object_returns_no_row() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack(&wide(FDtype::BF16, 7), &[DType::BF16], tmp.path());
+    let runs = fs::read(out.join("token_embd.bf16.rows.runs")).expect("runs");
+    let proof = fs::read(out.join("token_embd.bf16.rows.proof")).expect("proof");
+    let rows = fs::read(out.join("token_embd.bf16.rows")).expect("rows");
+    let stride = 2048 + 32 * 7;
+    let mut row_byte = runs.clone();
+    row_byte[130 * stride + 17] ^= 1;
+    let mut record_byte = runs.clone();
+    record_byte[130 * stride + 2048 + 5] ^= 1;
+    let mut swapped = runs.clone();
+    let (a, b) = (4 * stride, 130 * stride);
+    let tmp_run = swapped[a..a + stride].to_vec();
+    swapped.copy_within(b..b + stride, a);
+    swapped[b..b + stride].copy_from_slice(&tmp_run);
+    for (why, bad) in [
+        ("row byte", row_byte),
+        ("record byte", record_byte),
+        ("swapped runs", swapped),
+    ] {
+        let server = FaultServer::start_files(
+            vec![
+                ("token_embd.bf16.rows".into(), rows.clone()),
+                ("token_embd.bf16.rows.proof".into(), proof.clone()),
+                ("token_embd.bf16.rows.runs".into(), bad),
+            ],
+            Fault::None,
+        )
+        .expect("server");
+        let url = server.url("token_embd.bf16.rows");
+        let r = open(&out, &url, false);
+        let e = r.embedding().expect("input");
+        assert!(
+            e.resolution().reason.contains(".runs"),
+            "{why}: {}",
+            e.resolution().reason
+        );
+        let backend = e.columnar().expect("columnar backend");
+        let got = e.rows(&IDS).expect("rows through the dense fallback");
+        for (k, &id) in IDS.iter().enumerate() {
+            assert_eq!(row_f32(&got, k), dense_f32(&out, id), "{why}: row {id}");
+        }
+        assert_eq!(e.resolution().path, ReadPath::Dense, "{why}");
+        assert!(backend.cache_stats().rows_rejected > 0, "{why}");
+        let err = open(&out, &url, true)
+            .embedding()
+            .expect("input")
+            .rows(&IDS)
+            .expect_err("--require-columnar");
+        assert!(
+            matches!(err, ReaderError::ColumnarRequired { .. }),
+            "{why}: {err}"
+        );
+    }
+}

@@ -108,6 +108,20 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
                     kind: Kind::Proof,
                 });
             }
+            let runs = gkq_format::runs::RunsLayout::of(d)
+                .filter(|_| knot.header().header().has_runs(&d.object));
+            if let Some(layout) = runs {
+                // checked against the rows and records by the local verify above
+                let name = gkq_format::runs::runs_object_name(&d.object);
+                let path = dir.join(&name);
+                out.push(LocalObject {
+                    key: key(prefix, &name),
+                    sha256: sha_file(&path)?,
+                    path,
+                    bytes: layout.object_len().unwrap_or(0),
+                    kind: Kind::Proof,
+                });
+            }
         }
     }
     for (name, sha) in knot.header().header().package_files() {

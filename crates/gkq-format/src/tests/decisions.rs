@@ -181,3 +181,33 @@ fn to_version_2(v3: &[u8], objects: &[&str]) -> Vec<u8> {
     reseal(&mut out, &v2, &head);
     out
 }
+
+#[test]
+fn columnar_runs_names_row_files_with_records() {
+    let with = |list: &[&str], height: u8| {
+        let (mut h, _) = golden_parts();
+        if let Some(p) = h.blocks[0].columnar[0].proof.as_mut() {
+            p.height = height;
+        }
+        h.metadata.insert(
+            keys::COLUMNAR_RUNS.into(),
+            Value::StrList(list.iter().map(|s| (*s).to_owned()).collect()),
+        );
+        raw_knot(&laid_out(h))
+    };
+    Knot::parse(&with(&["token_embd.f32.rows"], 1)).unwrap();
+    for (list, height, says) in [
+        (&["token_embd.f32.rows"][..], 0, "height 0"),
+        (&["nope.rows"][..], 1, "not a row file"),
+        (
+            &["token_embd.f32.rows", "token_embd.f32.rows"][..],
+            1,
+            "ascending",
+        ),
+    ] {
+        assert!(
+            matches!(err(&with(list, height)), Error::RunsMetadata(r) if r.contains(says)),
+            "{list:?}"
+        );
+    }
+}

@@ -139,3 +139,40 @@ fn first_inexact_finds_values_that_do_not_cast_back() {
         Some(2)
     );
 }
+
+/// FORMAT.md 7b's golden vector: the runs object of three 2-byte rows at
+/// proof height 1, written and checked by this crate.
+#[test]
+fn runs_object_golden_vector() {
+    use crate::runs::{RunsLayout, check_runs, write_runs};
+    let rows = [1u8, 2, 3, 4, 5, 6];
+    let leaves: Vec<_> = rows.chunks(2).map(merkle::leaf_hash).collect();
+    let (root, proof) = merkle::build_proof(&leaves, 1).unwrap();
+    assert_eq!(
+        crate::hex(&root),
+        "404decb30b7393262416216bd997ef8b929067e16f6e62166545d8771744eeba"
+    );
+    let mut d = ColumnarDescriptor::for_shape(3, 2, DType::U8, "g.rows".into()).unwrap();
+    d.proof = Some(RowProof { height: 1, root });
+    let layout = RunsLayout::of(&d).unwrap();
+    assert_eq!((layout.stride(), layout.object_len()), (34, Some(102)));
+    let table = merkle::layout_of(&d).unwrap().table_len() as usize;
+    let mut runs = Vec::new();
+    write_runs(&layout, &mut &rows[..], &mut &proof[table..], &mut runs).unwrap();
+    let golden = "0102ed2139a910c69105ce3628d7aae9c530ad4cbb6aa45a683a0eb02f85a2807287\
+                  0304ae4b3280e56e2faf83f414a6e3dabe9d5fbe18976544c05fed121accb85b53fc\
+                  05060000000000000000000000000000000000000000000000000000000000000000";
+    assert_eq!(crate::hex(&runs), golden);
+    let roots = merkle::check_table(&d, &proof[..table]).unwrap();
+    // any range of whole strides verifies, and gives the rows back
+    assert_eq!(check_runs(&d, &roots, 0, &runs).unwrap(), rows);
+    assert_eq!(check_runs(&d, &roots, 1, &runs[34..68]).unwrap(), [3, 4]);
+    // a changed byte anywhere in a stride fails it
+    for at in [0usize, 5, 40, 100] {
+        let mut bad = runs.clone();
+        bad[at] ^= 1;
+        assert!(check_runs(&d, &roots, 0, &bad).is_err(), "byte {at}");
+    }
+    // a stride of another row fails at that row's position
+    assert!(check_runs(&d, &roots, 0, &runs[34..68]).is_err());
+}

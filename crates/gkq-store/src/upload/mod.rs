@@ -32,7 +32,7 @@ use send::Sent;
 pub enum Kind {
     /// A columnar row file.
     Rows,
-    /// The proof object of a row file (FORMAT.md 7a).
+    /// The proof object (FORMAT.md 7a) or runs object (7b) of a row file.
     Proof,
     /// A companion file (config, tokenizer) listed in `package.files`.
     Companion,
@@ -451,10 +451,13 @@ fn prefix_of(objects: &[LocalObject]) -> String {
 }
 
 /// A name a package object may have: `*.knot`, `*.rows`, `*.rows.proof`,
-/// directly under the prefix.
+/// `*.rows.runs`, directly under the prefix.
 fn is_package_object(name: &str) -> bool {
     !name.contains('/')
-        && (name.ends_with(".knot") || name.ends_with(".rows") || name.ends_with(".rows.proof"))
+        && (name.ends_with(".knot")
+            || name.ends_with(".rows")
+            || name.ends_with(".rows.proof")
+            || name.ends_with(".rows.runs"))
 }
 
 #[cfg(test)]

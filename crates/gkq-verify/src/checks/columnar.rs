@@ -108,7 +108,7 @@ pub(crate) fn open_all<'b>(block: &'b Block, dir: &Path, cols: &mut Acc) -> Vec<
     files
 }
 
-impl RowFile<'_> {
+impl<'d> RowFile<'d> {
     /// The row file's name.
     pub(crate) fn object(&self) -> &str {
         &self.d.object
@@ -182,6 +182,11 @@ impl RowFile<'_> {
 
     /// The checks that need the whole file: digest, BLOCK_EXACT, proof
     /// object, rows that differed.
+    /// The descriptor of this row file.
+    pub(crate) fn descriptor(&self) -> &'d ColumnarDescriptor {
+        self.d
+    }
+
     pub(crate) fn finish(self, block: &Block, dir: &Path, cols: &mut Acc) {
         if self.broken {
             return; // reported when the read failed
@@ -234,6 +239,85 @@ impl RowFile<'_> {
             };
             cols.fail(path, Finding::RowsDiffer { error, rows });
         }
+    }
+}
+
+/// A runs object (FORMAT.md 7b) against the row file and the proof
+/// object's records it interleaves, byte for byte (both already checked
+/// against the knot).
+pub(crate) fn check_runs(d: &ColumnarDescriptor, dir: &Path, cols: &mut Acc) {
+    use gkq_format::runs::{RunsLayout, runs_object_name, write_runs};
+    use std::io::{Seek, SeekFrom};
+    let name = runs_object_name(&d.object);
+    let path = dir.join(&name);
+    let shown = path.display().to_string();
+    let bad = |reason: String| gkq_format::Error::RowProof {
+        object: name.clone(),
+        row: 0,
+        reason,
+    };
+    let Some(layout) = RunsLayout::of(d) else {
+        return cols.fail(
+            shown,
+            bad("listed in columnar.runs, but its row file has no records".into()),
+        );
+    };
+    let expected = layout.object_len().unwrap_or(0);
+    let file = match open_regular(&path) {
+        Ok((_, len)) if len != expected => {
+            let s = layout.stride();
+            return cols.fail(
+                shown,
+                bad(format!(
+                    "{len} bytes, expected {expected} ({} rows × {s}-byte strides)",
+                    d.rows
+                )),
+            );
+        }
+        Ok((f, _)) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let what = "runs object";
+            return cols.fail(
+                shown,
+                gkq_format::Error::ObjectMissing {
+                    what,
+                    object: name.clone(),
+                },
+            );
+        }
+        Err(e) => return cols.fail(shown, e),
+    };
+    let rows_path = dir.join(&d.object);
+    let proof_path = dir.join(merkle::proof_object_name(&d.object));
+    let table = merkle::layout_of(d).map_or(0, |l| l.table_len());
+    let opened = File::open(&rows_path).and_then(|r| {
+        let mut p = File::open(&proof_path)?;
+        p.seek(SeekFrom::Start(table))?;
+        Ok((r, p))
+    });
+    // the row file and proof object were reported already if unreadable
+    let Ok((rows, proof)) = opened else { return };
+    let mut cmp = Compare {
+        file: std::io::BufReader::with_capacity(1 << 20, file),
+        at: 0,
+        first_diff: None,
+        buf: Vec::new(),
+    };
+    let mut rows = std::io::BufReader::with_capacity(1 << 20, rows);
+    let mut records = std::io::BufReader::with_capacity(1 << 20, proof);
+    match write_runs(&layout, &mut rows, &mut records, &mut cmp) {
+        Err(e) => cols.fail(shown, e),
+        Ok(()) => match cmp.first_diff {
+            Some(at) => cols.fail(
+                shown,
+                gkq_format::Error::RowProof {
+                    object: name.clone(),
+                    row: at / layout.stride(),
+                    reason: format!("differs at byte {at} from the row and its record (RowProof)"),
+                },
+            ),
+            None => cols.bytes += expected,
+        },
     }
 }
 

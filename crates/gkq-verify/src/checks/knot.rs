@@ -108,7 +108,11 @@ pub(crate) fn check_block(
         acc.fail(shown, f);
     }
     for rf in files {
+        let d = rf.descriptor();
         rf.finish(block, dir, &mut cols);
+        if knot.header().header().has_runs(&d.object) {
+            columnar::check_runs(d, dir, &mut cols);
+        }
     }
     BlockChecked {
         knot: acc,

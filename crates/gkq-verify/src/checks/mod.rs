@@ -168,7 +168,11 @@ impl Context<'_> {
                 CheckName::Columnar,
                 started,
                 format!(
-                    "{n_desc} row files: size, sha256, every row against its block, exactness flags, proof objects (Merkle roots)"
+                    "{n_desc} row files: size, sha256, every row against its block, exactness flags, proof objects (Merkle roots){}",
+                    match header.meta_list(gkq_format::keys::COLUMNAR_RUNS).map_or(0, <[String]>::len) {
+                        0 => String::new(),
+                        n => format!(", {n} runs objects"),
+                    }
                 ),
             ),
         ];
