@@ -211,7 +211,7 @@ fn gkq_inspect_local_and_remote() {
     assert_eq!(r["blocks"], v["blocks"]);
     let fetched = r["fetched"]["payload_bytes"].as_u64().expect("counted");
     assert!(
-        fetched <= 64 * 1024 && fetched < knot_bytes.len() as u64,
+        fetched <= 32 * 1024 && fetched < knot_bytes.len() as u64,
         "read {fetched} bytes of a {} byte knot",
         knot_bytes.len()
     );
@@ -378,4 +378,34 @@ fn gkq_rows_gives_up_on_a_dripping_server() {
         "{err}"
     );
     assert!(t.elapsed().as_secs() < 30, "{:?}: {err}", t.elapsed());
+}
+
+/// Issue 23: the first knot read is sized from what is known. Cold: one
+/// 32 KiB read covers a typical header in one round trip, and the bytes
+/// beyond the header are reported; with the cache's length hint for the
+/// URL, the read is the header exactly.
+#[test]
+fn the_first_knot_read_is_sized_and_its_overfetch_reported() {
+    let (tmp, nginx, _out) = served("qwen2-tiny-f32", &[]);
+    let knot = format!("{}/m/model.knot", nginx.url());
+    let cache = tmp.path().join("cache");
+    let inspect = || {
+        let o = fixtures::tool(env!("CARGO_BIN_EXE_gkq-inspect"))
+            .args([&knot, "--json", "--cache-dir"])
+            .arg(&cache)
+            .output()
+            .expect("run gkq-inspect");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        v["fetched"].clone()
+    };
+    let cold = inspect();
+    assert_eq!(cold["requests"], 1, "{cold}");
+    assert_eq!(cold["payload_bytes"], 32768, "{cold}");
+    let beyond = cold["beyond_header"].as_u64().expect("reported");
+    assert!(beyond > 0 && beyond < 32768, "{cold}");
+    let warm = inspect();
+    assert_eq!(warm["requests"], 1, "{warm}");
+    assert_eq!(warm["beyond_header"], 0, "{warm}");
+    assert_eq!(warm["payload_bytes"].as_u64(), Some(32768 - beyond), "{warm}");
 }

@@ -71,6 +71,9 @@ pub(crate) enum Kind {
     Table,
     /// A row and its path record, by Merkle root and row.
     Row,
+    /// The header length last seen at a URL (a size hint for the first
+    /// read, never trusted for content), by the URL's SHA-256.
+    Hint,
 }
 
 impl Kind {
@@ -80,6 +83,7 @@ impl Kind {
             Kind::Blob => "blob",
             Kind::Table => "table",
             Kind::Row => "rows",
+            Kind::Hint => "hint",
         }
     }
 }

@@ -149,7 +149,7 @@ fn remote_open_reads_only_the_header() {
     assert!(rows.bytes(1).expect("row") == dense_row(&s.out, 4, DType::F32).as_slice());
     assert_eq!(r.net_stats().requests, 2);
     assert_eq!(
-        r.net_stats().payload_bytes - 65536.min(header_end_of(&s.out)),
+        r.net_stats().payload_bytes - 32768.min(header_end_of(&s.out)),
         512 * 64 * 4
     );
 }
@@ -160,7 +160,7 @@ fn header_end_of(out: &Path) -> u64 {
         .expect("valid")
         .header()
         .header_end()
-        .max(65536)
+        .max(32768)
         .min(bytes.len() as u64)
 }
 
@@ -575,11 +575,11 @@ fn untied_lm_head_background_pull_and_roles() {
         first.lm_head(),
         Err(ReaderError::RoleNotServed("output"))
     ));
-    // the first 64 KiB of the knot (its header), three 256-byte rows and
+    // the first 32 KiB of the knot (its header), three 256-byte rows and
     // their proof (height 0: the table of 512 leaf hashes): no matrix
     assert_eq!(
         first.net_stats().payload_bytes,
-        65536 + 3 * 256 + 512 * 32,
+        32768 + 3 * 256 + 512 * 32,
         "{:?}",
         first.net_stats()
     );

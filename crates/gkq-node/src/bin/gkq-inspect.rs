@@ -213,7 +213,7 @@ fn run(a: &Args) -> anyhow::Result<()> {
         let mut v = report(&a.knot, knot.header());
         if is_url(&a.knot) {
             let s = reader.net_stats();
-            v["fetched"] = json!({"requests": s.requests, "payload_bytes": s.payload_bytes});
+            v["fetched"] = json!({"requests": s.requests, "payload_bytes": s.payload_bytes, "beyond_header": knot.beyond_header()});
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
@@ -222,8 +222,11 @@ fn run(a: &Args) -> anyhow::Result<()> {
             let s = reader.net_stats();
             writeln!(
                 out,
-                "\nread {} bytes of header in {} requests",
-                s.payload_bytes, s.requests
+                "\nread {} bytes in {} requests for a {}-byte header ({} bytes beyond it)",
+                s.payload_bytes,
+                s.requests,
+                knot.header().header_end(),
+                knot.beyond_header()
             )?;
         }
     }

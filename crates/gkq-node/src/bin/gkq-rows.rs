@@ -313,7 +313,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let res = e.resolution();
     let mut out = json!({
         "knot": a.knot,
-        "open": { "requests": open.requests, "payload_bytes": open.payload_bytes, "http_bytes": open.http_bytes, "seconds": t0.elapsed().as_secs_f64() },
+        "open": { "requests": open.requests, "payload_bytes": open.payload_bytes, "http_bytes": open.http_bytes, "beyond_header": reader.knot().beyond_header(), "seconds": t0.elapsed().as_secs_f64() },
     });
     if !a.json {
         eprintln!("resolution: {:?}: {}", res.path, res.reason);
