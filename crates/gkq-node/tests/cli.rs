@@ -407,5 +407,9 @@ fn the_first_knot_read_is_sized_and_its_overfetch_reported() {
     let warm = inspect();
     assert_eq!(warm["requests"], 1, "{warm}");
     assert_eq!(warm["beyond_header"], 0, "{warm}");
-    assert_eq!(warm["payload_bytes"].as_u64(), Some(32768 - beyond), "{warm}");
+    assert_eq!(
+        warm["payload_bytes"].as_u64(),
+        Some(32768 - beyond),
+        "{warm}"
+    );
 }

@@ -70,7 +70,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     )?;
     let companions = find_companions(&located.dir)?;
     let factored = spectral::factor_all(&src, &roles, &opts.spectral)?;
-    let header = plan::plan(
+    let mut header = plan::plan(
         &cfg,
         &src,
         &roles,
@@ -79,6 +79,9 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         &companions,
         &factored,
     )?;
+    if !opts.runs {
+        header.metadata.remove(gkq_format::keys::COLUMNAR_RUNS);
+    }
     let (spectral_reports, spectral_payloads): (Vec<_>, Vec<_>) = factored
         .into_iter()
         .map(|f| (f.report, (f.block.name, f.payload)))

@@ -96,6 +96,12 @@ struct Args {
         help_heading = "Low-rank blocks"
     )]
     spectral: Vec<String>,
+    /// Write no runs objects (`<row file>.runs`: each row with its Merkle
+    /// path, so a node fetches a run of rows and its proof in one range;
+    /// they add about 1.1 × each row file). Nodes then fetch rows and
+    /// proofs from two objects, two requests per run.
+    #[arg(long)]
+    no_runs: bool,
     /// Print one JSON object on stdout.
     #[arg(long, help_heading = "Output")]
     json: bool,
@@ -106,6 +112,42 @@ struct Args {
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
     DType::parse_float(s)
+}
+
+/// A row file's lines: the rows, the proof object, the runs object.
+fn human_row_file(c: &gkq_pack::ColumnarReport) {
+    let exact = match (c.source_exact, c.block_exact) {
+        (true, true) => "exact (source and block)",
+        (true, false) => "exact (source)",
+        (false, true) => "exact (block)",
+        (false, false) => "not exact",
+    };
+    eprintln!(
+        "  {}  {} rows x {} bytes ({} {})  sha256 {}  max abs error vs source {:e}, {exact}",
+        c.path.display(),
+        c.rows,
+        c.row_bytes,
+        c.role,
+        c.dtype,
+        c.sha256,
+        c.max_abs_error_vs_source
+    );
+    eprintln!(
+        "  {}  {} bytes  merkle root {}  proof height {} ({} B per row fetched)",
+        c.proof.path.display(),
+        c.proof.bytes,
+        c.merkle_root,
+        c.proof_height,
+        32 * u32::from(c.proof_height)
+    );
+    if let Some(runs) = &c.runs {
+        eprintln!(
+            "  {}  {} bytes  each row with its record ({} B strides: one range per run of rows)",
+            runs.path.display(),
+            runs.bytes,
+            c.row_bytes + 32 * u64::from(c.proof_height)
+        );
+    }
 }
 
 fn human(r: &PackReport) {
@@ -131,38 +173,7 @@ fn human(r: &PackReport) {
     eprintln!("  {}  {} bytes", r.knot.path.display(), r.knot.bytes);
     eprintln!("  knot id {} (pin it with --knot-id)", r.knot_id);
     for c in &r.columnar {
-        let exact = match (c.source_exact, c.block_exact) {
-            (true, true) => "exact (source and block)",
-            (true, false) => "exact (source)",
-            (false, true) => "exact (block)",
-            (false, false) => "not exact",
-        };
-        eprintln!(
-            "  {}  {} rows x {} bytes ({} {})  sha256 {}  max abs error vs source {:e}, {exact}",
-            c.path.display(),
-            c.rows,
-            c.row_bytes,
-            c.role,
-            c.dtype,
-            c.sha256,
-            c.max_abs_error_vs_source
-        );
-        eprintln!(
-            "  {}  {} bytes  merkle root {}  proof height {} ({} B per row fetched)",
-            c.proof.path.display(),
-            c.proof.bytes,
-            c.merkle_root,
-            c.proof_height,
-            32 * u32::from(c.proof_height)
-        );
-        if let Some(runs) = &c.runs {
-            eprintln!(
-                "  {}  {} bytes  each row with its record ({} B strides: one range per run of rows)",
-                runs.path.display(),
-                runs.bytes,
-                c.row_bytes + 32 * u64::from(c.proof_height)
-            );
-        }
+        human_row_file(c);
     }
     for c in &r.companions {
         eprintln!(
@@ -274,6 +285,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .map(|s| s.parse())
             .collect::<Result<_, _>>()?,
+        runs: !args.no_runs,
     };
     let bar = gkq_cli::Bar::new("", !args.quiet && !args.json);
     let report = gkq_pack::pack(&opts, &bar)?;

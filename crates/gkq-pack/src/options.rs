@@ -50,6 +50,9 @@ pub struct PackOptions {
     pub revision: Option<String>,
     /// `--spectral PATTERN=SPEC`: tensors stored as rank-K spectral blocks.
     pub spectral: Vec<spectral::SpectralSpec>,
+    /// Write a runs object next to each row file with path records
+    /// (FORMAT.md 7b; `--no-runs` turns it off).
+    pub runs: bool,
 }
 
 impl PackOptions {
@@ -66,6 +69,7 @@ impl PackOptions {
             model_id: None,
             revision: None,
             spectral: Vec::new(),
+            runs: true,
         }
     }
 }

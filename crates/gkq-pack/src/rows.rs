@@ -193,7 +193,8 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
     let proof_file = flush_file(pw, &proof_path)?;
     let (proof_len, proof_sha) = hash_file(&proof_path)?;
     let mut synced = vec![(file, f.path.clone()), (proof_file, proof_path.clone())];
-    let runs = match gkq_format::runs::RunsLayout::of(&d) {
+    let listed = writer.header().has_runs(&d.object);
+    let runs = match gkq_format::runs::RunsLayout::of(&d).filter(|_| listed) {
         Some(layout) => {
             let (report, file, path) = write_runs(out, &d, &layout, (&f.path, &proof_path))?;
             synced.push((file, path));

@@ -84,6 +84,44 @@ fn complete_header(location: &str, bytes: &[u8], total: u64) -> Result<Option<Kn
     }
 }
 
+/// The cached header of the pinned knot `id`, re-verified.
+async fn pinned_header(c: &DiskCache, id: &str) -> Option<KnotHeader> {
+    let id = id.trim().to_ascii_lowercase();
+    let want = id.clone();
+    let check = move |b: &[u8]| matches!(parse_prefix(b), Ok(Prefix::Complete(h)) if hex(&h.preamble().header_sha256) == want);
+    match parse_prefix(&c.get(Kind::Header, &id, check).await?) {
+        Ok(Prefix::Complete(h)) => Some(*h),
+        _ => None,
+    }
+}
+
+/// How many bytes the first read of a knot asks for: the header length
+/// last seen at this URL (the cache's hint), else a typical header
+/// ([`FIRST_FETCH`]: Qwen2.5-0.5B's is 32,079 B).
+async fn first_read(cache: Option<&DiskCache>, hint_key: &str) -> u64 {
+    let hinted = match cache {
+        Some(c) => c.get(Kind::Hint, hint_key, |b| b.len() == 8).await,
+        None => None,
+    };
+    hinted
+        .and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
+        .map(u64::from_le_bytes)
+        .map_or(FIRST_FETCH, |len| {
+            len.saturating_add(72).clamp(72, 16 << 20)
+        })
+}
+
+/// Caches a header read from a URL (by knot id) and its length (the next
+/// first read's size, by the URL's hash).
+async fn remember(c: &DiskCache, hint_key: &str, header: &KnotHeader, mut bytes: Vec<u8>) {
+    let len = header.preamble().header_len.to_le_bytes();
+    c.put(Kind::Hint, hint_key, Bytes::copy_from_slice(&len))
+        .await;
+    bytes.truncate(usize::try_from(header.header_end()).unwrap_or(usize::MAX));
+    let id = hex(&header.preamble().header_sha256);
+    c.put(Kind::Header, &id, Bytes::from(bytes)).await;
+}
+
 impl KnotHandle {
     /// Opens `location` (a path or a URL): the header from the cache when
     /// `pin` names a cached knot id, else by one range read (two when the
@@ -96,34 +134,20 @@ impl KnotHandle {
     ) -> Result<KnotHandle> {
         let location = knot_location(location)?;
         let remote = is_url(&location);
-        if let (true, Some(c), Some(id)) = (remote, cache, pin) {
-            let id = id.trim().to_ascii_lowercase();
-            let want = id.clone();
-            let check = move |b: &[u8]| matches!(parse_prefix(b), Ok(Prefix::Complete(h)) if hex(&h.preamble().header_sha256) == want);
-            if let Some(b) = c.get(Kind::Header, &id, check).await
-                && let Ok(Prefix::Complete(h)) = parse_prefix(&b)
-            {
-                tracing::info!(knot = %location, id, "knot header from the disk cache (pinned id): no request");
-                return Ok(KnotHandle {
-                    location,
-                    header: *h,
-                    remote,
-                    from_cache: true,
-                    beyond_header: 0,
-                });
-            }
+        if let (true, Some(c), Some(id)) = (remote, cache, pin)
+            && let Some(header) = pinned_header(c, id).await
+        {
+            tracing::info!(knot = %location, id, "knot header from the disk cache (pinned id): no request");
+            return Ok(KnotHandle {
+                location,
+                header,
+                remote,
+                from_cache: true,
+                beyond_header: 0,
+            });
         }
-        // the first read: the header length last seen at this URL (the
-        // cache's hint), else a typical header (Qwen2.5-0.5B's is 32,079 B)
         let hint_key = hex(&Sha256::digest(location.as_bytes()));
-        let hinted = match cache.filter(|_| remote) {
-            Some(c) => c.get(Kind::Hint, &hint_key, |b| b.len() == 8).await,
-            None => None,
-        };
-        let first = hinted
-            .and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
-            .map(u64::from_le_bytes)
-            .map_or(FIRST_FETCH, |len| len.saturating_add(72).clamp(72, 16 << 20));
+        let first = first_read(cache.filter(|_| remote), &hint_key).await;
         let (mut all, total) = store.read_prefix(&location, first).await?;
         let header = match complete_header(&location, &all, total)? {
             Some(h) => h,
@@ -162,16 +186,7 @@ impl KnotHandle {
         }
         let beyond = (all.len() as u64).saturating_sub(header.header_end());
         if let (true, Some(c)) = (remote, cache) {
-            let len = header.preamble().header_len.to_le_bytes();
-            c.put(Kind::Hint, &hint_key, Bytes::copy_from_slice(&len)).await;
-            let end = usize::try_from(header.header_end()).unwrap_or(usize::MAX);
-            all.truncate(end);
-            c.put(
-                Kind::Header,
-                &hex(&header.preamble().header_sha256),
-                Bytes::from(all),
-            )
-            .await;
+            remember(c, &hint_key, &header, all).await;
         }
         tracing::info!(knot = %location, id = %hex(&header.preamble().header_sha256), blocks = header.header().blocks.len(), beyond_header = beyond, "knot opened");
         Ok(KnotHandle {

@@ -139,6 +139,31 @@ fn pick<'d>(
     Ok((format!("{base}/{}", d.object), d, why))
 }
 
+/// The runs object of the row file at `url` by HEAD: the resolution's
+/// reason when its length is right, else why it cannot be used.
+async fn runs_head(
+    store: &Store,
+    url: &str,
+    desc: &ColumnarDescriptor,
+    layout: gkq_format::runs::RunsLayout,
+) -> std::result::Result<String, String> {
+    let at = runs_url(url);
+    let want = layout.object_len().unwrap_or(0);
+    match store.head(&at).await.map(|h| h.len) {
+        Ok(len) if len == want => Ok(format!(
+            "fetched from its runs object {at} (Content-Length {len} = {} rows × {} bytes of row and record): one range per run of rows, every row verified against the knot's Merkle root",
+            desc.rows,
+            layout.stride()
+        )),
+        Ok(len) => Err(format!(
+            "; its runs object {at} has Content-Length {len} ≠ {want}, so rows and their records come from two objects"
+        )),
+        Err(e) => Err(format!(
+            "; no runs object ({e}), so rows and their records come from two objects"
+        )),
+    }
+}
+
 /// Resolves block `name` of `knot`.
 pub(crate) async fn resolve(
     knot: &KnotHandle,
@@ -187,6 +212,19 @@ pub(crate) async fn resolve(
             ),
         ));
     }
+    columnar_path(knot, store, name, (&url, desc, &why)).await
+}
+
+/// The columnar path for row file `desc` at `url`, by HEAD of its runs
+/// object (when the knot lists one) or of the row file, or the pinned
+/// header's word; the dense block when the length is wrong.
+async fn columnar_path(
+    knot: &KnotHandle,
+    store: &Store,
+    name: &str,
+    (url, desc, why): (&str, &ColumnarDescriptor, &str),
+) -> Result<Resolution> {
+    let url = url.to_owned();
     let runs = knot
         .header()
         .header()
@@ -215,33 +253,18 @@ pub(crate) async fn resolve(
             runs.map(|_| runs_url(&url)),
         ));
     }
-    let mut no_runs = String::new();
-    if let Some(layout) = runs {
-        let at = runs_url(&url);
-        let want = layout.object_len().unwrap_or(0);
-        match store.head(&at).await.map(|h| h.len) {
-            Ok(len) if len == want => {
+    let no_runs = match runs {
+        Some(layout) => match runs_head(store, &url, desc, layout).await {
+            Ok(how) => {
                 return Ok(columnar(
-                    format!(
-                        "{url}: {why}; fetched from its runs object {at} (Content-Length {len} = {} rows × {} bytes of row and record): one range per run of rows, every row verified against the knot's Merkle root",
-                        desc.rows,
-                        layout.stride()
-                    ),
-                    Some(at),
+                    format!("{url}: {why}; {how}"),
+                    Some(runs_url(&url)),
                 ));
             }
-            Ok(len) => {
-                no_runs = format!(
-                    "; its runs object {at} has Content-Length {len} ≠ {want}, so rows and their records come from two objects"
-                );
-            }
-            Err(e) => {
-                no_runs = format!(
-                    "; no runs object ({e}), so rows and their records come from two objects"
-                );
-            }
-        }
-    }
+            Err(why) => why,
+        },
+        None => String::new(),
+    };
     match store.head(&url).await.map(|h| h.len) {
         Err(e) => Ok(dense(name, format!("HEAD {url} failed: {e}"))),
         Ok(len) if len != desc.byte_len => Ok(dense(

@@ -66,9 +66,19 @@ fn parallel_parts_cover_each_block_once_several_at_a_time() {
     let (block, values) = r.block_values(EMBED).expect("pulled");
     let (offset, len, want) = local_block(&out, EMBED);
     assert!(values[..] == want[..] && block.name == EMBED);
-    // the server's view: the parts of the block, each once, several at a time
+    // the server's view: the parts of the block, each once, several at a
+    // time (nginx logs a request once it has sent it: wait for the last)
+    let want = len.div_ceil(32 << 10) as usize;
+    let mut log = nginx.access_log();
+    let t = std::time::Instant::now();
+    while log.lines().filter(|l| l.contains("/m/model.knot")).count() < want + 1
+        && t.elapsed() < std::time::Duration::from_secs(10)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        log = nginx.access_log();
+    }
     let mut parts: Vec<(f64, f64, u64, u64)> = Vec::new();
-    for line in nginx.access_log().lines() {
+    for line in log.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         let (Some(range), Some(&"/m/model.knot")) = (f.get(3), f.get(4)) else {
             continue;
@@ -85,7 +95,11 @@ fn parallel_parts_cover_each_block_once_several_at_a_time() {
         }
     }
     parts.sort_by_key(|p| p.2);
-    assert_eq!(parts.len() as u64, len.div_ceil(32 << 10), "{parts:?}");
+    assert_eq!(
+        parts.len(),
+        want,
+        "{parts:?} offset {offset} len {len}\n{log}"
+    );
     let mut next = offset;
     for p in &parts {
         assert_eq!(

@@ -55,37 +55,10 @@ fn sha_file(path: &Path) -> Result<String> {
     Ok(hex(&h.finalize()))
 }
 
-/// Runs the local gkq-verify checks on `out_dir` and returns the objects to
-/// publish, row files first (in knot order), then the companion files
-/// (`package.files`), and the knot last. Row file
-/// digests come from the knot's descriptors (which verification has just
-/// confirmed); the knot's own digest is computed while verification runs.
-pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
-    let knot_path = gkq_verify::knot_path(out_dir);
-    let dir = knot_path
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let map = gkq_verify::KnotMap::open(&knot_path).map_err(|e| UploadError::NoKnot {
-        path: knot_path.clone(),
-        reason: e.to_string(),
-    })?;
-    let bytes = map.bytes();
-    let knot = Knot::parse(bytes).map_err(|e| UploadError::NoKnot {
-        path: knot_path.clone(),
-        reason: format!("not a valid knot: {e}"),
-    })?;
-    let opts = gkq_verify::VerifyOptions::new(&knot_path);
-    let (report, knot_sha) = rayon::join(|| gkq_verify::verify(&opts), || sha_file(&knot_path));
-    let report = report.map_err(|e| UploadError::NoKnot {
-        path: knot_path.clone(),
-        reason: e.to_string(),
-    })?;
-    if !report.passed {
-        return Err(UploadError::LocalCheck {
-            dir,
-            failures: failures(&report),
-        });
-    }
+/// Every row file with its proof object and its runs object, as objects to
+/// publish (their digests: the knot's for row files, computed for the
+/// others, which the local verify has just checked against the rows).
+fn row_objects(knot: &Knot<'_>, dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
     let mut out = Vec::new();
     for b in knot.blocks() {
         for d in &b.columnar {
@@ -124,6 +97,41 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
             }
         }
     }
+    Ok(out)
+}
+
+/// Runs the local gkq-verify checks on `out_dir` and returns the objects to
+/// publish, row files first (in knot order), then the companion files
+/// (`package.files`), and the knot last. Row file
+/// digests come from the knot's descriptors (which verification has just
+/// confirmed); the knot's own digest is computed while verification runs.
+pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
+    let knot_path = gkq_verify::knot_path(out_dir);
+    let dir = knot_path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let map = gkq_verify::KnotMap::open(&knot_path).map_err(|e| UploadError::NoKnot {
+        path: knot_path.clone(),
+        reason: e.to_string(),
+    })?;
+    let bytes = map.bytes();
+    let knot = Knot::parse(bytes).map_err(|e| UploadError::NoKnot {
+        path: knot_path.clone(),
+        reason: format!("not a valid knot: {e}"),
+    })?;
+    let opts = gkq_verify::VerifyOptions::new(&knot_path);
+    let (report, knot_sha) = rayon::join(|| gkq_verify::verify(&opts), || sha_file(&knot_path));
+    let report = report.map_err(|e| UploadError::NoKnot {
+        path: knot_path.clone(),
+        reason: e.to_string(),
+    })?;
+    if !report.passed {
+        return Err(UploadError::LocalCheck {
+            dir,
+            failures: failures(&report),
+        });
+    }
+    let mut out = row_objects(&knot, &dir, prefix)?;
     for (name, sha) in knot.header().header().package_files() {
         let path = dir.join(name);
         let bytes = std::fs::metadata(&path)

@@ -142,6 +142,17 @@ pub(crate) fn pack_with(
     Ok((secs, serde_json::from_slice(&stdout)?))
 }
 
+/// Packs `model` into `out` (replacing it) with these gkq-pack flags.
+pub(crate) fn pack_args(model: &Path, out: &Path, args: &[&str]) -> anyhow::Result<f64> {
+    let mut cmd = Command::new(release_bin("gkq-pack"));
+    cmd.arg(model)
+        .arg("--out")
+        .arg(out)
+        .args(["--json", "--force"])
+        .args(args);
+    Ok(timed(&mut cmd)?.0)
+}
+
 /// Single-core SHA-256 rate of this machine, bytes per second, from
 /// `openssl speed -evp sha256` on 16 KiB blocks.
 pub(crate) fn openssl_sha256_rate() -> anyhow::Result<f64> {

@@ -1,10 +1,12 @@
-//! `cargo xtask bench wire` (also the last part of `bench reader`): what a
-//! cold node pays on the wire. The qwen2.5-0.5b preset packed with f32 and
-//! bf16 rows (the reader, given the base URL, picks the exact bf16 rows and
-//! verifies each with its Merkle proof), served by nginx over TLS (HTTP/2, then HTTP/1.1 only), behind a
-//! TCP proxy that delays each direction by 10 ms (20 ms RTT, handshakes
+//! `cargo xtask bench wire`: what a cold node pays on the wire. The
+//! qwen2.5-0.5b preset packed with f32 and bf16 rows twice, with runs
+//! objects (FORMAT.md 7b: one range per run of rows and their records) and
+//! with `--no-runs` (rows and records from two objects: the path before
+//! issue 23), served by nginx over TLS (HTTP/2, then HTTP/1.1 only), behind
+//! a TCP proxy that delays each direction by 10 ms (20 ms RTT, handshakes
 //! included) and counts every byte both ways and every connection. One
-//! fresh `gkq-rows` process per workload, timed from spawn to exit.
+//! fresh `gkq-rows` process per workload and package, timed from spawn to
+//! exit; the reader, given the base URL, picks the exact bf16 rows.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -13,70 +15,47 @@ use anyhow::{Context, bail};
 use fixtures::servers::{Nginx, NginxOptions, TestCa, WireProxy};
 use serde_json::Value;
 
-use super::common::PACK;
-use super::common::{bench_dir, release_bin};
+use super::common::{PACK, bench_dir, model, pack_args, release_bin};
 
 const ROW: u64 = 896 * 2;
 const RTT_MS: f64 = 20.0;
+/// The same package without runs objects.
+const NO_RUNS: &str = "pack-f32-bf16-noruns";
 
-pub(crate) fn run() -> anyhow::Result<()> {
-    super::common::packed()?;
-    let out = bench_dir().join(PACK);
-    let knot = std::fs::read(out.join("model.knot")).context("packed knot")?;
-    let parsed = gkq_format::Knot::parse(&knot)?;
-    let header = parsed.header().header_end();
-    // the chunk table of the bf16 proof object: fetched once per node
-    let table = parsed
-        .blocks()
-        .iter()
-        .flat_map(|b| &b.columnar)
-        .find(|d| d.object == "token_embd.bf16.rows")
-        .and_then(gkq_format::merkle::layout_of)
-        .map_or(0, |l| l.table_len());
-    let ca = TestCa::generate(&bench_dir().join("tls-ca"))?;
-
-    println!(
-        "bench wire: qwen2.5-0.5b preset (bf16 source) packed with f32 and bf16 rows; the base URL resolves to the bf16 rows ({ROW} B/row) with Merkle proofs; nginx over TLS on 127.0.0.1, behind a proxy adding 10 ms each way (20 ms RTT; TCP and TLS handshakes pay it too); one cold gkq-rows process per workload; knot header {header} B"
-    );
-    println!(
-        "wire = bytes both ways at the proxy (TLS, HTTP framing and headers, the knot header, the HEADs, the proofs); target = 1.15 x distinct x {ROW} + {header} + 65536 (set before row proofs existed); 500 KB = 512,000 B, the proposal's cold-session budget for embedding bytes"
-    );
-    println!();
-    println!(
-        "| transport | workload | distinct rows | row payload B | path records B | records / rows | chunk table B (once per node) | header B (knot GET) | embedding bytes (rows + records + table) | wire B | wire / rows | target B | met | connections | requests | wall ms | RTTs |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|");
-    let mut verdict = String::new();
-    for (label, http2) in [("TLS + HTTP/2", true), ("TLS + HTTP/1.1", false)] {
-        let nginx = Nginx::start(
-            &bench_dir(),
-            &bench_dir().join(if http2 {
-                "nginx-wire-h2"
-            } else {
-                "nginx-wire-h1"
-            }),
-            &NginxOptions {
-                tls: Some(ca.server.clone()),
-                http2,
-                ..NginxOptions::default()
-            },
-        )?;
-        for (name, _) in fixtures::sessions::WORKLOADS {
-            let line = Setup {
-                label,
-                http2,
-                header,
-                table,
-                ca: &ca,
-            };
-            if let Some(v) = line.workload(&nginx, name)? {
-                verdict = v;
+/// The runs the reader fetches for `ids`: distinct rows, sorted, merged
+/// when at most one row lies between them, at most 1,024 rows a run (the
+/// reader's defaults, README "Rows").
+fn runs_of(ids: &[u64]) -> u64 {
+    let mut v = ids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let (mut runs, mut start, mut last) = (0u64, None::<u64>, 0u64);
+    for id in v {
+        match start {
+            Some(s) if id <= last + 2 && id - s < 1024 => last = id,
+            _ => {
+                runs += 1;
+                start = Some(id);
+                last = id;
             }
         }
     }
-    println!();
-    println!("{verdict}");
-    Ok(())
+    runs
+}
+
+/// The runs of a workload file (one JSON array of ids per line), as
+/// `gkq-rows --sessions-file` fetches them: one warm backend, so a session
+/// fetches only the rows no earlier session did.
+fn workload_runs(name: &str) -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string(fixtures::sessions::dir().join(format!("{name}.jsonl")))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut runs = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let ids: Vec<u64> = serde_json::from_str(line)?;
+        let fresh: Vec<u64> = ids.into_iter().filter(|i| seen.insert(*i)).collect();
+        runs += runs_of(&fresh);
+    }
+    Ok(runs)
 }
 
 /// One transport's settings for the table.
@@ -88,12 +67,18 @@ struct Setup<'a> {
     ca: &'a TestCa,
 }
 
+/// What one cold session cost.
+struct Session {
+    v: Value,
+    wire: u64,
+    connections: u64,
+    wall: f64,
+}
+
 impl Setup<'_> {
-    /// One cold gkq-rows process for workload `name` behind a fresh proxy:
-    /// prints its row; returns the verdict line for long_context over h2.
-    fn workload(&self, nginx: &Nginx, name: &str) -> anyhow::Result<Option<String>> {
+    fn session(&self, nginx: &Nginx, pack: &str, name: &str) -> anyhow::Result<Session> {
         let proxy = WireProxy::start(nginx.port(), Duration::from_millis(10))?;
-        let base = format!("https://127.0.0.1:{}/{PACK}", proxy.port());
+        let base = format!("https://127.0.0.1:{}/{pack}", proxy.port());
         let t = Instant::now();
         let o = Command::new(release_bin("gkq-rows"))
             .arg(format!("{base}/model.knot"))
@@ -103,7 +88,7 @@ impl Setup<'_> {
             .arg(format!("{base}/"))
             .arg("--sessions-file")
             .arg(fixtures::sessions::dir().join(format!("{name}.jsonl")))
-            .arg("--json")
+            .args(["--json", "--no-cache"])
             .output()
             .context("running gkq-rows")?;
         let wall = t.elapsed().as_secs_f64() * 1e3;
@@ -111,48 +96,121 @@ impl Setup<'_> {
             bail!("gkq-rows failed: {}", String::from_utf8_lossy(&o.stderr));
         }
         let v: Value = serde_json::from_slice(&o.stdout)?;
-        if v["resolution"]["path"] != "columnar"
-            || !v["resolution"]["reason"]
-                .as_str()
-                .unwrap_or("")
-                .contains("token_embd.bf16.rows")
-        {
+        let reason = v["resolution"]["reason"].as_str().unwrap_or("");
+        if v["resolution"]["path"] != "columnar" || !reason.contains("token_embd.bf16.rows") {
             bail!("not on the columnar path: {}", v["resolution"]);
         }
-        let distinct = v["distinct_rows"].as_u64().unwrap_or(0);
-        let proof = v["proof_bytes"].as_u64().unwrap_or(0);
-        let payload = v["payload_bytes"].as_u64().unwrap_or(0) - proof;
-        let head = v["open"]["payload_bytes"].as_u64().unwrap_or(0);
-        let requests =
-            v["requests"].as_u64().unwrap_or(0) + v["open"]["requests"].as_u64().unwrap_or(0);
-        let wire = proxy.stats();
-        let mut verdict = None;
-        if self.http2 && name == "long_context" {
-            let emb = payload + proof;
-            let table = self.table;
-            verdict = Some(format!(
-                "long_context, cold node, TLS + HTTP/2: embedding bytes {emb} B (rows {payload} + path records {} ({:.1} % of the rows; budget 12 %) + chunk table {table}) against the proposal's 500 KB (512,000 B): {}; rows alone: {}; with the knot header GET ({head} B): {} B; on the wire, everything: {} B",
-                proof - table,
-                (proof - table) as f64 / payload.max(1) as f64 * 100.0,
-                if emb < 512_000 { "met" } else { "missed" },
-                if payload < 512_000 { "met" } else { "missed" },
-                emb + head,
-                wire.total()
-            ));
-        }
-        let (header, table, label) = (self.header, self.table, self.label);
-        let target = (1.15 * (distinct * ROW) as f64) as u64 + header + 65536;
-        println!(
-            "| {label} | {name} | {distinct} | {payload} | {} | {:.1}% | {table} | {head} | {} | {} | {:.3} | {target} | {} | {} | {requests} | {wall:.1} | {:.1} |",
-            proof - table,
-            (proof - table) as f64 / payload.max(1) as f64 * 100.0,
-            payload + proof,
-            wire.total(),
-            wire.total() as f64 / payload.max(1) as f64,
-            if wire.total() <= target { "yes" } else { "no" },
-            wire.connections,
-            wall / RTT_MS
-        );
-        Ok(verdict)
+        let st = proxy.stats();
+        Ok(Session {
+            v,
+            wire: st.total(),
+            connections: st.connections,
+            wall,
+        })
     }
+
+    /// Prints one row; returns (requests, wire, RTTs) for the verdict.
+    fn row(&self, variant: &str, name: &str, s: &Session) -> anyhow::Result<(u64, u64, f64)> {
+        let u = |k: &str| s.v[k].as_u64().unwrap_or(0);
+        let proof = u("proof_bytes");
+        let rows = u("payload_bytes") - proof;
+        let records = proof.saturating_sub(self.table);
+        let requests = u("requests") + s.v["open"]["requests"].as_u64().unwrap_or(0);
+        let runs = workload_runs(name)?;
+        let target_bytes =
+            (1.15 * (rows + records) as f64) as u64 + self.table + self.header + 65536;
+        let rtts = s.wall / RTT_MS;
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        println!(
+            "| {} | {variant} | {name} | {} | {runs} | {requests} | {} | {} | {rows} | {records} | {} | {} | {} | {target_bytes} | {} | {} | {:.1} | {rtts:.1} |",
+            self.label,
+            u("distinct_rows"),
+            runs + 3,
+            yes(requests <= runs + 3),
+            self.table,
+            self.header,
+            s.wire,
+            yes(s.wire <= target_bytes),
+            s.connections,
+            s.wall,
+        );
+        Ok((requests, s.wire, rtts))
+    }
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    let m = model()?;
+    pack_args(
+        &m,
+        &bench_dir().join(PACK),
+        &["--dtype", "f32", "--dtype", "bf16"],
+    )?;
+    pack_args(
+        &m,
+        &bench_dir().join(NO_RUNS),
+        &["--dtype", "f32", "--dtype", "bf16", "--no-runs"],
+    )?;
+    let knot = std::fs::read(bench_dir().join(PACK).join("model.knot")).context("packed knot")?;
+    let parsed = gkq_format::Knot::parse(&knot)?;
+    let header = parsed.header().header_end();
+    // the chunk table of the bf16 proof object: fetched once per node
+    let table = parsed
+        .blocks()
+        .iter()
+        .flat_map(|b| &b.columnar)
+        .find(|d| d.object == "token_embd.bf16.rows")
+        .and_then(gkq_format::merkle::layout_of)
+        .map_or(0, |l| l.table_len());
+    let ca = TestCa::generate(&bench_dir().join("tls-ca"))?;
+    println!(
+        "bench wire: qwen2.5-0.5b preset (bf16 source) packed with f32 and bf16 rows, with runs objects and without (`--no-runs`, the path before issue 23); the base URL resolves to the bf16 rows ({ROW} B/row) with Merkle proofs; nginx over TLS on 127.0.0.1, behind a proxy adding 10 ms each way (20 ms RTT; TCP and TLS handshakes pay it too); one cold gkq-rows process per workload and package, no disk cache; knot header {header} B"
+    );
+    println!(
+        "runs: the runs of rows the workload needs (distinct rows, merged across gaps of one row); requests: every request of the process, the knot's included (target: runs + 3: knot, chunk table, resolution); wire: bytes both ways at the proxy (TLS, HTTP framing and headers, everything); wire target: 1.15 × (rows + records) + chunk table + header + 64 KiB"
+    );
+    println!();
+    println!(
+        "| transport | package | workload | distinct rows | runs | requests | target | met | row payload B | records B | chunk table B | header B | wire B | wire target B | met | connections | wall ms | RTTs |"
+    );
+    println!(
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
+    );
+    let mut verdict = Vec::new();
+    for (label, http2) in [("TLS + HTTP/2", true), ("TLS + HTTP/1.1", false)] {
+        let dir = if http2 {
+            "nginx-wire-h2"
+        } else {
+            "nginx-wire-h1"
+        };
+        let opts = NginxOptions {
+            tls: Some(ca.server.clone()),
+            http2,
+            ..NginxOptions::default()
+        };
+        let nginx = Nginx::start(&bench_dir(), &bench_dir().join(dir), &opts)?;
+        let setup = Setup {
+            label,
+            http2,
+            header,
+            table,
+            ca: &ca,
+        };
+        for (name, _) in fixtures::sessions::WORKLOADS {
+            for (variant, pack) in [("runs objects", PACK), ("rows + proof (before)", NO_RUNS)] {
+                let s = setup.session(&nginx, pack, name)?;
+                let (requests, wire, rtts) = setup.row(variant, name, &s)?;
+                if setup.http2 && name == "long_context" {
+                    verdict.push(format!(
+                        "{variant}: {requests} requests, {wire} B on the wire, {rtts:.1} RTT"
+                    ));
+                }
+            }
+        }
+    }
+    println!();
+    println!(
+        "long_context, TLS + HTTP/2 (target ≤ 9.5 RTT): {}",
+        verdict.join("; ")
+    );
+    Ok(())
 }
