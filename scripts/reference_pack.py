@@ -362,7 +362,10 @@ def main():
     if companions:
         metadata["package.files"] = ("list", [c[0] for c in companions])
         metadata["package.sha256"] = ("list", [c[1] for c in companions])
-    runs = sorted(d["object"] for b in blocks for d in b["columnar"] if d["height"] > 0)
+    # gkq-pack's choice: the narrowest row file of each block (the first on
+    # a tie), when it has path records
+    narrowest = [min(b["columnar"], key=lambda d: d["row_bytes"]) for b in blocks if b["columnar"]]
+    runs = sorted(d["object"] for d in narrowest if d["height"] > 0)
     if runs:
         metadata["columnar.runs"] = ("list", runs)
     header_len = len(encode_header(metadata, blocks))
@@ -422,7 +425,7 @@ def main():
             proof = os.path.join(args.out_dir, d["object"] + ".proof")
             written.append(proof)
             d["root"], records = write_proof(o["leaves"], d["height"], proof)
-            if d["height"] > 0:
+            if d["object"] in runs:
                 runs_path = os.path.join(args.out_dir, d["object"] + ".runs")
                 written.append(runs_path)
                 rows_path = os.path.join(args.out_dir, d["object"])

@@ -45,10 +45,12 @@ pub(crate) fn plan(
         );
     }
     let blocks = plan_blocks(src, roles, dtypes, factored)?;
-    // every row file with path records gets a runs object (FORMAT.md 7b)
+    // the narrowest row file of each block (the one a node given the base
+    // URL fetches, when it is exact) gets a runs object, if it has path
+    // records (FORMAT.md 7b): the others would add storage no node reads
     let mut runs: Vec<String> = blocks
         .iter()
-        .flat_map(|b| &b.columnar)
+        .filter_map(|b| b.columnar.iter().min_by_key(|d| d.row_bytes))
         .filter(|d| d.proof.is_some_and(|p| p.height > 0))
         .map(|d| d.object.clone())
         .collect();

@@ -1647,3 +1647,69 @@ fn help_examples_usage_and_suggestions() {
         .expect("version");
     assert!(String::from_utf8_lossy(&v.stdout).contains("(features: spectral)"));
 }
+
+/// Issue 23: a runs object (FORMAT.md 7b) for the narrowest row file of
+/// each block, when it has path records; none with `--no-runs`.
+#[test]
+fn runs_objects_for_the_narrowest_row_file() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut spec = fixtures::preset("qwen2-tiny-bf16").expect("preset");
+    spec.hidden = 1024; // 2 KiB bf16 rows: proof height 7
+    spec.heads = 8;
+    spec.kv_heads = 8;
+    spec.layers = 1;
+    let src = tmp.path().join("model");
+    fixtures::write_model(&src, &spec).expect("fixture");
+    let out = tmp.path().join("out");
+    packs(
+        &src,
+        &out,
+        &["--quiet", "--dtype", "f32", "--dtype", "bf16"],
+        "runs",
+    );
+    assert!(out.join("token_embd.bf16.rows.runs").is_file());
+    assert!(
+        !out.join("token_embd.f32.rows.runs").exists(),
+        "the wider file gets none"
+    );
+    let knot = fs::read(out.join("model.knot")).expect("knot");
+    let k = Knot::parse(&knot).expect("parse");
+    assert_eq!(
+        k.header()
+            .header()
+            .meta_list(gkq_format::keys::COLUMNAR_RUNS),
+        Some(&["token_embd.bf16.rows".to_owned()][..])
+    );
+    let runs = fs::read(out.join("token_embd.bf16.rows.runs")).expect("runs");
+    assert_eq!(
+        runs.len(),
+        512 * (2048 + 32 * 7),
+        "512 rows, each with a 7-hash path"
+    );
+    packs(
+        &src,
+        &out,
+        &[
+            "--quiet",
+            "--force",
+            "--dtype",
+            "f32",
+            "--dtype",
+            "bf16",
+            "--no-runs",
+        ],
+        "no runs",
+    );
+    assert!(
+        !out.join("token_embd.bf16.rows.runs").exists(),
+        "--no-runs, and --force removed the old one"
+    );
+    let knot = fs::read(out.join("model.knot")).expect("knot");
+    let k = Knot::parse(&knot).expect("parse");
+    assert!(
+        k.header()
+            .header()
+            .meta_list(gkq_format::keys::COLUMNAR_RUNS)
+            .is_none()
+    );
+}
