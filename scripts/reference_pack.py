@@ -362,9 +362,20 @@ def main():
     if companions:
         metadata["package.files"] = ("list", [c[0] for c in companions])
         metadata["package.sha256"] = ("list", [c[1] for c in companions])
-    # gkq-pack's choice: the narrowest row file of each block (the first on
-    # a tie), when it has path records
-    narrowest = [min(b["columnar"], key=lambda d: d["row_bytes"]) for b in blocks if b["columnar"]]
+    # gkq-pack's choice: the narrowest row file of each block that is
+    # certainly exact (the payload's dtype, or two dtypes that both hold
+    # every source value; the first on a tie), when it has path records
+    def holds(d, src):
+        return d == src or (d == "F32" and src in ("F16", "BF16"))
+
+    narrowest = []
+    for b in blocks:
+        if not b["columnar"]:
+            continue
+        src = b["src"]["dtype"]
+        sure = [d for d in b["columnar"]
+                if d["dtype"] == b["dtype"] or (holds(d["dtype"], src) and holds(b["dtype"], src))]
+        narrowest.append(min(sure, key=lambda d: d["row_bytes"]))
     runs = sorted(d["object"] for d in narrowest if d["height"] > 0)
     if runs:
         metadata["columnar.runs"] = ("list", runs)

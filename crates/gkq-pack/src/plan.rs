@@ -45,12 +45,18 @@ pub(crate) fn plan(
         );
     }
     let blocks = plan_blocks(src, roles, dtypes, factored)?;
-    // the narrowest row file of each block (the one a node given the base
-    // URL fetches, when it is exact) gets a runs object, if it has path
-    // records (FORMAT.md 7b): the others would add storage no node reads
+    // the row file a node given the base URL fetches gets a runs object
+    // (FORMAT.md 7b), if it has path records: the narrowest of those
+    // certainly exact (the others would add storage no node reads)
     let mut runs: Vec<String> = blocks
         .iter()
-        .filter_map(|b| b.columnar.iter().min_by_key(|d| d.row_bytes))
+        .filter_map(|b| {
+            let source = src.tensor(&b.name)?.dtype;
+            b.columnar
+                .iter()
+                .filter(|d| certainly_exact(d.dtype, b.dtype, source))
+                .min_by_key(|d| d.row_bytes)
+        })
         .filter(|d| d.proof.is_some_and(|p| p.height > 0))
         .map(|d| d.object.clone())
         .collect();
@@ -59,6 +65,15 @@ pub(crate) fn plan(
         metadata.insert(keys::COLUMNAR_RUNS.into(), Value::StrList(runs));
     }
     Ok(Header { blocks, metadata })
+}
+
+/// Whether rows of `rows` dtype are `BLOCK_EXACT` for a block of `block`
+/// dtype cast from a `source` tensor, whatever its values: the payload's
+/// own dtype, or two dtypes that both hold every `source` value.
+fn certainly_exact(rows: DType, block: DType, source: DType) -> bool {
+    let holds =
+        |d: DType| d == source || (d == DType::F32 && matches!(source, DType::F16 | DType::BF16));
+    rows == block || (holds(rows) && holds(block))
 }
 
 /// The block table: every tensor dense in its dtype, the role tensors in

@@ -1648,10 +1648,11 @@ fn help_examples_usage_and_suggestions() {
     assert!(String::from_utf8_lossy(&v.stdout).contains("(features: spectral)"));
 }
 
-/// Issue 23: a runs object (FORMAT.md 7b) for the narrowest row file of
-/// each block, when it has path records; none with `--no-runs`.
+/// Issue 23: a runs object (FORMAT.md 7b) for the row file a node fetches
+/// (the narrowest certainly exact: bf16 rows of a bf16 source), when it
+/// has path records; none with `--no-runs`.
 #[test]
-fn runs_objects_for_the_narrowest_row_file() {
+fn runs_objects_for_the_row_file_a_node_fetches() {
     let tmp = tempfile::tempdir().expect("tmp");
     let mut spec = fixtures::preset("qwen2-tiny-bf16").expect("preset");
     spec.hidden = 1024; // 2 KiB bf16 rows: proof height 7
