@@ -151,27 +151,6 @@ fn endpoint_without_a_scheme_suggests_http() {
 /// Every tool's help has examples (issue 25): `--help` shows them.
 #[test]
 fn help_has_examples() {
-    for bin in [
-        env!("CARGO_BIN_EXE_gkq-rows"),
-        env!("CARGO_BIN_EXE_gkq-inspect"),
-    ] {
-        let o = std::process::Command::new(bin)
-            .arg("--help")
-            .output()
-            .expect("help");
-        let text = String::from_utf8_lossy(&o.stdout);
-        assert!(o.status.success(), "{bin}");
-        assert!(
-            text.contains("Examples:"),
-            "{bin} --help has no examples:\n{text}"
-        );
-        let v = std::process::Command::new(bin)
-            .arg("--version")
-            .output()
-            .expect("version");
-        assert!(
-            String::from_utf8_lossy(&v.stdout).contains("(features: "),
-            "{bin}"
-        );
-    }
+    fixtures::assert_help_has_examples(env!("CARGO_BIN_EXE_gkq-rows"));
+    fixtures::assert_help_has_examples(env!("CARGO_BIN_EXE_gkq-inspect"));
 }

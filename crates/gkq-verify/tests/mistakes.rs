@@ -91,23 +91,5 @@ fn a_model_directory_without_config_json_says_it_is_required() {
 /// Every tool's help has examples (issue 25): `--help` shows them.
 #[test]
 fn help_has_examples() {
-    let bin = env!("CARGO_BIN_EXE_gkq-verify");
-    let o = std::process::Command::new(bin)
-        .arg("--help")
-        .output()
-        .expect("help");
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{bin}");
-    assert!(
-        text.contains("Examples:"),
-        "{bin} --help has no examples:\n{text}"
-    );
-    let v = std::process::Command::new(bin)
-        .arg("--version")
-        .output()
-        .expect("version");
-    assert!(
-        String::from_utf8_lossy(&v.stdout).contains("(features: "),
-        "{bin}"
-    );
+    fixtures::assert_help_has_examples(env!("CARGO_BIN_EXE_gkq-verify"));
 }
