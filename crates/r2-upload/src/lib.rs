@@ -24,9 +24,9 @@ mod local;
 
 pub use error::{Result, UploadError};
 pub use gkq_store::StoreError;
-pub use gkq_store::s3::{Endpoint, client, credentials, endpoint, env_credentials};
+pub use gkq_store::s3::{Endpoint, client, credentials, endpoint};
 pub use gkq_store::upload::{Kind, LocalObject};
-pub use local::{key, knot_id, prepare};
+pub use local::{knot_id, prepare};
 
 /// Runs the `gkq-verify --url` checks against the public URL of the
 /// published prefix (`BASE_URL/model.knot`, `BASE_URL/<row file>`).
@@ -46,7 +46,6 @@ pub fn verify_public(out_dir: &std::path::Path, url: &str) -> Result<()> {
     })
 }
 
-pub use gkq_store::upload::{
-    CACHE_CONTROL, CONTENT_TYPE, DEFAULT_PART, MAX_PART, MAX_PARTS, MIN_PART, NoProgress,
-    ObjectReport, Progress, UploadOptions, Uploader, part_size,
-};
+// what the binary and an embedding publisher call; the rest of the
+// engine (part limits, headers) is gkq_store::upload's
+pub use gkq_store::upload::{NoProgress, Progress, UploadOptions, Uploader, part_size};

@@ -26,7 +26,7 @@ pub(crate) fn failures(report: &gkq_verify::VerifyReport) -> Vec<String> {
 }
 
 /// Joins a prefix and a file name into a key (`prefix/name`, no double slash).
-pub fn key(prefix: &str, name: &str) -> String {
+pub(crate) fn key(prefix: &str, name: &str) -> String {
     let p = prefix.trim_matches('/');
     if p.is_empty() {
         name.to_owned()
