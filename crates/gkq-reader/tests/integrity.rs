@@ -386,6 +386,7 @@ fn the_runs_object_gives_the_same_rows_in_one_request_per_run() {
             .collect();
         (bytes, r.net_stats().requests - n0, e.resolution().reason)
     };
+    let runs_bytes = fs::read(out.join("token_embd.bf16.rows.runs")).expect("runs");
     let (with_runs, req_runs, why) = read(&open(&out, &base, true));
     assert!(
         why.contains("token_embd.bf16.rows.runs") && why.contains("one range per run"),
@@ -411,6 +412,43 @@ fn the_runs_object_gives_the_same_rows_in_one_request_per_run() {
     // 4 runs: [3..=7], [130], [300..=301], [511]; plus the chunk table
     assert_eq!(req_runs, 4 + 1, "one request per run, and the table");
     assert_eq!(req_split, 2 * 4 + 1, "rows and records apart");
+    // the bench's four workloads (Qwen token ids, folded into this
+    // vocabulary), session by session: the same rows both ways, bit for bit
+    let sessions: Vec<Vec<u64>> = fixtures::sessions::WORKLOADS
+        .iter()
+        .flat_map(|(name, _)| {
+            let path = fixtures::sessions::dir().join(format!("{name}.jsonl"));
+            let text = fs::read_to_string(path).expect("workload");
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| {
+                    let ids: Vec<u64> = serde_json::from_str(l).expect("ids");
+                    ids.into_iter().map(|i| i % 512).collect()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let replay = |r: &Reader| -> Vec<Vec<u8>> {
+        let e = r.embedding().expect("input");
+        sessions
+            .iter()
+            .flat_map(|ids| {
+                let rows = e.rows(ids).expect("rows");
+                (0..ids.len())
+                    .map(|k| rows.bytes(k).expect("row").to_vec())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let split_all = replay(&open(&out, &base, true));
+    fs::write(out.join("token_embd.bf16.rows.runs"), &runs_bytes).expect("restore");
+    let runs_reader = open(&out, &base, true);
+    let reason = runs_reader.embedding().expect("input").resolution().reason;
+    assert!(reason.contains(".runs"), "{reason}");
+    assert!(
+        replay(&runs_reader) == split_all,
+        "the workloads' rows differ between the two paths"
+    );
 }
 
 /// A server that tampers with the runs object (a row byte, a record byte,
