@@ -18,9 +18,9 @@ pub enum DecodeError {
     /// A tensor operation failed.
     #[error("compute: {0}")]
     Compute(#[from] candle_core::Error),
-    /// Tokenizer problems.
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
+    /// Tokenizer problems (the cause is the tokenizers crate's error).
+    #[error("tokenizer")]
+    Tokenizer(#[source] tokenizers::Error),
     /// A range of layers the model does not have.
     #[error("layers {start}..{end} are outside the model's 0..{layers}")]
     Layers {

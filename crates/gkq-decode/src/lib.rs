@@ -521,10 +521,7 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
 
 /// Token ids of `text` with the `tokenizer.json` bytes given.
 pub fn tokenize(tokenizer_json: &[u8], text: &str) -> Result<Vec<u32>> {
-    let t = tokenizers::Tokenizer::from_bytes(tokenizer_json)
-        .map_err(|e| DecodeError::Tokenizer(e.to_string()))?;
-    let enc = t
-        .encode(text, false)
-        .map_err(|e| DecodeError::Tokenizer(e.to_string()))?;
+    let t = tokenizers::Tokenizer::from_bytes(tokenizer_json).map_err(DecodeError::Tokenizer)?;
+    let enc = t.encode(text, false).map_err(DecodeError::Tokenizer)?;
     Ok(enc.get_ids().to_vec())
 }

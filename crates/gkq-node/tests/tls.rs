@@ -148,7 +148,16 @@ fn wrong_ca_is_refused_and_named() {
     let junk = s._tmp.path().join("junk.pem");
     std::fs::write(&junk, "not a certificate").expect("write");
     let e = Reader::open(&url, config(Some(&junk), None), Serve::INPUT).expect_err("junk");
-    assert!(e.to_string().contains("--ca-cert"), "{e}");
+    // the flag in the message, the PEM reader's finding as its cause
+    let chain: Vec<String> =
+        std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+            .map(ToString::to_string)
+            .collect();
+    assert!(chain[0].contains("--ca-cert"), "{chain:?}");
+    assert!(
+        chain.last().expect("cause").contains("no PEM certificate"),
+        "{chain:?}"
+    );
 }
 
 #[test]

@@ -123,6 +123,20 @@ pub enum ReaderError {
     /// Shape or dtype problems in a computation.
     #[error("{0}")]
     Compute(String),
+    /// A task of the reader's own (a spectral reconstruction, a block of a
+    /// pull) panicked or was cancelled.
+    #[error("{what}")]
+    Task {
+        /// The task.
+        what: String,
+        /// What tokio reported.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// A candle operation failed (the lm_head logits, `to_tensor`).
+    #[cfg(feature = "candle")]
+    #[error("candle")]
+    Candle(#[from] candle_core::Error),
     /// A failure of a fetch of the same rows that another caller started:
     /// every caller waiting on it sees the same typed error.
     #[error(transparent)]
@@ -148,13 +162,6 @@ impl ReaderError {
             ReaderError::Shared(inner) => inner.falls_back_to_dense(),
             e => e.ignores_range(),
         }
-    }
-}
-
-#[cfg(feature = "candle")]
-impl From<candle_core::Error> for ReaderError {
-    fn from(e: candle_core::Error) -> Self {
-        ReaderError::Compute(e.to_string())
     }
 }
 

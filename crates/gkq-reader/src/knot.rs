@@ -411,7 +411,10 @@ impl KnotHandle {
                         .map_err(|e| knot_err(&location, e))
                 })
                 .await
-                .map_err(|e| ReaderError::Compute(format!("spectral reconstruction task: {e}")))??
+                .map_err(|source| ReaderError::Task {
+                    what: "spectral reconstruction".into(),
+                    source,
+                })??
             }
             _ => bytes,
         };

@@ -180,7 +180,10 @@ impl Pull {
         };
         let r = task
             .await
-            .map_err(|e| ReaderError::Compute(format!("pull of {item:?}: {e}")))
+            .map_err(|source| ReaderError::Task {
+                what: format!("pull of {item:?}"),
+                source,
+            })
             .and_then(|r| r);
         drop(permit);
         Ok(Some((item, r?)))

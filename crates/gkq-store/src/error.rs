@@ -112,12 +112,13 @@ pub enum StoreError {
         end: u64,
     },
     /// A CA file given with `--ca-cert` cannot be used.
-    #[error("--ca-cert {path}: {reason}")]
+    #[error("--ca-cert {}", path.display())]
     CaCert {
         /// The file.
         path: PathBuf,
-        /// Why.
-        reason: String,
+        /// Why (the PEM reader's or rustls's error).
+        #[source]
+        source: BoxError,
     },
     /// No credentials found.
     #[error("no credentials: set R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with a credentials file){}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]

@@ -34,8 +34,8 @@ pub enum VerifyError {
         reason: String,
     },
     /// The HTTP client could not be set up (a bad `--ca-cert` file).
-    #[error("{0}")]
-    Client(String),
+    #[error(transparent)]
+    Client(gkq_store::StoreError),
     /// A `--url` that names the knot rather than the directory it is in.
     #[error(
         "--url {url} names the knot; --url takes the base URL the package's objects are under (the knot is BASE/model.knot, the rows BASE/NAME.rows): use --url {base}"

@@ -1,5 +1,8 @@
 use std::path::PathBuf;
 
+/// A boxed error: the cause of a failure to read the knot.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// `Result` with [`UploadError`].
 pub type Result<T, E = UploadError> = std::result::Result<T, E>;
 
@@ -8,13 +11,23 @@ pub type Result<T, E = UploadError> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UploadError {
-    /// The output directory has no readable, valid knot.
-    #[error("{path}: {reason}")]
+    /// The output directory has no readable knot, or its checks could not run.
+    #[error("{}", path.display())]
     NoKnot {
         /// The knot path.
         path: PathBuf,
-        /// Why.
-        reason: String,
+        /// Why (an I/O error, the verifier's setup error).
+        #[source]
+        source: BoxError,
+    },
+    /// The knot does not parse.
+    #[error("{}: not a valid knot", path.display())]
+    BadKnot {
+        /// The knot path.
+        path: PathBuf,
+        /// What the parser found.
+        #[source]
+        source: Box<gkq_format::Error>,
     },
     /// The local package failed the gkq-verify checks: nothing was uploaded.
     #[error("refusing to upload {dir}: the local package fails verification:\n{}", failures.join("\n"))]

@@ -28,6 +28,14 @@ pub use gkq_store::s3::{Endpoint, client, credentials, endpoint};
 pub use gkq_store::upload::{Kind, LocalObject};
 pub use local::{knot_id, prepare};
 
+/// An error and its causes on one line, `a: b: c`.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    std::iter::successors(Some(e), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
 /// Runs the `gkq-verify --url` checks against the public URL of the
 /// published prefix (`BASE_URL/model.knot`, `BASE_URL/<row file>`).
 pub fn verify_public(out_dir: &std::path::Path, url: &str) -> Result<()> {
@@ -35,7 +43,7 @@ pub fn verify_public(out_dir: &std::path::Path, url: &str) -> Result<()> {
     opts.url = Some(url.to_owned());
     let report = gkq_verify::verify(&opts).map_err(|e| UploadError::PublicCheck {
         url: url.to_owned(),
-        failures: vec![e.to_string()],
+        failures: vec![chain(&e)],
     })?;
     if report.passed {
         return Ok(());

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use gkq_format::{Knot, hex};
 use sha2::{Digest, Sha256};
 
-use crate::error::{Result, UploadError};
+use crate::error::{BoxError, Result, UploadError};
 use gkq_store::upload::{Kind, LocalObject};
 
 /// Every failure of a verification report, one line each.
@@ -112,18 +112,18 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let map = gkq_verify::KnotMap::open(&knot_path).map_err(|e| UploadError::NoKnot {
         path: knot_path.clone(),
-        reason: e.to_string(),
+        source: e.into(),
     })?;
     let bytes = map.bytes();
-    let knot = Knot::parse(bytes).map_err(|e| UploadError::NoKnot {
+    let knot = Knot::parse(bytes).map_err(|e| UploadError::BadKnot {
         path: knot_path.clone(),
-        reason: format!("not a valid knot: {e}"),
+        source: Box::new(e),
     })?;
     let opts = gkq_verify::VerifyOptions::new(&knot_path);
     let (report, knot_sha) = rayon::join(|| gkq_verify::verify(&opts), || sha_file(&knot_path));
     let report = report.map_err(|e| UploadError::NoKnot {
         path: knot_path.clone(),
-        reason: e.to_string(),
+        source: e.into(),
     })?;
     if !report.passed {
         return Err(UploadError::LocalCheck {
@@ -167,24 +167,27 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
 pub fn knot_id(out_dir: &Path) -> Result<String> {
     use std::io::Read as _;
     let path = gkq_verify::knot_path(out_dir);
-    let no_knot = |reason: String| UploadError::NoKnot {
+    let no_knot = |source: BoxError| UploadError::NoKnot {
         path: path.clone(),
-        reason,
+        source,
     };
-    let mut f = File::open(&path).map_err(|e| no_knot(e.to_string()))?;
+    let mut f = File::open(&path).map_err(|e| no_knot(e.into()))?;
     let mut buf = Vec::new();
     loop {
-        match gkq_format::parse_prefix(&buf).map_err(|e| no_knot(e.to_string()))? {
+        match gkq_format::parse_prefix(&buf).map_err(|e| UploadError::BadKnot {
+            path: path.clone(),
+            source: Box::new(e),
+        })? {
             gkq_format::Prefix::Complete(h) => return Ok(hex(&h.preamble().header_sha256)),
             gkq_format::Prefix::NeedBytes { total } => {
                 let have = buf.len();
-                let total = usize::try_from(total).map_err(|e| no_knot(e.to_string()))?;
+                let total = usize::try_from(total).map_err(|e| no_knot(e.into()))?;
                 if total <= have {
                     return Err(no_knot("header does not parse".into()));
                 }
                 buf.resize(total, 0);
                 f.read_exact(&mut buf[have..])
-                    .map_err(|e| no_knot(format!("reading the header: {e}")))?;
+                    .map_err(|e| no_knot(format!("reading the header: {e}").into()))?;
             }
         }
     }

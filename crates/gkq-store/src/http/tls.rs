@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::config::StoreConfig;
-use crate::error::{Result, StoreError};
+use crate::error::{BoxError, Result, StoreError};
 use crate::stats::Counters;
 
 /// The TLS configuration: the system store (`SSL_CERT_FILE` when set), plus
@@ -18,19 +18,19 @@ pub(crate) fn tls_config(config: &StoreConfig) -> Result<rustls::ClientConfig> {
         let _ = roots.add(cert);
     }
     for path in &config.ca_certs {
-        let bad = |reason: String| StoreError::CaCert {
+        let bad = |source: BoxError| StoreError::CaCert {
             path: path.clone(),
-            reason,
+            source,
         };
         let certs: Vec<_> = rustls::pki_types::pem::PemObject::pem_file_iter(path)
-            .map_err(|e| bad(e.to_string()))?
+            .map_err(|e| bad(e.into()))?
             .collect::<std::result::Result<_, _>>()
-            .map_err(|e: rustls::pki_types::pem::Error| bad(e.to_string()))?;
+            .map_err(|e: rustls::pki_types::pem::Error| bad(e.into()))?;
         if certs.is_empty() {
             return Err(bad("no PEM certificate in the file".into()));
         }
         for c in certs {
-            roots.add(c).map_err(|e| bad(e.to_string()))?;
+            roots.add(c).map_err(|e| bad(e.into()))?;
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -94,7 +94,7 @@ impl Http {
 
 /// The HTTP client for the checks (see [`Http`]).
 pub fn client(opts: &VerifyOptions) -> Result<Http, VerifyError> {
-    let rt = Runtime::new(CALL.0, CALL.1).map_err(|e| VerifyError::Client(e.to_string()))?;
+    let rt = Runtime::new(CALL.0, CALL.1).map_err(VerifyError::Client)?;
     let store = Store::new(StoreConfig {
         timeout: opts.timeout,
         min_throughput: opts.min_throughput,
@@ -105,7 +105,7 @@ pub fn client(opts: &VerifyOptions) -> Result<Http, VerifyError> {
         ca_certs: opts.ca_certs.clone(),
         ..StoreConfig::default()
     })
-    .map_err(|e| VerifyError::Client(e.to_string()))?;
+    .map_err(VerifyError::Client)?;
     Ok(Http { rt, store })
 }
 

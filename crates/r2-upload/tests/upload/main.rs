@@ -245,11 +245,26 @@ async fn refuses_a_corrupt_package() {
         }
         other => panic!("expected LocalCheck, got {other:?}"),
     }
+    // a knot that does not parse: typed, with the parser's finding as cause
+    let knot = fs::read(out.join("model.knot")).expect("knot");
+    fs::write(out.join("model.knot"), &knot[..40]).expect("truncate");
+    match r2_upload::prepare(&out, "x") {
+        Err(UploadError::BadKnot { path, source }) => {
+            assert!(path.ends_with("model.knot"), "{path:?}");
+            assert!(!source.to_string().is_empty());
+        }
+        other => panic!("expected BadKnot, got {other:?}"),
+    }
     fs::remove_file(out.join("model.knot")).expect("rm");
-    assert!(matches!(
-        r2_upload::prepare(&out, "x"),
-        Err(UploadError::NoKnot { .. })
-    ));
+    match r2_upload::prepare(&out, "x") {
+        Err(UploadError::NoKnot { source, .. }) => {
+            let io = source
+                .downcast_ref::<std::io::Error>()
+                .expect("an I/O cause");
+            assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("expected NoKnot, got {other:?}"),
+    }
     assert_eq!(
         fs::read_dir(s3.data().join(BUCKET))
             .expect("bucket")
