@@ -73,7 +73,7 @@ pub struct AnalyzeReport {
 }
 
 /// The figures of a matrix with singular values `sigma` (any order).
-pub fn analyze_spectrum(
+pub(crate) fn analyze_spectrum(
     tensor: &str,
     dtype: DType,
     (m, n): (u64, u64),
@@ -132,7 +132,7 @@ pub fn analyze_spectrum(
     }
 }
 
-pub use crate::svd::singular_values;
+pub(crate) use crate::svd::singular_values;
 
 /// Analyzes every 2-D float tensor of the model in `model_dir` (a
 /// directory or an `ORG/NAME` in the local Hugging Face cache).

@@ -13,11 +13,11 @@
 //! `rows` for the row files and `companions` for the package files) →
 //! `output` (the atomic commit); `report` is what comes back.
 
-pub mod analyze;
+mod analyze;
 mod companions;
 mod error;
 mod options;
-pub mod output;
+mod output;
 mod plan;
 mod prefetch;
 mod report;
@@ -32,19 +32,21 @@ use std::time::Instant;
 use gkq_source::{ModelConfig, SourceModel, hub};
 use rayon::prelude::*;
 
+pub use analyze::{AnalyzeReport, AtRank, ENERGIES, RANKS, TensorAnalysis, analyze};
 pub use error::{PackError, Result};
 pub use gkq_format::progress::{NoProgress, Progress};
 pub use options::{COMPANION_FILES, PackOptions, TOOL};
-pub use report::{
-    CastSummary, ColumnarReport, CompanionReport, FileReport, KnotFile, PackReport, peak_rss_bytes,
-};
-pub use roles::RolePlan;
-pub use spectral::{SpectralReport, SpectralSpec, Target, rank_for_energy};
+/// The points of the commit a test can stop a run at (`GKQ_PACK_CRASH_AT`).
+#[doc(hidden)]
+pub use output::CommitStep;
+pub use report::{CastSummary, ColumnarReport, CompanionReport, FileReport, KnotFile, PackReport};
+pub use spectral::{SpectralReport, SpectralSpec, Target};
 
 use companions::{companion_reports, copy_companion, find_companions};
 use error::IoContext;
 use options::check_dtypes;
 use output::{Output, check_out_outside};
+use report::peak_rss_bytes;
 use run::Run;
 
 /// Packs `opts.model_dir` into `opts.out_dir`.

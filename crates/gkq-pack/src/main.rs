@@ -207,7 +207,7 @@ fn human(r: &PackReport) {
 }
 
 /// The --analyze table: one line per tensor.
-fn human_analysis(r: &gkq_pack::analyze::AnalyzeReport) -> String {
+fn human_analysis(r: &gkq_pack::AnalyzeReport) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(s, "# {}", r.method);
@@ -253,7 +253,7 @@ fn human_analysis(r: &gkq_pack::analyze::AnalyzeReport) -> String {
 
 fn run(args: Args) -> anyhow::Result<()> {
     if args.analyze {
-        let report = gkq_pack::analyze::analyze(&args.model_dir, &gkq_pack::NoProgress)?;
+        let report = gkq_pack::analyze(&args.model_dir, &gkq_pack::NoProgress)?;
         let text = if args.json {
             serde_json::to_string_pretty(&report)? + "\n"
         } else {

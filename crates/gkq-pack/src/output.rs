@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, PackError, Result};
 
-pub use gkq_format::KNOT_NAME;
+pub(crate) use gkq_format::KNOT_NAME;
 
 /// The steps of a commit, in order (for the crash tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use gkq_source::{SourceModel, SourceTensor};
 
 /// The decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RolePlan {
+pub(crate) struct RolePlan {
     /// Source tensor name of the token embedding.
     pub embed: String,
     /// Source tensor name of an untied lm_head.

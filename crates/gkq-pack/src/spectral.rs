@@ -255,7 +255,7 @@ pub(crate) fn factor_all(
 }
 
 /// The smallest K keeping at least `share` of Σσ² (σ non-increasing).
-pub fn rank_for_energy(sigma: &[f64], share: f64) -> usize {
+pub(crate) fn rank_for_energy(sigma: &[f64], share: f64) -> usize {
     let total: f64 = sigma.iter().map(|s| s * s).sum();
     let mut kept = 0.0;
     for (k, s) in sigma.iter().enumerate() {

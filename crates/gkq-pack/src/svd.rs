@@ -32,7 +32,7 @@ pub(crate) fn thin_svd(
 
 #[cfg(feature = "spectral")]
 /// Singular values of a row-major `m × n` matrix, in f64, on one thread.
-pub fn singular_values(values: &[f64], m: usize, n: usize) -> Result<Vec<f64>> {
+pub(crate) fn singular_values(values: &[f64], m: usize, n: usize) -> Result<Vec<f64>> {
     let mat = faer::Mat::<f64>::from_fn(m, n, |i, j| values[i * n + j]);
     let s = mat
         .as_ref()

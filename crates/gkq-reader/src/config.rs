@@ -14,7 +14,7 @@ pub const DEFAULT_CACHE_ROWS: usize = 8192;
 /// The roles a node serves. In a pipeline-split fabric the first stage
 /// only looks up input embeddings and never pulls lm_head; the last stage
 /// needs lm_head resident. (The packer's decision of which tensor plays
-/// which role is another thing: `gkq_pack::RolePlan`.)
+/// which role is another thing: the packer's role plan.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Serve {
     /// Input embedding lookups.

@@ -53,7 +53,7 @@ fn force_replaces_the_proof_objects_with_the_rows() {
 fn killed_commit_leaves_a_complete_old_or_new_package() {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = model(tmp.path(), "qwen2-tiny-bf16");
-    for step in gkq_pack::output::CommitStep::ALL {
+    for step in gkq_pack::CommitStep::ALL {
         let out = tmp.path().join(format!("out-{}", step.name()));
         packs(&src, &out, &["--quiet", "--dtype", "f32"], "old package");
         fs::write(out.join("notes.txt"), "mine").expect("write");
@@ -72,7 +72,7 @@ fn killed_commit_leaves_a_complete_old_or_new_package() {
         let is_new = now != old;
         let expect_new = !matches!(
             step,
-            gkq_pack::output::CommitStep::Carry | gkq_pack::output::CommitStep::Swap
+            gkq_pack::CommitStep::Carry | gkq_pack::CommitStep::Swap
         );
         assert_eq!(is_new, expect_new, "killed before {}", step.name());
         assert_eq!(
