@@ -9,6 +9,7 @@
 //! products overflow.
 
 use gkq_format::merkle::{self, ProofLayout};
+use gkq_format::runs::{RunsLayout, check_runs, write_runs};
 use gkq_format::{ColumnarDescriptor, DType, Encoding, Knot, Prefix, RowProof, SpectralParts};
 
 /// The knot parser: whole knots, prefixes, payloads and spectral blocks.
@@ -114,6 +115,63 @@ pub fn merkle(data: &[u8]) {
             assert_eq!(chunk_ok, whole, "check_chunk disagrees with the bytes");
         }
         Err(_) => assert!(!honest, "an honest chunk table was refused"),
+    }
+}
+
+/// The runs checks (FORMAT.md 7b). As for [`merkle`], the first bytes
+/// choose a small row file, now with a proof height of 1 or more; its runs
+/// object is written honestly with `write_runs`, and a range of runs is
+/// "fetched" and maybe altered: a byte flipped, two strides swapped, a
+/// stride cut short or a byte added. `check_runs` must accept the honest
+/// range, and whatever it accepts must be the very rows of the file.
+pub fn runs(data: &[u8]) {
+    let rows = u64::from(byte(data, 0) % 48) + 1;
+    let rb = u64::from(byte(data, 1) % 12) + 1;
+    let height = byte(data, 2) % 6 + 1;
+    let first = u64::from(byte(data, 3)) % rows;
+    let count = u64::from(byte(data, 5)) % (rows - first) + 1;
+    let body: Vec<u8> = (0..rows * rb)
+        .map(|i| byte(data, 8 + (i as usize % data.len().max(1))))
+        .collect();
+    let leaves: Vec<merkle::Hash> = body.chunks(rb as usize).map(merkle::leaf_hash).collect();
+    let mut proof = Vec::new();
+    let Ok(Some(root)) = merkle::write_proof(&leaves, height, &mut proof) else {
+        return;
+    };
+    let (Some(mut desc), Some(layout)) = (
+        ColumnarDescriptor::for_shape(rows, rb, DType::U8, "f.rows".into()),
+        ProofLayout::new(rows, height),
+    ) else {
+        return;
+    };
+    desc.proof = Some(RowProof { height, root });
+    let runs = RunsLayout::of(&desc).expect("height 1 or more has a runs object");
+    let (table, records) = proof.split_at(layout.table_len() as usize);
+    let mut object = Vec::new();
+    write_runs(&runs, &mut &body[..], &mut &records[..], &mut object).expect("in memory");
+    let roots = merkle::check_table(&desc, table).expect("an honest table");
+    let (a, b) = runs.range(first, count).expect("in range");
+    let sent = &object[a as usize..b as usize];
+    let mut got = sent.to_vec();
+    let (at, x) = (usize::from(byte(data, 6)), byte(data, 7));
+    let stride = runs.stride() as usize;
+    match byte(data, 4) % 5 {
+        0 => {}
+        1 => got[at * 7 % sent.len()] ^= x,
+        2 if count >= 2 => got[..2 * stride].rotate_left(stride),
+        3 => got.truncate(sent.len() - 1 - at % stride.min(sent.len())),
+        _ => got.push(x),
+    }
+    let honest = got == sent;
+    match check_runs(&desc, &roots, first, &got) {
+        // a cut to whole strides is an honest shorter range: what matters
+        // is that every row returned is the row (callers check the count)
+        Ok(out) => {
+            let n = (got.len() / stride) as u64;
+            let want = &body[(first * rb) as usize..((first + n) * rb) as usize];
+            assert!(out == want, "check_runs returned a row that is not the row");
+        }
+        Err(_) => assert!(!honest, "check_runs refused an honest range"),
     }
 }
 

@@ -30,6 +30,11 @@ fn merkle_corpus() {
 }
 
 #[test]
+fn runs_corpus() {
+    replay("runs", gkq_fuzz::runs);
+}
+
+#[test]
 fn config_corpus() {
     replay("config", gkq_fuzz::config);
 }

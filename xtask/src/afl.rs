@@ -14,7 +14,14 @@ use anyhow::{Context, bail};
 use crate::{cargo, root, run};
 
 /// Every target of `fuzz/src/lib.rs`.
-pub(crate) const TARGETS: [&str; 5] = ["knot", "merkle", "config", "safetensors", "spectral"];
+pub(crate) const TARGETS: [&str; 6] = [
+    "knot",
+    "merkle",
+    "runs",
+    "config",
+    "safetensors",
+    "spectral",
+];
 
 fn out_dir(target: &str) -> PathBuf {
     root().join("target/afl-out").join(target)

@@ -58,6 +58,6 @@ pub(crate) fn thin_svd(
 
 /// Without the `spectral` feature: the error that names it.
 #[cfg(not(feature = "spectral"))]
-pub fn singular_values(_values: &[f64], _m: usize, _n: usize) -> Result<Vec<f64>> {
+pub(crate) fn singular_values(_values: &[f64], _m: usize, _n: usize) -> Result<Vec<f64>> {
     Err(without())
 }
