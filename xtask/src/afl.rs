@@ -61,29 +61,28 @@ fn stats(target: &str) -> anyhow::Result<BTreeMap<String, String>> {
         .collect())
 }
 
-/// Copies the run's queue (inputs that reached new edges) into the corpus.
+/// Copies the run's queue (inputs that reached new edges) into the corpus,
+/// each named by its content (`afl-<sha256 prefix>`), so runs add to the
+/// corpus without overwriting each other. Minimize before committing (see
+/// the README's Fuzzing section).
 fn keep(target: &str) -> anyhow::Result<usize> {
+    use sha2::{Digest, Sha256};
     let queue = out_dir(target).join("default/queue");
     let corpus = root().join("fuzz/corpus").join(target);
     let mut n = 0;
     for e in std::fs::read_dir(&queue)? {
         let p = e?.path();
-        if !p.is_file() {
+        let from_seed = p
+            .file_name()
+            .is_some_and(|s| s.to_string_lossy().contains("orig:"));
+        if !p.is_file() || from_seed {
             continue;
         }
-        let name = p
-            .file_name()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // id:000123,src:...,op:... → afl-000123
-        let id = name
-            .split(',')
-            .next()
-            .unwrap_or(&name)
-            .replace("id:", "afl-");
-        let to = corpus.join(id);
-        if !to.exists() && !name.contains("orig:") {
-            std::fs::copy(&p, &to)?;
+        let bytes = std::fs::read(&p)?;
+        let digest = gkq_format::hex(&Sha256::digest(&bytes));
+        let to = corpus.join(format!("afl-{}", &digest[..16]));
+        if !to.exists() {
+            std::fs::write(&to, &bytes)?;
             n += 1;
         }
     }
