@@ -118,7 +118,7 @@ pub fn merkle(data: &[u8]) {
     }
 }
 
-/// The runs checks (FORMAT.md 7b). As for [`merkle`], the first bytes
+/// The runs checks (FORMAT.md 7b). As for [`merkle()`], the first bytes
 /// choose a small row file, now with a proof height of 1 or more; its runs
 /// object is written honestly with `write_runs`, and a range of runs is
 /// "fetched" and maybe altered: a byte flipped, two strides swapped, a

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
-use crate::range::check_read;
+use crate::range::check_dest;
 use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};
 
 /// Reads of local files.
@@ -82,16 +82,7 @@ impl RangeRead for LocalStore {
         opts: ReadOptions,
     ) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            let len = dest.len() as u64;
-            let end = start.saturating_add(len).saturating_sub(1);
-            if len == 0 {
-                return Err(StoreError::EmptyRange {
-                    url: location.into(),
-                    start,
-                    end: start.wrapping_sub(1),
-                });
-            }
-            check_read(location, start, end, self.max_read_bytes)?;
+            check_dest(location, start, dest.len() as u64, self.max_read_bytes)?;
             let path = PathBuf::from(location);
             let (p, want) = (path.clone(), dest.len());
             // the blocking pool needs owned buffers: read into one, then copy

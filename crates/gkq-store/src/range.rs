@@ -28,6 +28,22 @@ pub(crate) fn check_read(url: &str, start: u64, end: u64, cap: u64) -> Result<u6
     Ok(len)
 }
 
+/// The inclusive end of a read of `len` bytes at `start` (a destination
+/// buffer's length), after the checks of [`check_read`]: an empty buffer is
+/// an empty range.
+pub(crate) fn check_dest(url: &str, start: u64, len: u64, cap: u64) -> Result<u64> {
+    if len == 0 {
+        return Err(StoreError::EmptyRange {
+            url: url.into(),
+            start,
+            end: start.wrapping_sub(1),
+        });
+    }
+    let end = start.saturating_add(len).saturating_sub(1);
+    check_read(url, start, end, cap)?;
+    Ok(end)
+}
+
 /// `(start, end, total)` of `bytes a-b/t`.
 pub(crate) fn parse_content_range(cr: &str) -> Option<(u64, u64, u64)> {
     let (range, total) = cr.strip_prefix("bytes ")?.split_once('/')?;
@@ -127,6 +143,23 @@ mod tests {
         assert!(matches!(
             check_read("u", 0, u64::MAX, u64::MAX),
             Ok(u64::MAX)
+        ));
+    }
+
+    #[test]
+    fn destinations_give_the_range_they_fill() {
+        assert_eq!(check_dest("u", 10, 5, 100).ok(), Some(14));
+        // an empty buffer is an empty range, also at offset 0 (where the
+        // inclusive end cannot be written)
+        for start in [0, 7] {
+            assert!(matches!(
+                check_dest("u", start, 0, 100),
+                Err(StoreError::EmptyRange { .. })
+            ));
+        }
+        assert!(matches!(
+            check_dest("u", 0, 101, 100),
+            Err(StoreError::TooLarge { len: 101, .. })
         ));
     }
 

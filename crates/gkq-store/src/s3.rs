@@ -349,9 +349,8 @@ impl crate::read::RangeRead for S3Store {
         opts: crate::read::ReadOptions,
     ) -> crate::read::BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            let len = dest.len() as u64;
-            let end = start.saturating_add(len).saturating_sub(1);
-            crate::range::check_read(location, start, end, self.max_read_bytes)?;
+            let end =
+                crate::range::check_dest(location, start, dest.len() as u64, self.max_read_bytes)?;
             let mut sink = |at: u64, b: &[u8]| {
                 let at = usize::try_from(at).unwrap_or(usize::MAX);
                 if let Some(d) = at.checked_add(b.len()).and_then(|e| dest.get_mut(at..e)) {

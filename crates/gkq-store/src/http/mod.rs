@@ -23,7 +23,7 @@ use reqwest::header::{HeaderMap, RANGE};
 
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
-use crate::range::{Expect, check_read};
+use crate::range::{Expect, check_dest};
 use crate::read::{BoxFuture, Head, Lane, RangeRead, ReadOptions};
 use crate::retry::{parse_retry_after, transient_status};
 use crate::stats::Counters;
@@ -474,16 +474,12 @@ impl RangeRead for HttpStore {
         opts: ReadOptions,
     ) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            let len = dest.len() as u64;
-            let end = start.saturating_add(len).saturating_sub(1);
-            if len == 0 {
-                return Err(StoreError::EmptyRange {
-                    url: location.into(),
-                    start,
-                    end: start.wrapping_sub(1),
-                });
-            }
-            check_read(location, start, end, self.config.max_read_bytes)?;
+            let end = check_dest(
+                location,
+                start,
+                dest.len() as u64,
+                self.config.max_read_bytes,
+            )?;
             self.ranged(
                 opts.lane,
                 location,
