@@ -92,7 +92,8 @@ pub fn exit(name: &str, result: anyhow::Result<()>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{name}: error: {e:#}");
+            let e: &(dyn std::error::Error + 'static) = e.as_ref();
+            eprintln!("{name}: error: {}", gkq_format::error_chain(e));
             ExitCode::from(1)
         }
     }

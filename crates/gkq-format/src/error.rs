@@ -447,3 +447,43 @@ pub enum Error {
     #[error("I/O error while writing the knot: {0}")]
     Io(#[from] std::io::Error),
 }
+
+/// An error and its causes on one line, `what: why: root cause`, the way
+/// every tool prints them. A cause whose text the line already holds is
+/// not repeated: errors that write their cause into their own message and
+/// also return it from `source()` read once, like those that only return
+/// it.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cur = e.source();
+    while let Some(cause) = cur {
+        let text = cause.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cur = cause.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Both(#[source] std::io::Error);
+
+    #[test]
+    fn causes_follow_once() {
+        let io = || std::io::Error::other("disk on fire");
+        assert_eq!(error_chain(&Outer(io())), "outer: disk on fire");
+        // a cause already in the message is not repeated
+        assert_eq!(error_chain(&Both(io())), "outer: disk on fire");
+    }
+}

@@ -113,12 +113,14 @@ pub enum ReaderError {
     /// Rows fetched by range failed their Merkle proof (FORMAT.md 7a), on
     /// the first fetch and on the retry: the server or a cache in between
     /// serves bytes the knot does not authenticate. No such row is returned.
-    #[error("{url}: rows fail verification against the knot after a retry: {reason}")]
+    #[error("{url}: rows fail verification against the knot after a retry")]
     Unverified {
         /// The row file URL.
         url: String,
-        /// The first failure.
-        reason: String,
+        /// The last failure: the Merkle check that refused the bytes, or
+        /// the proof object's read.
+        #[source]
+        source: gkq_store::BoxError,
     },
     /// Shape or dtype problems in a computation.
     #[error("{0}")]

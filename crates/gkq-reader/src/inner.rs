@@ -264,12 +264,15 @@ impl Inner {
                 Ok(rows) => return Ok(Rows::new(b.dtype(), cols, rows)),
                 Err(err) if err.falls_back_to_dense() && e.require_columnar => {
                     return Err(ReaderError::ColumnarRequired {
-                        reason: err.to_string(),
+                        reason: gkq_format::error_chain(&err),
                         bytes: self.knot.header().payload_of(e.index).map_or(0, |p| p.len),
                     });
                 }
                 Err(err) if err.falls_back_to_dense() => {
-                    let reason = format!("fell back to the dense block: {err}");
+                    let reason = format!(
+                        "fell back to the dense block: {}",
+                        gkq_format::error_chain(&err)
+                    );
                     tracing::warn!(knot = %self.knot.location(), tensor = %e.block.name, %reason, "embedding rows not used");
                     let mut st = lock(&e.state);
                     st.resolution = Resolution {

@@ -247,10 +247,10 @@ async fn chunk_roots(
     Ok((roots, net))
 }
 
-fn unverified(url: &str, e: impl std::fmt::Display) -> ReaderError {
+fn unverified(url: &str, e: impl Into<gkq_store::BoxError>) -> ReaderError {
     ReaderError::Unverified {
         url: url.to_owned(),
-        reason: e.to_string(),
+        source: e.into(),
     }
 }
 
@@ -337,12 +337,15 @@ pub(crate) async fn pull(
             }
             Err(e) if falls_back(&e) && require => {
                 return Err(ReaderError::ColumnarRequired {
-                    reason: e.to_string(),
+                    reason: gkq_format::error_chain(&e),
                     bytes: knot.header().payload_of(index).map_or(0, |p| p.len),
                 });
             }
             Err(e) if falls_back(&e) => {
-                let reason = format!("fell back to the dense block: {e}");
+                let reason = format!(
+                    "fell back to the dense block: {}",
+                    gkq_format::error_chain(&e)
+                );
                 tracing::warn!(lm_head = %block.name, %reason, "lm_head row file not used");
                 let (bytes, net) = knot.dense_values_net(index, store, disk).await?;
                 let resolution = Resolution {

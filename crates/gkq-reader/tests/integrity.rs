@@ -101,6 +101,12 @@ fn assert_never_wrong(out: &Path, server: &FaultServer, object: &str, why: &str)
     let res = e.resolution();
     assert_eq!(res.path, ReadPath::Dense, "{why}");
     assert!(res.reason.contains("verification"), "{why}: {}", res.reason);
+    // with the cause: the Merkle check that refused the bytes
+    assert!(
+        res.reason.to_lowercase().contains("merkle"),
+        "{why}: {}",
+        res.reason
+    );
     let cs = backend.cache_stats();
     assert!(
         cs.rows_rejected > 0 || why.contains("package"),
@@ -122,7 +128,8 @@ fn assert_never_wrong(out: &Path, server: &FaultServer, object: &str, why: &str)
         .expect_err("--require-columnar: no dense fallback");
     assert!(
         matches!(err, ReaderError::ColumnarRequired { .. })
-            && err.to_string().contains("verification"),
+            && err.to_string().contains("verification")
+            && err.to_string().to_lowercase().contains("merkle"),
         "{why}: {err}"
     );
 }

@@ -132,10 +132,15 @@ impl ModelConfig {
                 "missing: a model directory needs its config.json (the architecture, sizes and tied embeddings come from it); copy it from the model's repository next to the safetensors files"
                     .into(),
             ),
-            _ => err(format!("cannot read: {e}")),
+            _ => SourceError::ConfigRead {
+                path: path.clone(),
+                source: e,
+            },
         })?;
-        let v: Value =
-            serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))?;
+        let v: Value = serde_json::from_str(&text).map_err(|source| SourceError::ConfigJson {
+            path: path.clone(),
+            source,
+        })?;
         if !v.is_object() {
             return Err(err("not a JSON object".into()));
         }
@@ -206,6 +211,19 @@ mod tests {
     fn bad_configs_say_what_is_wrong() {
         let e = |json: &str| read(json).expect_err(json).to_string();
         assert!(e("{ not json").contains("invalid JSON"));
+        // the parser's finding is kept as the cause, and printed after it
+        match read("{ not json") {
+            Err(err @ SourceError::ConfigJson { .. }) => {
+                let cause = std::error::Error::source(&err).expect("a cause");
+                assert!(cause.is::<serde_json::Error>());
+                let line = gkq_format::error_chain(&err);
+                assert!(
+                    line.ends_with(&format!("config.json: invalid JSON: {cause}")),
+                    "{line}"
+                );
+            }
+            other => panic!("expected ConfigJson, got {other:?}"),
+        }
         assert!(e("[1]").contains("not a JSON object"));
         assert!(e(r#"{"vocab_size":8}"#).contains("neither architectures nor model_type"));
         assert!(e(r#"{"model_type":"llama"}"#).contains("vocab_size is missing"));

@@ -16,6 +16,24 @@ pub enum SourceError {
         /// What is wrong.
         reason: String,
     },
+    /// `config.json` exists but cannot be read.
+    #[error("{path}: cannot read")]
+    ConfigRead {
+        /// The config path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `config.json` is not JSON.
+    #[error("{path}: invalid JSON")]
+    ConfigJson {
+        /// The config path.
+        path: PathBuf,
+        /// What the JSON parser found.
+        #[source]
+        source: serde_json::Error,
+    },
     /// No `model.safetensors` and no index.
     #[error("{dir}: no model.safetensors and no model.safetensors.index.json{hint}")]
     NoWeights {
@@ -31,6 +49,24 @@ pub enum SourceError {
         path: PathBuf,
         /// What is wrong.
         reason: String,
+    },
+    /// The shard index cannot be read.
+    #[error("{path}: cannot read")]
+    IndexRead {
+        /// The index path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The shard index is not JSON.
+    #[error("{path}: invalid JSON")]
+    IndexJson {
+        /// The index path.
+        path: PathBuf,
+        /// What the JSON parser found.
+        #[source]
+        source: serde_json::Error,
     },
     /// A shard listed in the index is missing.
     #[error("{index}: shard {shard} is listed but {path} does not exist")]
@@ -59,6 +95,15 @@ pub enum SourceError {
         path: PathBuf,
         /// What safetensors reported, with the tensor where known.
         reason: String,
+    },
+    /// A safetensors header the `safetensors` crate refuses.
+    #[error("{path}: corrupt safetensors file")]
+    SafetensorsHeader {
+        /// The file.
+        path: PathBuf,
+        /// What safetensors reported.
+        #[source]
+        source: safetensors::SafeTensorError,
     },
     /// A dtype GKQ v2 does not carry.
     #[error("{path}: tensor {tensor:?} has dtype {dtype}, which GKQ v2 does not carry")]

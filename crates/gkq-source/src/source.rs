@@ -86,10 +86,11 @@ pub fn map_dtype(d: Dtype) -> Option<DType> {
 /// crate: offsets in order, within the file, matching the shapes), and where
 /// its data starts; `path` only names the file in errors.
 fn parse_header(path: &Path, bytes: &[u8]) -> Result<(u64, Vec<SourceTensor>)> {
-    let (n, meta) = SafeTensors::read_metadata(bytes).map_err(|e| SourceError::Safetensors {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let (n, meta) =
+        SafeTensors::read_metadata(bytes).map_err(|source| SourceError::SafetensorsHeader {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let data_start = 8u64.saturating_add(n as u64);
     let infos = meta.tensors();
     let mut tensors = Vec::with_capacity(infos.len());
@@ -164,9 +165,15 @@ fn read_index(dir: &Path, index_path: &Path) -> Result<BTreeMap<String, String>>
         path: index_path.to_path_buf(),
         reason,
     };
-    let text = std::fs::read_to_string(index_path).map_err(|e| err(e.to_string()))?;
+    let text = std::fs::read_to_string(index_path).map_err(|source| SourceError::IndexRead {
+        path: index_path.to_path_buf(),
+        source,
+    })?;
     let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))?;
+        serde_json::from_str(&text).map_err(|source| SourceError::IndexJson {
+            path: index_path.to_path_buf(),
+            source,
+        })?;
     let map = v["weight_map"]
         .as_object()
         .ok_or_else(|| err("weight_map is missing or not an object".into()))?;

@@ -398,7 +398,7 @@ impl Acc {
             failures: self
                 .findings
                 .into_iter()
-                .map(|(o, f)| render((o, f.to_string())))
+                .map(|(o, f)| render((o, gkq_format::error_chain(&f))))
                 .collect(),
             notes: self
                 .notes

@@ -372,10 +372,10 @@ impl Backend {
             .cloned()
     }
 
-    fn unverified(&self, e: impl std::fmt::Display) -> ReaderError {
+    fn unverified(&self, e: impl Into<gkq_store::BoxError>) -> ReaderError {
         ReaderError::Unverified {
             url: self.url.clone(),
-            reason: e.to_string(),
+            source: e.into(),
         }
     }
 
@@ -386,7 +386,8 @@ impl Backend {
         if e.is_unreachable() || matches!(e, StoreError::Transport { timeout: true, .. }) {
             return e.into();
         }
-        self.unverified(format!("proof object {}: {e}", self.proof_url))
+        // the store's error names the proof object's URL
+        self.unverified(e)
     }
 
     /// Rows of `ids` from the disk cache, verified (when the table is at hand).
@@ -434,7 +435,7 @@ impl Backend {
         }
         ids.sort_unstable();
         let mut pending = coalesce(&ids, self.config.max_gap_rows, self.config.max_run_rows);
-        let mut failure = String::new();
+        let mut failure = None;
         let mut fresh = Vec::new();
         for attempt in 1..=2 {
             let (roots, got) =
@@ -476,7 +477,7 @@ impl Backend {
                         add(&self.counters.rows_fetched, run.count);
                     }
                     Err(e) => {
-                        failure = e.to_string();
+                        failure = Some(e);
                         add(&self.counters.rejected, run.count);
                         failed.push(run);
                     }
@@ -488,13 +489,14 @@ impl Backend {
                 }
                 return Ok(out);
             }
-            tracing::warn!(url = %self.url, runs = failed.len(), attempt, reason = %failure, "rows failed verification");
+            if let Some(e) = &failure {
+                tracing::warn!(url = %self.url, runs = failed.len(), attempt, reason = %e, "rows failed verification");
+            }
             pending = failed;
         }
-        Err(ReaderError::Unverified {
-            url: self.url.clone(),
-            reason: failure,
-        })
+        Err(self.unverified(
+            failure.map_or_else(|| "no run verified".into(), gkq_store::BoxError::from),
+        ))
     }
 
     /// Checks every row of a run with its path record.
