@@ -494,9 +494,12 @@ impl Backend {
             }
             pending = failed;
         }
-        Err(self.unverified(
-            failure.map_or_else(|| "no run verified".into(), gkq_store::BoxError::from),
-        ))
+        Err(self.runs_failed(failure))
+    }
+
+    /// Rows that failed verification twice, `last` the last Merkle finding.
+    fn runs_failed(&self, last: Option<gkq_format::Error>) -> ReaderError {
+        self.unverified(last.map_or_else(|| "no run verified".into(), gkq_store::BoxError::from))
     }
 
     /// Checks every row of a run with its path record.
