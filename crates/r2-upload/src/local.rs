@@ -59,6 +59,18 @@ fn sha_file(path: &Path) -> Result<String> {
 /// publish (their digests: the knot's for row files, computed for the
 /// others, which the local verify has just checked against the rows).
 fn row_objects(knot: &Knot<'_>, dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
+    // the proof and runs objects beside a row file, checked against the
+    // rows (and records) by the local verify above
+    let beside = |name: String, bytes: Option<u64>| -> Result<LocalObject> {
+        let path = dir.join(&name);
+        Ok(LocalObject {
+            key: key(prefix, &name),
+            sha256: sha_file(&path)?,
+            path,
+            bytes: bytes.unwrap_or(0),
+            kind: Kind::Proof,
+        })
+    };
     let mut out = Vec::new();
     for b in knot.blocks() {
         for d in &b.columnar {
@@ -70,30 +82,14 @@ fn row_objects(knot: &Knot<'_>, dir: &Path, prefix: &str) -> Result<Vec<LocalObj
                 kind: Kind::Rows,
             });
             if let Some(layout) = gkq_format::merkle::layout_of(d) {
-                // checked against the rows by the local verify above
                 let name = gkq_format::merkle::proof_object_name(&d.object);
-                let path = dir.join(&name);
-                out.push(LocalObject {
-                    key: key(prefix, &name),
-                    sha256: sha_file(&path)?,
-                    path,
-                    bytes: layout.object_len().unwrap_or(0),
-                    kind: Kind::Proof,
-                });
+                out.push(beside(name, layout.object_len())?);
             }
             let runs = gkq_format::runs::RunsLayout::of(d)
                 .filter(|_| knot.header().header().has_runs(&d.object));
             if let Some(layout) = runs {
-                // checked against the rows and records by the local verify above
                 let name = gkq_format::runs::runs_object_name(&d.object);
-                let path = dir.join(&name);
-                out.push(LocalObject {
-                    key: key(prefix, &name),
-                    sha256: sha_file(&path)?,
-                    path,
-                    bytes: layout.object_len().unwrap_or(0),
-                    kind: Kind::Proof,
-                });
+                out.push(beside(name, layout.object_len())?);
             }
         }
     }
