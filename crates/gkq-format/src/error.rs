@@ -66,6 +66,14 @@ pub enum Error {
         /// How many.
         extra: u64,
     },
+    /// A knot id (`--knot-id`, a pin) that is not 64 hex digits.
+    #[error("{given} is not a knot id: {reason}")]
+    BadKnotId {
+        /// What was given, quoted (cut short).
+        given: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A limit of section 8 exceeded.
     #[error("{what} is {value}, over the limit of {max}")]
     LimitExceeded {
@@ -269,6 +277,22 @@ pub enum Error {
         rows: u64,
         /// Descriptor `row_bytes`.
         row_bytes: u64,
+    },
+    /// A runs object (section 7b) whose length is not `rows × stride`.
+    #[error(
+        "runs object {object:?} is {found} bytes, expected {expected} ({rows} rows × {stride}-byte strides of row and record)"
+    )]
+    RunsLength {
+        /// The runs object's name.
+        object: String,
+        /// `rows × stride`.
+        expected: u64,
+        /// Length found.
+        found: u64,
+        /// Descriptor `rows`.
+        rows: u64,
+        /// `row_bytes + 32·h`.
+        stride: u64,
     },
     /// A row file does not hash to the descriptor's digest.
     #[error("row file {object:?}: sha256 is {computed}, the knot records {stored}")]

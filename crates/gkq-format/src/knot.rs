@@ -26,6 +26,11 @@ impl KnotHeader {
         &self.header
     }
 
+    /// The knot id (`header_sha256`, section 2).
+    pub fn id(&self) -> crate::KnotId {
+        crate::KnotId::from_digest(self.preamble().header_sha256)
+    }
+
     /// `72 + header_len`: the bytes a remote reader fetched.
     pub fn header_end(&self) -> u64 {
         // validated: header_len <= MAX_HEADER_LEN

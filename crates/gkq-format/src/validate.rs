@@ -165,8 +165,9 @@ fn validate_package_files(h: &Header) -> Result<()> {
         previous = Some(name);
         if h.blocks.iter().flat_map(|b| &b.columnar).any(|d| {
             d.object == *name
-                || d.proof.is_some() && proof_object_name(&d.object) == *name
-                || crate::runs::runs_object_name(&d.object) == *name
+                || d.proof.is_some()
+                    && (proof_object_name(&d.object) == *name
+                        || crate::runs::runs_object_name(&d.object) == *name)
         }) {
             return Err(bad(
                 name,
@@ -454,6 +455,10 @@ fn validate_names(b: &Block, d: &ColumnarDescriptor, objects: &mut HashSet<Strin
     if d.proof.is_some() && !objects.insert(proof_object_name(&d.object)) {
         // section 7a: the proof object is named after the row file
         return Err(bad("its proof object name is used by another object"));
+    }
+    if d.proof.is_some() && !objects.insert(crate::runs::runs_object_name(&d.object)) {
+        // section 7b: so is its runs object, listed in columnar.runs or not
+        return Err(bad("its runs object name is used by another object"));
     }
     Ok(())
 }

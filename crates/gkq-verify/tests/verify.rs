@@ -842,3 +842,72 @@ fn real_minilm_spectral_package_passes() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(text.matches("as recorded").count(), 6, "{text}");
 }
+
+/// Issue 35, item 7: the figures of an all-zero tensor. Nothing of its
+/// (zero) energy is lost, so `energy_kept` is 1, and its reconstruction
+/// is all zeros, exact, so `rel_frobenius_error` is 0 (0/0 read as exact);
+/// the gate agrees with both.
+#[test]
+fn an_all_zero_tensor_keeps_all_its_energy_with_no_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    let spec = fixtures::Spec::tiny(fixtures::Arch::Qwen2, fixtures::FDtype::F32);
+    fixtures::write_model(&src, &spec).expect("fixture");
+    let name = "model.layers.0.self_attn.q_proj.weight";
+    let file = src.join("model.safetensors");
+    let mut bytes = fs::read(&file).expect("safetensors");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8")) as usize;
+    let head: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header");
+    let at = &head[name]["data_offsets"];
+    let (a, b) = (
+        at[0].as_u64().expect("a") as usize,
+        at[1].as_u64().expect("b") as usize,
+    );
+    bytes[8 + n + a..8 + n + b].fill(0);
+    fs::write(&file, &bytes).expect("zeroed");
+    let out = tmp.path().join("out");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.spectral = vec![format!("{name}=rank:2").parse().expect("spec")];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let knot_bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = gkq_format::Knot::parse(&knot_bytes).expect("parse");
+    let figures = knot.header().header().spectral_figures();
+    assert_eq!(figures.len(), 1);
+    assert_eq!(
+        (figures[0].energy_kept, figures[0].rel_frobenius_error),
+        (1.0, 0.0)
+    );
+    passes(&verify(&[s(&out), "--source", s(&src)]));
+}
+
+/// Issue 35, items 8 and 9: a `.runs` file that `columnar.runs` does not
+/// list is not part of the package (ignored); a listed runs object of the
+/// wrong length is reported as that, not as a failing Merkle proof.
+#[test]
+fn runs_objects_unlisted_ignored_and_wrong_length_named() {
+    let mut spec = fixtures::preset("qwen2-tiny-bf16").expect("preset");
+    spec.hidden = 1024;
+    spec.intermediate = 64;
+    spec.heads = 8;
+    spec.kv_heads = 8;
+    spec.layers = 1;
+    let p = packed_spec(&spec, &["f32", "bf16"]);
+    let listed = p.out.join("token_embd.bf16.rows.runs");
+    assert!(listed.is_file(), "the bf16 rows have a runs object");
+    let stray = p.out.join("token_embd.f32.rows.runs");
+    assert!(!stray.exists());
+    fs::write(&stray, b"not listed: ignored").expect("stray");
+    passes(&verify(&[s(&p.out)]));
+    let runs = fs::read(&listed).expect("runs");
+    fs::write(&listed, &runs[..runs.len() - 1]).expect("truncated");
+    let o = verify(&[s(&p.out)]);
+    fails_with(
+        &o,
+        &[&format!(
+            "runs object \"token_embd.bf16.rows.runs\" is {} bytes, expected {}",
+            runs.len() - 1,
+            runs.len()
+        )],
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("Merkle proof"));
+}

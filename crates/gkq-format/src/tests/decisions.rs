@@ -156,7 +156,7 @@ fn proof_names_are_reserved_in_version_3_only() {
 /// A version 3 knot rewritten as version 2: the 34 bytes of flags, proof
 /// height and root after each descriptor's object name dropped, payloads
 /// where they were (the data offset stays aligned).
-fn to_version_2(v3: &[u8], objects: &[&str]) -> Vec<u8> {
+pub(super) fn to_version_2(v3: &[u8], objects: &[&str]) -> Vec<u8> {
     let pre = crate::parse::parse_preamble(v3).unwrap();
     let start = PREAMBLE_LEN as usize;
     let mut head = v3[start..start + pre.header_len as usize].to_vec();

@@ -18,6 +18,7 @@ mod decisions;
 mod header;
 mod proofs;
 mod props;
+mod round4;
 mod spectral;
 
 fn write_knot(header: Header, payloads: &[Vec<u8>]) -> Result<Vec<u8>> {

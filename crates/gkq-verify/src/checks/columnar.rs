@@ -265,14 +265,14 @@ pub(crate) fn check_runs(d: &ColumnarDescriptor, dir: &Path, cols: &mut Acc) {
     let expected = layout.object_len().unwrap_or(0);
     let file = match open_regular(&path) {
         Ok((_, len)) if len != expected => {
-            let s = layout.stride();
-            return cols.fail(
-                shown,
-                bad(format!(
-                    "{len} bytes, expected {expected} ({} rows × {s}-byte strides)",
-                    d.rows
-                )),
-            );
+            let e = gkq_format::Error::RunsLength {
+                object: name.clone(),
+                expected,
+                found: len,
+                rows: d.rows,
+                stride: layout.stride(),
+            };
+            return cols.fail(shown, e);
         }
         Ok((f, _)) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
