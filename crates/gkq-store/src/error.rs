@@ -25,6 +25,15 @@ pub enum StoreError {
         /// Whether no HTTP conversation happened at all (no server, DNS, TLS).
         no_conversation: bool,
     },
+    /// A read URL with credentials in it (`https://KEY:SECRET@host/…`),
+    /// refused before anything is sent; `url` shows them as `***`.
+    #[error(
+        "{url}: credentials in a URL are refused (they would be printed in errors, warnings and reports): publish to a public bucket URL, use a presigned URL (its query string is kept), or read s3:// URLs with R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY set"
+    )]
+    CredentialsInUrl {
+        /// The URL, credentials replaced by `***`.
+        url: String,
+    },
     /// An HTTP status other than the one the request needs.
     #[error("{url}: HTTP {status} for {what}{}", hint.as_deref().map(|h| format!(" ({h})")).unwrap_or_default())]
     Status {
@@ -100,6 +109,29 @@ pub enum StoreError {
         len: u64,
         /// The limit.
         cap: u64,
+    },
+    /// An object whose length is not the one the caller knows it has (a
+    /// local file that is short or long).
+    #[error("{url}: the object is {found} bytes, expected {expected}")]
+    ObjectLength {
+        /// The URL or path.
+        url: String,
+        /// The length expected.
+        expected: u64,
+        /// Its length.
+        found: u64,
+    },
+    /// A range that ends past the end of the object (a short file).
+    #[error("{url}: bytes={start}-{end} end past the end of the object, which is {len} bytes")]
+    PastEnd {
+        /// The URL or path.
+        url: String,
+        /// Range start.
+        start: u64,
+        /// Range end (inclusive).
+        end: u64,
+        /// The object's length.
+        len: u64,
     },
     /// An empty or reversed range (a zero-width row, a wrapped end).
     #[error("{url}: bytes={start}-{end} is not a range (end before start)")]

@@ -31,6 +31,7 @@ mod stats;
 mod store;
 #[cfg(feature = "s3")]
 pub mod upload;
+pub mod url;
 
 pub mod blocking;
 
@@ -46,7 +47,8 @@ pub use range::{deadline, split_parts};
 pub use read::{BoxFuture, Head, Lane, RangeRead, ReadOptions};
 pub use retry::{MAX_WAIT, RetryPolicy};
 pub use stats::NetStats;
-pub use store::{FEATURES, Store, is_remote};
+pub use store::{FEATURES, Store};
+pub use url::is_remote;
 
 impl StoreError {
     /// Whether no HTTP conversation with the server was possible (nothing

@@ -90,10 +90,19 @@ impl RangeRead for LocalStore {
             let (buf, total) = blocking(&path, move || {
                 let (f, total) = open_regular(&p)?;
                 if let Some(t) = opts.total.filter(|&t| t != total) {
-                    return Err(StoreError::ContentRange {
+                    return Err(StoreError::ObjectLength {
                         url: p.display().to_string(),
-                        expected: format!("a file of {t} bytes"),
-                        found: format!("{total} bytes"),
+                        expected: t,
+                        found: total,
+                    });
+                }
+                let end = start.saturating_add(want as u64).saturating_sub(1);
+                if end >= total {
+                    return Err(StoreError::PastEnd {
+                        url: p.display().to_string(),
+                        start,
+                        end,
+                        len: total,
                     });
                 }
                 let mut buf = vec![0u8; want];

@@ -455,6 +455,9 @@ mod tests {
         ));
         assert!(matches!(e, Err(StoreError::TooLarge { .. })), "{e:?}");
         let e = rt.block_on(read_parts(&store, &g, &loc, (5, 10), None, Check::None));
-        assert!(matches!(e, Err(StoreError::Io { .. })), "short file: {e:?}");
+        assert!(
+            matches!(e, Err(StoreError::PastEnd { len: 10, .. })),
+            "short file: {e:?}"
+        );
     }
 }

@@ -23,14 +23,6 @@ pub const FEATURES: &[&str] = &[
     "s3",
 ];
 
-/// Whether `location` is a URL this crate reads over the network
-/// (`http://`, `https://`, `s3://`) rather than a local path.
-pub fn is_remote(location: &str) -> bool {
-    ["http://", "https://", "s3://"]
-        .iter()
-        .any(|p| location.starts_with(p))
-}
-
 /// Every read of one reader or verifier, whatever the scheme.
 #[derive(Debug)]
 pub struct Store {
@@ -80,6 +72,7 @@ impl Store {
 
     /// The backend of `location`.
     async fn backend(&self, location: &str) -> Result<&dyn RangeRead> {
+        crate::url::refuse_credentials(location)?;
         if location.starts_with("http://") || location.starts_with("https://") {
             return Ok(&self.http);
         }
