@@ -42,8 +42,8 @@ pub struct NodeArgs {
 #[derive(Clone, Debug, clap::Args)]
 pub struct NetArgs {
     /// Refuse any knot whose id (hex of its header_sha256, as gkq-pack and the upload print it) is not this one; with a warm cache, a pinned knot opens with no request.
-    #[arg(long = "knot-id", value_name = "HEX", help_heading = "Network")]
-    pub knot_id: Option<String>,
+    #[arg(long = "knot-id", value_name = "HEX", value_parser = parse_knot_id, help_heading = "Network")]
+    pub knot_id: Option<gkq_format::KnotId>,
     /// A PEM file of CA certificates to trust besides the system store (repeatable; for a private CA, a mirror, a test server). SSL_CERT_FILE replaces the system store.
     #[arg(long = "ca-cert", value_name = "FILE", help_heading = "Network")]
     pub ca_certs: Vec<PathBuf>,
@@ -90,6 +90,11 @@ pub struct NetArgs {
     pub cache_max_bytes: u64,
 }
 
+/// `--knot-id`: exactly 64 hex digits, refused before anything is opened.
+fn parse_knot_id(s: &str) -> Result<gkq_format::KnotId, String> {
+    gkq_format::KnotId::parse(s).map_err(|e| e.to_string())
+}
+
 /// `1000`, `512K`, `64M`, `16G`, `1T` (binary multiples).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -126,7 +131,7 @@ impl TryFrom<NetArgs> for ReaderConfig {
     type Error = String;
     fn try_from(a: NetArgs) -> Result<Self, String> {
         let mut c = ReaderConfig {
-            knot_id: a.knot_id.clone(),
+            knot_id: a.knot_id,
             cache: CacheConfig {
                 dir: if a.no_cache {
                     None
@@ -134,6 +139,7 @@ impl TryFrom<NetArgs> for ReaderConfig {
                     a.cache_dir.clone().or_else(default_cache_dir)
                 },
                 max_bytes: a.cache_max_bytes,
+                explicit: a.cache_dir.is_some(),
             },
             ..ReaderConfig::default()
         };

@@ -60,11 +60,12 @@ pub struct ReaderConfig {
     pub fetch: FetchConfig,
     /// Timeouts, retries, TLS trust, parallel parts, the S3 endpoint.
     pub store: StoreConfig,
-    /// The knot id this node accepts (hex of `header_sha256`, as
-    /// `gkq-pack` and the upload print it): any other knot is refused
-    /// before anything in it is used (`--knot-id`). With the disk cache, a
-    /// pinned knot whose header is cached opens with no request at all.
-    pub knot_id: Option<String>,
+    /// The knot id this node accepts (`header_sha256`, as `gkq-pack` and
+    /// the upload print it; parse one with [`gkq_format::KnotId::parse`]):
+    /// any other knot is refused before anything in it is used
+    /// (`--knot-id`). With the disk cache, a pinned knot whose header is
+    /// cached opens with no request at all.
+    pub knot_id: Option<gkq_format::KnotId>,
     /// The row file dtype to fetch when `columnar_embed` is a base URL
     /// (`--embed-dtype`). Default: the narrowest row file the knot marks
     /// `BLOCK_EXACT`, widened on the node, which gives the dense values.

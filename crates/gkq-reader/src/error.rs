@@ -16,6 +16,14 @@ pub enum ReaderError {
         /// Why.
         error: std::io::Error,
     },
+    /// The cache directory asked for (`--cache-dir`) cannot be used.
+    #[error("cache directory {}: cannot be used ({error}); give --cache-dir a writable directory, or run without a cache with --no-cache", path.display())]
+    CacheDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
     /// The knot is not valid.
     #[error("{location}: invalid knot: {error}")]
     Knot {
@@ -113,10 +121,14 @@ pub enum ReaderError {
     /// Rows fetched by range failed their Merkle proof (FORMAT.md 7a), on
     /// the first fetch and on the retry: the server or a cache in between
     /// serves bytes the knot does not authenticate. No such row is returned.
-    #[error("{url}: rows fail verification against the knot after a retry")]
+    #[error("{url}: rows fail verification against the knot after a retry{via}")]
     Unverified {
         /// The row file URL.
         url: String,
+        /// Where the failing bytes came from, as words: `" (rows and
+        /// records from the runs object …)"`, `" (records from …)"`, or
+        /// empty (the chunk table).
+        via: String,
         /// The last failure: the Merkle check that refused the bytes, or
         /// the proof object's read.
         #[source]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use gkq_format::{Block, Encoding, KnotHeader, hex, keys};
+use gkq_format::{Block, Encoding, KnotHeader, keys};
 use gkq_store::Store;
 use tokio::sync::OnceCell;
 
@@ -72,6 +72,24 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The disk cache `c` names: an explicit directory that cannot be used is
+/// an error naming it; the default one is a warning, and the reader runs
+/// uncached (the cache is best effort, never a failure of the read).
+fn open_cache(c: &crate::cache::CacheConfig) -> Result<Option<Arc<DiskCache>>> {
+    let Some(dir) = &c.dir else { return Ok(None) };
+    match DiskCache::open(dir, c.max_bytes) {
+        Ok(d) => Ok(Some(Arc::new(d))),
+        Err(error) if c.explicit => Err(ReaderError::CacheDir {
+            path: dir.clone(),
+            error,
+        }),
+        Err(error) => {
+            tracing::warn!(dir = %dir.display(), %error, "the default cache directory cannot be used: running without a disk cache (set --cache-dir to a writable directory, or --no-cache to silence this)");
+            Ok(None)
+        }
+    }
+}
+
 fn role_block(header: &KnotHeader, key: &str, location: &str) -> Result<String> {
     header
         .header()
@@ -91,27 +109,23 @@ fn role_block(header: &KnotHeader, key: &str, location: &str) -> Result<String> 
 impl Inner {
     /// Opens a knot for the roles `serve` names (see [`crate::Reader::open`]).
     pub(crate) async fn open(location: &str, config: ReaderConfig, serve: Serve) -> Result<Inner> {
+        if let Some(url) = &config.columnar_embed {
+            // before anything could print it: a resolution reason, a warning
+            gkq_store::url::refuse_credentials(url)?;
+        }
         let store = Arc::new(Store::new(config.store.clone())?);
-        let disk = match &config.cache.dir {
-            Some(dir) => Some(Arc::new(
-                DiskCache::open(dir, config.cache.max_bytes).map_err(|error| ReaderError::Io {
-                    path: dir.clone(),
-                    error,
-                })?,
-            )),
-            None => None,
-        };
-        let pin = config.knot_id.as_deref();
+        let disk = open_cache(&config.cache)?;
+        let pin = config.knot_id;
         let knot = KnotHandle::open(location, &store, disk.as_deref(), pin).await?;
         if let Some(want) = pin {
             // the header checksum was verified by the parser: this id
             // authenticates everything the knot names
             let found = knot.id();
-            if !found.eq_ignore_ascii_case(want.trim()) {
+            if found != want {
                 return Err(ReaderError::KnotId {
                     location: knot.location().to_owned(),
-                    expected: want.trim().to_ascii_lowercase(),
-                    found,
+                    expected: want.to_string(),
+                    found: found.to_string(),
                 });
             }
         }
@@ -382,7 +396,7 @@ impl Inner {
 
     /// The knot id.
     pub(crate) fn knot_id(&self) -> String {
-        hex(&self.knot.header().preamble().header_sha256)
+        self.knot.id().to_string()
     }
 }
 

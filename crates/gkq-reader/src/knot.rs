@@ -7,15 +7,21 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use gkq_format::{Block, Encoding, KnotHeader, Prefix, hex, parse_prefix};
+use gkq_format::{Block, Encoding, KnotHeader, KnotId, Prefix, hex, parse_prefix};
 use gkq_store::{Check, RangeRead, Store, StoreError};
 use sha2::{Digest, Sha256};
 
-use crate::cache::{DiskCache, Kind};
+use crate::cache::{DiskCache, Kind, Size};
 use crate::error::{ReaderError, Result};
 
-/// First range fetched from a remote knot: most headers fit.
-pub(crate) const FIRST_FETCH: u64 = 32 * 1024;
+/// The largest companion file the disk cache gives back (a tokenizer is a
+/// few MB; the bound only keeps a stray file from being read whole).
+const MAX_COMPANION: u64 = 1 << 30;
+
+/// First range fetched from a remote knot when no earlier open of the URL
+/// says how long its header is: 32 KiB, which most headers fit
+/// (Qwen2.5-0.5B's is 32,079 B).
+pub const FIRST_FETCH: u64 = 32 * 1024;
 
 /// An opened knot.
 pub struct KnotHandle {
@@ -53,7 +59,8 @@ pub fn is_url(location: &str) -> bool {
 /// request, with the URL to use.
 pub(crate) fn knot_location(location: &str) -> Result<String> {
     if is_url(location) {
-        let path = location.split(['?', '#']).next().unwrap_or(location);
+        gkq_store::url::refuse_credentials(location)?;
+        let path = gkq_store::url::without_query(location);
         if path.ends_with('/') {
             return Err(ReaderError::DirectoryUrl {
                 url: location.to_owned(),
@@ -84,15 +91,24 @@ fn complete_header(location: &str, bytes: &[u8], total: u64) -> Result<Option<Kn
     }
 }
 
+/// The largest header entry: the preamble and a header of the largest size.
+const MAX_HEADER_ENTRY: u64 = 72 + gkq_format::layout::MAX_HEADER_LEN;
+
 /// The cached header of the pinned knot `id`, re-verified.
-async fn pinned_header(c: &DiskCache, id: &str) -> Option<KnotHeader> {
-    let id = id.trim().to_ascii_lowercase();
-    let want = id.clone();
-    let check = move |b: &[u8]| matches!(parse_prefix(b), Ok(Prefix::Complete(h)) if hex(&h.preamble().header_sha256) == want);
-    match parse_prefix(&c.get(Kind::Header, &id, check).await?) {
+async fn pinned_header(c: &DiskCache, id: KnotId) -> Option<KnotHeader> {
+    let check = move |b: &[u8]| matches!(parse_prefix(b), Ok(Prefix::Complete(h)) if h.id() == id);
+    let size = Size::AtMost(MAX_HEADER_ENTRY);
+    match parse_prefix(&c.get(Kind::Header, &id.to_string(), size, check).await?) {
         Ok(Prefix::Complete(h)) => Some(*h),
         _ => None,
     }
+}
+
+/// The hint entry of a knot URL: the SHA-256 of the URL without its query
+/// string, so that presigned URLs of one object share one entry.
+fn hint_key(location: &str) -> String {
+    let bare = gkq_store::url::without_query(location);
+    hex(&Sha256::digest(bare.as_bytes()))
 }
 
 /// How many bytes the first read of a knot asks for: the header length
@@ -100,7 +116,7 @@ async fn pinned_header(c: &DiskCache, id: &str) -> Option<KnotHeader> {
 /// ([`FIRST_FETCH`]: Qwen2.5-0.5B's is 32,079 B).
 async fn first_read(cache: Option<&DiskCache>, hint_key: &str) -> u64 {
     let hinted = match cache {
-        Some(c) => c.get(Kind::Hint, hint_key, |b| b.len() == 8).await,
+        Some(c) => c.get(Kind::Hint, hint_key, Size::Exact(8), |_| true).await,
         None => None,
     };
     hinted
@@ -122,6 +138,49 @@ async fn remember(c: &DiskCache, hint_key: &str, header: &KnotHeader, mut bytes:
     c.put(Kind::Header, &id, Bytes::from(bytes)).await;
 }
 
+/// The header of the knot at `location`, read with a first range of
+/// `first` bytes and, when the header is longer, one more; with the bytes
+/// read. The file's length must be the header's `file_len`.
+async fn read_header(location: &str, store: &Store, first: u64) -> Result<(KnotHeader, Vec<u8>)> {
+    let (mut all, total) = store.read_prefix(location, first).await?;
+    let header = match complete_header(location, &all, total)? {
+        Some(h) => h,
+        None => {
+            let need = match parse_prefix(&all) {
+                Ok(Prefix::NeedBytes { total }) => total,
+                _ => all.len() as u64,
+            };
+            let opts = gkq_store::ReadOptions {
+                total: Some(total),
+                ..Default::default()
+            };
+            let rest = store
+                .read_vec(location, all.len() as u64, need - 1, opts)
+                .await?;
+            all.extend(rest);
+            complete_header(location, &all, total)?.ok_or_else(|| {
+                knot_err(
+                    location,
+                    gkq_format::Error::HeaderTruncated {
+                        header_end: need,
+                        available: all.len() as u64,
+                    },
+                )
+            })?
+        }
+    };
+    if header.preamble().file_len != total {
+        return Err(knot_err(
+            location,
+            gkq_format::Error::FileSize {
+                file_len: header.preamble().file_len,
+                actual: total,
+            },
+        ));
+    }
+    Ok((header, all))
+}
+
 impl KnotHandle {
     /// Opens `location` (a path or a URL): the header from the cache when
     /// `pin` names a cached knot id, else by one range read (two when the
@@ -130,14 +189,14 @@ impl KnotHandle {
         location: &str,
         store: &Store,
         cache: Option<&DiskCache>,
-        pin: Option<&str>,
+        pin: Option<KnotId>,
     ) -> Result<KnotHandle> {
         let location = knot_location(location)?;
         let remote = is_url(&location);
         if let (true, Some(c), Some(id)) = (remote, cache, pin)
             && let Some(header) = pinned_header(c, id).await
         {
-            tracing::info!(knot = %location, id, "knot header from the disk cache (pinned id): no request");
+            tracing::info!(knot = %location, %id, "knot header from the disk cache (pinned id): no request");
             return Ok(KnotHandle {
                 location,
                 header,
@@ -146,44 +205,9 @@ impl KnotHandle {
                 beyond_header: 0,
             });
         }
-        let hint_key = hex(&Sha256::digest(location.as_bytes()));
+        let hint_key = hint_key(&location);
         let first = first_read(cache.filter(|_| remote), &hint_key).await;
-        let (mut all, total) = store.read_prefix(&location, first).await?;
-        let header = match complete_header(&location, &all, total)? {
-            Some(h) => h,
-            None => {
-                let need = match parse_prefix(&all) {
-                    Ok(Prefix::NeedBytes { total }) => total,
-                    _ => all.len() as u64,
-                };
-                let opts = gkq_store::ReadOptions {
-                    total: Some(total),
-                    ..Default::default()
-                };
-                let rest = store
-                    .read_vec(&location, all.len() as u64, need - 1, opts)
-                    .await?;
-                all.extend(rest);
-                complete_header(&location, &all, total)?.ok_or_else(|| {
-                    knot_err(
-                        &location,
-                        gkq_format::Error::HeaderTruncated {
-                            header_end: need,
-                            available: all.len() as u64,
-                        },
-                    )
-                })?
-            }
-        };
-        if header.preamble().file_len != total {
-            return Err(knot_err(
-                &location,
-                gkq_format::Error::FileSize {
-                    file_len: header.preamble().file_len,
-                    actual: total,
-                },
-            ));
-        }
+        let (header, all) = read_header(&location, store, first).await?;
         let beyond = (all.len() as u64).saturating_sub(header.header_end());
         if let (true, Some(c)) = (remote, cache) {
             remember(c, &hint_key, &header, all).await;
@@ -196,6 +220,24 @@ impl KnotHandle {
             from_cache: false,
             beyond_header: if remote { beyond } else { 0 },
         })
+    }
+
+    /// `e`, a failed read of something this knot names (a digest or a
+    /// length that is not the knot's), or, when the header came from the
+    /// cache for a pinned id and the URL now serves a knot with another id,
+    /// that: the URL serves another package.
+    pub(crate) async fn another_knot(&self, store: &Store, e: ReaderError) -> ReaderError {
+        if !self.from_cache {
+            return e;
+        }
+        match read_header(&self.location, store, FIRST_FETCH).await {
+            Ok((h, _)) if h.id() != self.id() => ReaderError::KnotId {
+                location: self.location.clone(),
+                expected: self.id().to_string(),
+                found: h.id().to_string(),
+            },
+            _ => e,
+        }
     }
 
     /// Bytes the first read fetched beyond the header (`72 + header_len`):
@@ -226,8 +268,8 @@ impl KnotHandle {
     }
 
     /// The knot id: hex of `header_sha256`.
-    pub fn id(&self) -> String {
-        hex(&self.header.preamble().header_sha256)
+    pub fn id(&self) -> KnotId {
+        self.header.id()
     }
 
     /// The location of a file next to the knot (a row file, a companion file).
@@ -277,7 +319,7 @@ impl KnotHandle {
         if let Some(c) = cache {
             let want = p.sha256;
             let verify = move |b: &[u8]| <[u8; 32]>::from(Sha256::digest(b)) == want;
-            if let Some(b) = c.get(Kind::Blob, &key, verify).await {
+            if let Some(b) = c.get(Kind::Blob, &key, Size::Exact(p.len), verify).await {
                 return Ok((b, 0));
             }
         }
@@ -303,7 +345,11 @@ impl KnotHandle {
                     found,
                 },
                 e => e.into(),
-            })?;
+            });
+        let bytes = match bytes {
+            Err(e) => return Err(self.another_knot(store, e).await),
+            Ok(b) => b,
+        };
         tracing::debug!(block = %name, bytes = p.len, ms = t.elapsed().as_millis() as u64, "block pulled and verified");
         if let Some(c) = cache {
             c.put(Kind::Blob, &key, bytes.clone()).await;
@@ -340,7 +386,10 @@ impl KnotHandle {
         let cache = cache.filter(|_| self.remote);
         if let Some(c) = cache {
             let verify = move |b: &[u8]| <[u8; 32]>::from(Sha256::digest(b)) == digest;
-            if let Some(b) = c.get(Kind::Blob, want, verify).await {
+            if let Some(b) = c
+                .get(Kind::Blob, want, Size::AtMost(MAX_COMPANION), verify)
+                .await
+            {
                 return Ok(b);
             }
         }
@@ -373,7 +422,11 @@ impl KnotHandle {
                     found,
                 },
                 e => e.into(),
-            })?;
+            });
+        let bytes = match bytes {
+            Err(e) => return Err(self.another_knot(store, e).await),
+            Ok(b) => b,
+        };
         if let Some(c) = cache {
             c.put(Kind::Blob, want, bytes.clone()).await;
         }
@@ -422,21 +475,7 @@ impl KnotHandle {
     }
 }
 
-/// The location of `name` next to the knot at `location` (a URL keeps its
-/// query string).
-pub(crate) fn sibling(location: &str, name: &str) -> String {
-    if is_url(location) {
-        let (path, rest) = location.split_at(location.find(['?', '#']).unwrap_or(location.len()));
-        let base = path.rsplit_once('/').map_or(path, |(b, _)| b);
-        return format!("{base}/{name}{rest}");
-    }
-    Path::new(location)
-        .parent()
-        .map(|d| d.join(name))
-        .unwrap_or_else(|| Path::new(name).to_path_buf())
-        .display()
-        .to_string()
-}
+pub(crate) use gkq_store::url::sibling;
 
 #[cfg(test)]
 mod tests {
@@ -457,5 +496,15 @@ mod tests {
             knot_location(&dir).expect("dir"),
             tmp.path().join("model.knot").display().to_string()
         );
+    }
+
+    /// Issue 35, item 5: presigned URLs of one knot share one hint entry.
+    #[test]
+    fn hints_are_keyed_without_the_query_string() {
+        let a = hint_key("https://h/m/v1/model.knot?X-Amz-Signature=1");
+        assert_eq!(a, hint_key("https://h/m/v1/model.knot?X-Amz-Signature=2"));
+        assert_eq!(a, hint_key("https://h/m/v1/model.knot"));
+        assert_ne!(a, hint_key("https://h/m/v2/model.knot"));
+        assert!(crate::cache::valid_key(&a));
     }
 }

@@ -90,14 +90,16 @@ mod rows;
 #[cfg(feature = "tokio")]
 pub use async_api::{AsyncEmbedding, AsyncLmHead, AsyncReader};
 pub use blocking::{BlockingPull, Embedding, LmHead, Reader};
-pub use cache::{CacheConfig, DEFAULT_CACHE_MAX_BYTES, DiskStats, default_cache_dir};
+pub use cache::{
+    CacheConfig, DEFAULT_CACHE_MAX_BYTES, DiskStats, STALE_TMP_AGE, default_cache_dir,
+};
 #[cfg(feature = "clap")]
 pub use cli::{NetArgs, NodeArgs, parse_bytes};
 pub use columnar::{CacheStats, ColumnarEmbedBackend, FetchConfig};
 pub use config::{DEFAULT_CACHE_ROWS, ReaderConfig, Serve, with_timeout};
 pub use error::{ReaderError, Result};
 pub use gkq_store::{NetStats, StoreConfig};
-pub use knot::{KnotHandle, is_url};
+pub use knot::{FIRST_FETCH, KnotHandle, is_url};
 pub use lmhead::Matrix;
 pub use pull::{DEFAULT_PULL_BUDGET, Pull, PullItem, PullPlan, Pulled};
 pub use resolve::{ReadPath, Resolution};

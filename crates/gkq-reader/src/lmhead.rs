@@ -21,7 +21,7 @@ use gkq_format::{Block, ColumnarDescriptor, DType, Encoding, hex};
 use gkq_store::{Check, RangeRead, ReadOptions, Store, StoreError};
 use sha2::{Digest, Sha256};
 
-use crate::cache::{DiskCache, Kind};
+use crate::cache::{DiskCache, Kind, Size};
 use crate::columnar::proof_url;
 use crate::error::{ReaderError, Result};
 use crate::knot::{KnotHandle, sibling};
@@ -183,7 +183,7 @@ pub(crate) fn lm_source(
 /// A location whose last segment names a file, for [`sibling`]: a base URL
 /// given with or without its trailing `/`, or a row file URL.
 fn base_dir(base: &str) -> String {
-    let path = base.split(['?', '#']).next().unwrap_or(base);
+    let path = gkq_store::url::without_query(base);
     if path.ends_with(".rows") {
         base.to_owned()
     } else {
@@ -216,9 +216,12 @@ async fn chunk_roots(
     if let Some(d) = disk {
         let c = desc.clone();
         if let Some(t) = d
-            .get(Kind::Table, &root, move |b| {
-                merkle::check_table(&c, b).is_ok()
-            })
+            .get(
+                Kind::Table,
+                &root,
+                Size::Exact(layout.table_len()),
+                move |b| merkle::check_table(&c, b).is_ok(),
+            )
             .await
         {
             return Ok((
@@ -250,6 +253,10 @@ async fn chunk_roots(
 fn unverified(url: &str, e: impl Into<gkq_store::BoxError>) -> ReaderError {
     ReaderError::Unverified {
         url: url.to_owned(),
+        via: format!(
+            " (chunks checked against the chunk table of {})",
+            proof_url(url)
+        ),
         source: e.into(),
     }
 }
@@ -267,7 +274,10 @@ pub(crate) async fn pull_row_file(
     if let Some(d) = disk {
         let want = desc.sha256;
         let ok = move |b: &[u8]| <[u8; 32]>::from(Sha256::digest(b)) == want;
-        if let Some(b) = d.get(Kind::Blob, &key, ok).await {
+        if let Some(b) = d
+            .get(Kind::Blob, &key, Size::Exact(desc.byte_len), ok)
+            .await
+        {
             return Ok((b, 0));
         }
     }
@@ -382,6 +392,8 @@ fn falls_back(e: &ReaderError) -> bool {
                 | StoreError::BodyLength { .. }
                 | StoreError::PartCheck { .. }
                 | StoreError::Io { .. }
+                | StoreError::PastEnd { .. }
+                | StoreError::ObjectLength { .. }
         ),
         _ => false,
     }

@@ -48,8 +48,7 @@ pub struct Resolution {
 
 /// The URL of the runs object of the row file at `url` (FORMAT.md 7b).
 pub(crate) fn runs_url(url: &str) -> String {
-    let (path, rest) = url.split_at(url.find(['?', '#']).unwrap_or(url.len()));
-    format!("{path}{}{rest}", gkq_format::runs::RUNS_SUFFIX)
+    gkq_store::url::with_suffix(url, gkq_format::runs::RUNS_SUFFIX)
 }
 
 fn dense(tensor: &str, reason: String) -> Resolution {
@@ -74,7 +73,7 @@ fn pick<'d>(
     dtype: Option<DType>,
 ) -> std::result::Result<(String, &'d ColumnarDescriptor, String), String> {
     let descs = &block.columnar;
-    let path = url.split(['?', '#']).next().unwrap_or(url);
+    let path = gkq_store::url::without_query(url);
     let last = path.rsplit('/').next().unwrap_or("");
     let names = || {
         descs

@@ -361,7 +361,26 @@ fn a_missing_or_broken_proof_object_always_means_the_dense_fallback() {
                 && err.to_string().contains("token_embd.bf16.rows.proof"),
             "{why}: {err}"
         );
+        // issue 35: the words say what is wrong, not an I/O internal
+        let text = gkq_format::error_chain(&err);
+        println!("{why}: {text}");
+        assert!(!text.contains("fill whole buffer"), "{why}: {text}");
     }
+    // a short proof object of a local package: the same words
+    let short = out.join("token_embd.bf16.rows.proof");
+    fs::write(&short, &proof[..proof.len() / 2]).expect("truncate");
+    let local = out.join("token_embd.bf16.rows");
+    let err = open(&out, local.to_str().expect("utf8"), true)
+        .embedding()
+        .expect("input")
+        .rows(&IDS)
+        .expect_err("--require-columnar");
+    let text = gkq_format::error_chain(&err);
+    println!("local short: {text}");
+    assert!(
+        !text.contains("fill whole buffer") && text.contains("token_embd.bf16.rows.proof"),
+        "{text}"
+    );
 }
 
 /// Issue 23: the runs object (FORMAT.md 7b) gives the same verified rows as
@@ -459,7 +478,11 @@ fn the_runs_object_gives_the_same_rows_in_one_request_per_run() {
 }
 
 /// A server that tampers with the runs object (a row byte, a record byte,
-/// two runs swapped) gets no row through; `--require-columnar` fails.
+/// two runs swapped) gets no row through. Issue 35: the rows that failed
+/// are fetched again from the intact row file and proof object (fewer
+/// bytes than the dense block, the same guarantee), which serve from then
+/// on; only when those fail too does the node load the dense block, and
+/// the reason names the objects.
 #[test]
 fn a_tampered_runs_object_returns_no_row() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -477,22 +500,27 @@ fn a_tampered_runs_object_returns_no_row() {
     let tmp_run = swapped[a..a + stride].to_vec();
     swapped.copy_within(b..b + stride, a);
     swapped[b..b + stride].copy_from_slice(&tmp_run);
+    let mut bad_rows = rows.clone();
+    bad_rows[130 * 2048 + 17] ^= 1;
     for (why, bad) in [
         ("row byte", row_byte),
         ("record byte", record_byte),
         ("swapped runs", swapped),
     ] {
-        let server = FaultServer::start_files(
-            vec![
-                ("token_embd.bf16.rows".into(), rows.clone()),
-                ("token_embd.bf16.rows.proof".into(), proof.clone()),
-                ("token_embd.bf16.rows.runs".into(), bad),
-            ],
-            Fault::None,
-        )
-        .expect("server");
+        let serve = |rows: &[u8]| {
+            FaultServer::start_files(
+                vec![
+                    ("token_embd.bf16.rows".into(), rows.to_vec()),
+                    ("token_embd.bf16.rows.proof".into(), proof.clone()),
+                    ("token_embd.bf16.rows.runs".into(), bad.clone()),
+                ],
+                Fault::None,
+            )
+            .expect("server")
+        };
+        let server = serve(&rows);
         let url = server.url("token_embd.bf16.rows");
-        let r = open(&out, &url, false);
+        let r = open(&out, &url, true);
         let e = r.embedding().expect("input");
         assert!(
             e.resolution().reason.contains(".runs"),
@@ -500,20 +528,32 @@ fn a_tampered_runs_object_returns_no_row() {
             e.resolution().reason
         );
         let backend = e.columnar().expect("columnar backend");
+        let got = e.rows(&IDS).expect("rows from the row file and the proof");
+        for (k, &id) in IDS.iter().enumerate() {
+            assert_eq!(row_f32(&got, k), dense_f32(&out, id), "{why}: row {id}");
+        }
+        assert_eq!(e.resolution().path, ReadPath::Columnar, "{why}");
+        assert!(backend.cache_stats().rows_rejected > 0, "{why}");
+        // the row file is bad too: the dense fallback, naming the objects
+        let server = serve(&bad_rows);
+        let url = server.url("token_embd.bf16.rows");
+        let e = open(&out, &url, false);
+        let e = e.embedding().expect("input");
         let got = e.rows(&IDS).expect("rows through the dense fallback");
         for (k, &id) in IDS.iter().enumerate() {
             assert_eq!(row_f32(&got, k), dense_f32(&out, id), "{why}: row {id}");
         }
         assert_eq!(e.resolution().path, ReadPath::Dense, "{why}");
-        assert!(backend.cache_stats().rows_rejected > 0, "{why}");
         let err = open(&out, &url, true)
             .embedding()
             .expect("input")
             .rows(&IDS)
             .expect_err("--require-columnar");
+        let text = gkq_format::error_chain(&err);
         assert!(
-            matches!(err, ReaderError::ColumnarRequired { .. }),
-            "{why}: {err}"
+            matches!(err, ReaderError::ColumnarRequired { .. })
+                && text.contains("token_embd.bf16.rows.proof"),
+            "{why}: {text}"
         );
     }
 }

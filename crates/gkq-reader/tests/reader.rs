@@ -855,7 +855,7 @@ fn knot_id_pins_the_model() {
             .header_sha256,
     );
     let pinned = |id: &str| ReaderConfig {
-        knot_id: Some(id.to_owned()),
+        knot_id: Some(id.parse().expect("a knot id")),
         ..config(Some(s.url("token_embd.f32.rows")))
     };
     let r = Reader::open(

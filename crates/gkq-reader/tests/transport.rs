@@ -207,6 +207,7 @@ fn cached(dir: &Path, max: u64) -> ReaderConfig {
         cache: CacheConfig {
             dir: Some(dir.to_path_buf()),
             max_bytes: max,
+            explicit: true,
         },
         ..config(8192)
     }
@@ -320,7 +321,7 @@ fn a_pinned_warm_restart_needs_no_server_and_a_changed_knot_is_noticed() {
     let with = |pin: Option<&str>| ReaderConfig {
         columnar_embed: Some(format!("{base}/")),
         require_columnar: true,
-        knot_id: pin.map(str::to_owned),
+        knot_id: pin.map(|p| p.parse().expect("a knot id")),
         ..cached(&cache, 1 << 30)
     };
     let cold = Reader::open(&format!("{base}/model.knot"), with(None), Serve::ALL).expect("cold");
@@ -372,5 +373,22 @@ fn a_pinned_warm_restart_needs_no_server_and_a_changed_knot_is_noticed() {
     let pinned = Reader::open(&moved, with(Some(&id)), Serve::INPUT).expect("from the cache");
     assert_eq!(pinned.knot_id(), id);
     assert!(pinned.knot().header_from_cache());
+    // issue 35: a block the cache lacks fails its digest at this URL, and
+    // the node says why: the URL now serves another knot
+    for kind in ["blob", "rows", "table"] {
+        fs::remove_dir_all(cache.join("v1").join(kind)).expect("emptied");
+    }
+    let pinned = Reader::open(&moved, with(Some(&id)), Serve::NONE).expect("from the cache");
+    let name = &pinned.knot().header().header().blocks[0].name;
+    let e = pinned.block_values(name).expect_err("another knot");
+    assert!(
+        matches!(&e, gkq_reader::ReaderError::KnotId { expected, found, .. }
+            if *expected == id && *found == r.knot_id()),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("the URL now serves another model"),
+        "{e}"
+    );
     let _ = out;
 }

@@ -20,7 +20,7 @@ Examples:
   gkq-inspect https://HOST/qwen/v1/model.knot --json      a published knot, as one JSON object
   gkq-inspect s3://bucket/qwen/v1/model.knot --endpoint http://127.0.0.1:8014
 
-A URL is read the way a node opens it: one range GET of the knot's first 64 KiB, and a second for the rest of the header when it is longer; no payload is fetched.
+A URL is read the way a node opens it: one range GET of the knot's first 32 KiB (on a restart, of the header length last seen at that URL), and a second for the rest of the header when it is longer; no payload is fetched.
 
 Output: the knot id, metadata and block table on stdout (text, or one JSON object with --json); errors on stderr.
 
@@ -206,7 +206,7 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
 fn run(a: &Args) -> anyhow::Result<()> {
     let config = ReaderConfig::try_from(a.net.clone()).map_err(anyhow::Error::msg)?;
     let reader = Reader::open(&a.knot, config, Serve::NONE)
-        .with_context(|| format!("cannot inspect {}", a.knot))?;
+        .with_context(|| format!("cannot inspect {}", gkq_store::url::redact(&a.knot)))?;
     let knot = reader.knot();
     let mut out = std::io::stdout().lock();
     if a.json {

@@ -7,18 +7,37 @@
 //! DIR/v1/blob/<sha256>             block payloads, row files pulled whole, companion files
 //! DIR/v1/table/<merkle root>       chunk tables of row proofs
 //! DIR/v1/rows/<merkle root>/<row>  a verified row and its path record
+//! DIR/v1/hint/<sha256 of a URL>    the header length last seen there (a size hint)
 //! DIR/v1/tmp/                      entries being written
 //! ```
 //!
-//! - Every entry is written to `tmp/` and renamed into place, so processes
-//!   sharing one directory never see a torn entry.
-//! - Every entry is verified again when it is read (by the caller's check:
-//!   its digest, its Merkle root, its knot id). One that fails is deleted,
-//!   with a warning, and reported as a miss: it is never used.
-//! - The cache is bounded: once it holds more than its maximum, the least
-//!   recently used entries (by modification time, which a hit refreshes) go.
-//! - It is best effort: a failure to write or evict is a warning, never an
-//!   error of the read that asked for it.
+//! What it guarantees:
+//! - **Nothing outside its directory.** A key is a digest (64 lowercase hex
+//!   digits) or, for rows, a digest and a row number; anything else is
+//!   refused before it becomes a path.
+//! - **Bounded reads.** An entry is opened without following a link and
+//!   without blocking (a FIFO), must be a regular file of the length the
+//!   reader expects (a payload's, a row and its record, a table's; a header
+//!   and a companion file at most a bound), and is read no further. A link,
+//!   a special file, a directory or a file of another length where an entry
+//!   belongs is removed (the link itself, never its target) and is a miss.
+//! - **Verified reads.** Every entry is verified again when it is read (by
+//!   the caller's check: its digest, its Merkle root, its knot id). One
+//!   that fails is deleted, with a warning, and reported as a miss.
+//! - **Atomic writes.** Entries are written to `tmp/` and renamed into
+//!   place, so processes sharing one directory never see a torn entry. A
+//!   temp file whose write fails is removed; temp files of writers that died
+//!   (or older than [`STALE_TMP_AGE`]) are swept at open and at each
+//!   eviction.
+//! - **Bounded size.** Everything under the directory counts against the
+//!   maximum (hints and temp files too); once over it, the least recently
+//!   used entries (by modification time, which a hit refreshes) go.
+//! - **Best effort.** A failure to write or evict is a warning, never an
+//!   error of the read that asked for it. A directory that cannot be used
+//!   at all is an error when it was asked for explicitly (`--cache-dir`),
+//!   else a warning, and the node runs uncached.
+
+mod entry;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +46,10 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use serde::Serialize;
+
+use entry::Found;
+pub use entry::STALE_TMP_AGE;
+pub(crate) use entry::Size;
 
 /// Default bound of the cache: 16 GiB.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 16 << 30;
@@ -39,6 +62,10 @@ pub struct CacheConfig {
     pub dir: Option<PathBuf>,
     /// The bound, in bytes (`--cache-max-bytes`).
     pub max_bytes: u64,
+    /// The directory was asked for explicitly (`--cache-dir`): when it
+    /// cannot be used, opening fails, naming it. Otherwise (the default
+    /// directory) that is a warning, and the reader runs uncached.
+    pub explicit: bool,
 }
 
 impl Default for CacheConfig {
@@ -47,6 +74,7 @@ impl Default for CacheConfig {
         CacheConfig {
             dir: None,
             max_bytes: DEFAULT_CACHE_MAX_BYTES,
+            explicit: false,
         }
     }
 }
@@ -72,9 +100,12 @@ pub(crate) enum Kind {
     /// A row and its path record, by Merkle root and row.
     Row,
     /// The header length last seen at a URL (a size hint for the first
-    /// read, never trusted for content), by the URL's SHA-256.
+    /// read, never trusted for content), by the SHA-256 of the URL without
+    /// its query string.
     Hint,
 }
+
+const KINDS: [Kind; 5] = [Kind::Header, Kind::Blob, Kind::Table, Kind::Row, Kind::Hint];
 
 impl Kind {
     fn dir(self) -> &'static str {
@@ -95,13 +126,14 @@ pub struct DiskStats {
     pub hits: u64,
     /// Entries looked for and not there.
     pub misses: u64,
-    /// Entries that failed verification and were deleted.
+    /// Entries that failed verification (or were not files of the expected
+    /// length) and were deleted.
     pub corrupt: u64,
     /// Bytes read from verified entries.
     pub bytes_read: u64,
     /// Bytes written.
     pub bytes_written: u64,
-    /// Entries evicted to keep the bound.
+    /// Entries evicted to keep the bound (stale temp files included).
     pub evicted: u64,
 }
 
@@ -129,45 +161,64 @@ fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-/// Every entry file under `root`: `(modified, bytes, path)`.
+/// Every file the cache holds: its entries, hints and temp files.
 fn entries(root: &Path) -> Vec<(SystemTime, u64, PathBuf)> {
-    let mut out = Vec::new();
-    let mut dirs: Vec<PathBuf> = [Kind::Header, Kind::Blob, Kind::Table, Kind::Row]
-        .iter()
-        .map(|k| root.join(k.dir()))
-        .collect();
-    while let Some(d) = dirs.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            if m.is_dir() {
-                dirs.push(e.path());
-            } else if m.is_file() {
-                let t = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                out.push((t, m.len(), e.path()));
-            }
+    let mut dirs: Vec<PathBuf> = KINDS.iter().map(|k| root.join(k.dir())).collect();
+    dirs.push(root.join("tmp"));
+    entry::files(dirs)
+}
+
+/// Removes the stale temp files under `root/tmp`; returns how many.
+fn sweep_tmp(root: &Path) -> u64 {
+    let now = SystemTime::now();
+    let Ok(rd) = std::fs::read_dir(root.join("tmp")) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let modified = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let name = e.file_name();
+        if entry::stale_tmp(&name.to_string_lossy(), modified, now) {
+            entry::clear(&e.path());
+            n += 1;
         }
     }
-    out
+    n
+}
+
+static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
+
+/// Whether `key` is a key of a digest-named entry (not a row).
+#[cfg(test)]
+pub(crate) fn valid_key(key: &str) -> bool {
+    entry::valid_key(key, false)
 }
 
 impl DiskCache {
-    /// Opens (creating it) the cache under `dir`.
+    /// Opens (creating it) the cache under `dir`, sweeps its stale temp
+    /// files, and checks that it can be written.
     pub(crate) fn open(dir: &Path, max_bytes: u64) -> std::io::Result<DiskCache> {
         let root = dir.join("v1");
-        for k in [Kind::Header, Kind::Blob, Kind::Table, Kind::Row] {
+        for k in KINDS {
             std::fs::create_dir_all(root.join(k.dir()))?;
         }
         std::fs::create_dir_all(root.join("tmp"))?;
+        let probe = root.join("tmp").join(entry::tmp_name("probe", 0));
+        std::fs::write(&probe, b"")?;
+        std::fs::remove_file(&probe)?;
+        let swept = sweep_tmp(&root);
         let total = entries(&root).iter().map(|e| e.1).sum();
-        Ok(DiskCache {
+        let c = DiskCache {
             root,
             max_bytes,
             total: AtomicU64::new(total),
             counters: Arc::new(Counters::default()),
-        })
+        };
+        bump(&c.counters.evicted, swept);
+        Ok(c)
     }
 
     /// The counters so far.
@@ -184,43 +235,54 @@ impl DiskCache {
         }
     }
 
-    fn path(&self, kind: Kind, key: &str) -> PathBuf {
-        self.root.join(kind.dir()).join(key)
+    /// The path of entry `key`, or `None` when `key` is not a key of `kind`
+    /// (so nothing outside the directory is ever touched).
+    fn path(&self, kind: Kind, key: &str) -> Option<PathBuf> {
+        if !entry::valid_key(key, kind == Kind::Row) {
+            tracing::warn!(kind = ?kind, key, "not a cache key: ignored");
+            return None;
+        }
+        Some(self.root.join(kind.dir()).join(key))
     }
 
     /// Whether an entry is there (not verified: [`DiskCache::get`] does that).
     pub(crate) fn contains(&self, kind: Kind, key: &str) -> bool {
-        self.path(kind, key).is_file()
+        self.path(kind, key)
+            .is_some_and(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
     }
 
-    /// The entry `key` of `kind`, if it is there and passes `verify`. An
-    /// entry that fails is deleted and reported as a miss.
+    /// The entry `key` of `kind`, if it is there, of a length `size`
+    /// admits, and passes `verify`. Anything else found there is deleted
+    /// and reported as a miss.
     pub(crate) async fn get(
         &self,
         kind: Kind,
         key: &str,
+        size: Size,
         verify: impl FnOnce(&[u8]) -> bool + Send + 'static,
     ) -> Option<Bytes> {
-        let path = self.path(kind, key);
+        let path = self.path(kind, key)?;
         let counters = self.counters.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let bytes = match std::fs::read(&path) {
-                Ok(b) => b,
-                Err(_) => {
+            let bytes = match entry::read(&path, size) {
+                Found::Bytes(b) => b,
+                Found::Absent => {
                     bump(&counters.misses, 1);
+                    return None;
+                }
+                Found::Removed(why) => {
+                    bump(&counters.corrupt, 1);
+                    tracing::warn!(entry = %path.display(), %why, "a cache entry was not a file of the expected length: removed, fetching it again");
                     return None;
                 }
             };
             if !verify(&bytes) {
                 bump(&counters.corrupt, 1);
                 tracing::warn!(entry = %path.display(), bytes = bytes.len(), "a cache entry failed verification: deleted, fetching it again");
-                let _ = std::fs::remove_file(&path);
+                entry::clear(&path);
                 return None;
             }
-            // a hit is recent use: eviction goes by modification time
-            if let Ok(f) = std::fs::File::options().write(true).open(&path) {
-                let _ = f.set_modified(SystemTime::now());
-            }
+            entry::touch(&path);
             bump(&counters.hits, 1);
             bump(&counters.bytes_read, bytes.len() as u64);
             Some(Bytes::from(bytes))
@@ -233,90 +295,57 @@ impl DiskCache {
     /// Stores `bytes` as entry `key` of `kind` (atomically), then evicts
     /// what is over the bound.
     pub(crate) async fn put(&self, kind: Kind, key: &str, bytes: Bytes) {
-        let path = self.path(kind, key);
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let tmp = self.root.join("tmp").join(format!(
-            "{}.{}.{}",
-            key.replace('/', "-"),
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let n = bytes.len() as u64;
-        let write = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            std::fs::write(&tmp, &bytes)?;
-            std::fs::rename(&tmp, &path).inspect_err(|_| {
-                let _ = std::fs::remove_file(&tmp);
-            })
-        });
-        match write.await {
-            Ok(Ok(())) => {
-                bump(&self.counters.bytes_written, n);
-                let total = self.total.fetch_add(n, Ordering::Relaxed) + n;
-                if total > self.max_bytes {
-                    self.evict().await;
-                }
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(kind = ?kind, key, error = %e, "could not write a cache entry")
-            }
-            Err(e) => {
-                tracing::warn!(kind = ?kind, key, error = %e, "could not write a cache entry")
-            }
-        }
+        self.put_many(kind, vec![(key.to_owned(), bytes)]).await;
     }
 
-    /// Stores several entries of `kind` in one go (rows of one fetch).
+    /// Stores several entries of `kind` in one go (rows of one fetch). An
+    /// entry that cannot be written is skipped (with a warning); the others
+    /// are still written.
     pub(crate) async fn put_many(&self, kind: Kind, items: Vec<(String, Bytes)>) {
+        let items: Vec<(PathBuf, Bytes)> = items
+            .into_iter()
+            .filter_map(|(k, b)| Some((self.path(kind, &k)?, b)))
+            .collect();
         if items.is_empty() {
             return;
         }
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let root = self.root.clone();
-        let base = NEXT.fetch_add(1, Ordering::Relaxed);
-        let write = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
-            let mut n = 0u64;
-            for (i, (key, bytes)) in items.into_iter().enumerate() {
-                let path = root.join(kind.dir()).join(&key);
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent)?;
+        let tmp_dir = self.root.join("tmp");
+        let write = tokio::task::spawn_blocking(move || {
+            let mut written = 0u64;
+            let mut failed: Option<(PathBuf, std::io::Error)> = None;
+            for (path, bytes) in items {
+                let n = NEXT_TMP.fetch_add(1, Ordering::Relaxed);
+                let tmp = tmp_dir.join(entry::tmp_name(kind.dir(), n));
+                match entry::write(&tmp, &path, &bytes) {
+                    Ok(()) => written += bytes.len() as u64,
+                    Err(e) => failed = failed.or(Some((path, e))),
                 }
-                let tmp = root
-                    .join("tmp")
-                    .join(format!("many.{}.{base}.{i}", std::process::id()));
-                std::fs::write(&tmp, &bytes)?;
-                if let Err(e) = std::fs::rename(&tmp, &path) {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(e);
-                }
-                n += bytes.len() as u64;
             }
-            Ok(n)
+            (written, failed)
         });
-        match write.await {
-            Ok(Ok(n)) => {
-                bump(&self.counters.bytes_written, n);
-                let total = self.total.fetch_add(n, Ordering::Relaxed) + n;
-                if total > self.max_bytes {
-                    self.evict().await;
-                }
-            }
-            Ok(Err(e)) => tracing::warn!(kind = ?kind, error = %e, "could not write cache entries"),
-            Err(e) => tracing::warn!(kind = ?kind, error = %e, "could not write cache entries"),
+        let Ok((n, failed)) = write.await else {
+            return;
+        };
+        if let Some((path, e)) = failed {
+            tracing::warn!(kind = ?kind, entry = %path.display(), error = %e, "could not write a cache entry");
+        }
+        bump(&self.counters.bytes_written, n);
+        let total = self.total.fetch_add(n, Ordering::Relaxed) + n;
+        if total > self.max_bytes {
+            self.evict().await;
         }
     }
 
-    /// Deletes the least recently used entries until the cache is within its bound.
+    /// Sweeps stale temp files, then deletes the least recently used
+    /// entries until the cache is within its bound.
     async fn evict(&self) {
         let root = self.root.clone();
         let max = self.max_bytes;
         let r = tokio::task::spawn_blocking(move || {
+            let mut evicted = sweep_tmp(&root);
             let mut all = entries(&root);
             let mut total: u64 = all.iter().map(|e| e.1).sum();
             all.sort();
-            let mut evicted = 0u64;
             for (_, len, path) in all {
                 if total <= max {
                     break;
@@ -338,64 +367,4 @@ impl DiskCache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime")
-    }
-
-    #[test]
-    fn entries_are_verified_on_read_and_bad_ones_deleted() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let c = DiskCache::open(tmp.path(), 1 << 20).expect("open");
-        rt().block_on(async {
-            assert_eq!(c.get(Kind::Blob, "k", |_| true).await, None);
-            c.put(Kind::Blob, "k", Bytes::from_static(b"abc")).await;
-            assert_eq!(
-                c.get(Kind::Blob, "k", |b| b == b"abc").await.as_deref(),
-                Some(&b"abc"[..])
-            );
-            // a check that fails: deleted, and a miss from then on
-            assert_eq!(c.get(Kind::Blob, "k", |_| false).await, None);
-            assert!(!tmp.path().join("v1/blob/k").exists());
-            assert_eq!(c.get(Kind::Blob, "k", |_| true).await, None);
-        });
-        let s = c.stats();
-        assert_eq!((s.hits, s.corrupt, s.misses), (1, 1, 2));
-        assert_eq!(s.bytes_written, 3);
-    }
-
-    #[test]
-    fn eviction_keeps_the_bound_and_drops_the_oldest() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let c = DiskCache::open(tmp.path(), 2500).expect("open");
-        rt().block_on(async {
-            for i in 0..5 {
-                c.put(
-                    Kind::Row,
-                    &format!("r/{i}"),
-                    Bytes::from(vec![i as u8; 1000]),
-                )
-                .await;
-                // distinct modification times, oldest first
-                let p = tmp.path().join(format!("v1/rows/r/{i}"));
-                let f = std::fs::File::options()
-                    .write(true)
-                    .open(&p)
-                    .expect("entry");
-                f.set_modified(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(100 + i))
-                    .expect("mtime");
-            }
-            c.put(Kind::Blob, "new", Bytes::from(vec![9; 100])).await;
-        });
-        let left: u64 = entries(&tmp.path().join("v1")).iter().map(|e| e.1).sum();
-        assert!(left <= 2500, "{left}");
-        assert!(tmp.path().join("v1/blob/new").exists());
-        assert!(!tmp.path().join("v1/rows/r/0").exists(), "oldest first");
-        assert!(c.stats().evicted >= 3);
-    }
-}
+mod tests;

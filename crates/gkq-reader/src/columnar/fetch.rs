@@ -7,7 +7,7 @@ use futures_util::stream::StreamExt;
 use gkq_format::runs::RunsLayout;
 use gkq_store::{RangeRead, ReadOptions, StoreError};
 
-use super::{Backend, add};
+use super::{Backend, Via, add};
 use crate::error::{ReaderError, Result};
 use crate::ranges::RowRun;
 
@@ -16,19 +16,22 @@ impl Backend {
     /// runs object when there is one (falling back for good to the two
     /// objects if it fails other than by a network error), else
     /// [`Backend::get_split`].
-    pub(super) async fn get_runs(&self, runs: &[RowRun]) -> Result<Vec<(RowRun, Bytes, Bytes)>> {
+    pub(super) async fn get_runs(
+        &self,
+        runs: &[RowRun],
+    ) -> Result<(Via, Vec<(RowRun, Bytes, Bytes)>)> {
         let Some((at, layout)) = crate::inner::lock(&self.runs).clone() else {
-            return self.get_split(runs).await;
+            return Ok((Via::Split, self.get_split(runs).await?));
         };
         match self.get_interleaved(&at, layout, runs).await {
-            Ok(got) => Ok(got),
+            Ok(got) => Ok((Via::Runs(at), got)),
             Err(ReaderError::Store(e))
                 if !e.is_unreachable()
                     && !matches!(e, StoreError::Transport { timeout: true, .. }) =>
             {
                 tracing::warn!(url = %at, reason = %e, "the runs object failed: rows and records from the row file and the proof object from now on");
                 *crate::inner::lock(&self.runs) = None;
-                self.get_split(runs).await
+                Ok((Via::Split, self.get_split(runs).await?))
             }
             Err(e) => Err(e),
         }

@@ -30,11 +30,22 @@ use gkq_store::{RangeRead, ReadOptions, Store, StoreError};
 use lru::LruCache;
 use serde::Serialize;
 
-use crate::cache::{DiskCache, Kind};
+use crate::cache::{DiskCache, Kind, Size};
 use crate::error::{ReaderError, Result};
 use crate::ranges::{RowRun, coalesce};
 
 mod fetch;
+
+/// Where the bytes of a batch of runs came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// Nothing fetched yet.
+    Table,
+    /// The runs object at this URL (FORMAT.md 7b).
+    Runs(String),
+    /// The row file and the proof object (7a).
+    Split,
+}
 
 /// Fetch settings of a backend.
 #[derive(Clone, Debug)]
@@ -158,8 +169,7 @@ impl std::fmt::Debug for ColumnarEmbedBackend {
 
 /// The URL of the proof object of the row file at `url` (FORMAT.md 7a).
 pub(crate) fn proof_url(url: &str) -> String {
-    let (path, rest) = url.split_at(url.find(['?', '#']).unwrap_or(url.len()));
-    format!("{path}{}{rest}", merkle::PROOF_SUFFIX)
+    gkq_store::url::with_suffix(url, merkle::PROOF_SUFFIX)
 }
 
 impl ColumnarEmbedBackend {
@@ -345,7 +355,8 @@ impl Backend {
                 if let Some(d) = &self.disk {
                     let desc = self.desc.clone();
                     let ok = move |b: &[u8]| merkle::check_table(&desc, b).is_ok();
-                    if let Some(t) = d.get(Kind::Table, &root, ok).await {
+                    let size = Size::Exact(self.layout.table_len());
+                    if let Some(t) = d.get(Kind::Table, &root, size, ok).await {
                         let r =
                             merkle::check_table(&self.desc, &t).map_err(|e| self.unverified(e))?;
                         return Ok(Arc::new(r));
@@ -372,9 +383,11 @@ impl Backend {
             .cloned()
     }
 
+    /// The chunk table (or the proof object's read) failed.
     fn unverified(&self, e: impl Into<gkq_store::BoxError>) -> ReaderError {
         ReaderError::Unverified {
             url: self.url.clone(),
+            via: format!(" (checked with the proof object {})", self.proof_url),
             source: e.into(),
         }
     }
@@ -403,7 +416,8 @@ impl Backend {
             let ok = move |b: &[u8]| {
                 b.len() >= rb && merkle::check_row(&desc, &roots, id, &b[..rb], &b[rb..]).is_ok()
             };
-            if let Some(b) = d.get(Kind::Row, &key, ok).await {
+            let size = Size::Exact(self.desc.row_bytes + self.layout.record_len());
+            if let Some(b) = d.get(Kind::Row, &key, size, ok).await {
                 out.insert(id, b.slice(..rb));
             }
         }
@@ -414,9 +428,10 @@ impl Backend {
     /// Fetches `ids`: from the disk cache where it has them, else in
     /// coalesced runs (rows and path records, all in parallel, with the
     /// chunk table on the first fetch). Every row is verified before it is
-    /// returned; runs that fail are fetched once more, then the fetch fails
-    /// with [`ReaderError::Unverified`]. Returns every row verified (gap
-    /// rows too).
+    /// returned; runs that fail are fetched once more (from the row file
+    /// and the proof object when they came from the runs object: FORMAT.md
+    /// 7b), then the fetch fails with [`ReaderError::Unverified`] naming
+    /// the objects. Returns every row verified (gap rows too).
     async fn fetch_rows(&self, mut ids: Vec<u64>) -> Result<HashMap<u64, Row>> {
         if self.table.get().is_none()
             && let Some(d) = &self.disk
@@ -437,10 +452,12 @@ impl Backend {
         let mut pending = coalesce(&ids, self.config.max_gap_rows, self.config.max_run_rows);
         let mut failure = None;
         let mut fresh = Vec::new();
+        let mut via = Via::Table;
         for attempt in 1..=2 {
-            let (roots, got) =
+            let (roots, fetched) =
                 futures_util::future::join(self.roots(), self.get_runs(&pending)).await;
-            let got = got?;
+            let got;
+            (via, got) = fetched?;
             let roots = match roots {
                 Ok(r) => r,
                 Err(e) => {
@@ -457,49 +474,77 @@ impl Backend {
                     continue;
                 }
             };
-            let mut failed = Vec::new();
-            for (run, rows, records) in got {
-                match self.verify_run(&roots, run, &rows, &records) {
-                    Ok(()) => {
-                        let rb = usize::try_from(self.desc.row_bytes)
-                            .unwrap_or(usize::MAX)
-                            .max(1);
-                        let rl = usize::try_from(self.layout.record_len()).unwrap_or(0);
-                        for k in 0..run.count as usize {
-                            let row = rows.slice(k * rb..(k + 1) * rb);
-                            let rec = records.slice(k * rl..(k + 1) * rl);
-                            let id = run.first + k as u64;
-                            if let Some(key) = self.disk_key(id) {
-                                fresh.push((key, Bytes::from([&row[..], &rec[..]].concat())));
-                            }
-                            out.insert(id, row);
-                        }
-                        add(&self.counters.rows_fetched, run.count);
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        add(&self.counters.rejected, run.count);
-                        failed.push(run);
-                    }
-                }
-            }
+            let (failed, last) = self.accept(&roots, got, &mut out, &mut fresh);
             if failed.is_empty() {
                 if let Some(d) = &self.disk {
                     d.put_many(Kind::Row, fresh).await;
                 }
                 return Ok(out);
             }
-            if let Some(e) = &failure {
+            if let (Some(e), Via::Runs(at)) = (&last, &via) {
+                // FORMAT.md 7b: fewer bytes than the dense block, same guarantee
+                tracing::warn!(url = %at, runs = failed.len(), reason = %e, "rows from the runs object failed verification: fetching them from the row file and the proof object, which are used from now on");
+                *crate::inner::lock(&self.runs) = None;
+            } else if let Some(e) = &last {
                 tracing::warn!(url = %self.url, runs = failed.len(), attempt, reason = %e, "rows failed verification");
             }
+            failure = last.or(failure);
             pending = failed;
         }
-        Err(self.runs_failed(failure))
+        Err(self.runs_failed(&via, failure))
     }
 
-    /// Rows that failed verification twice, `last` the last Merkle finding.
-    fn runs_failed(&self, last: Option<gkq_format::Error>) -> ReaderError {
-        self.unverified(last.map_or_else(|| "no run verified".into(), gkq_store::BoxError::from))
+    /// Verifies the runs `got`: the rows of those that pass go into `out`
+    /// (and, with their records, into `fresh` for the disk cache); returns
+    /// the runs that failed and the last failure.
+    fn accept(
+        &self,
+        roots: &[Hash],
+        got: Vec<(RowRun, Bytes, Bytes)>,
+        out: &mut HashMap<u64, Row>,
+        fresh: &mut Vec<(String, Bytes)>,
+    ) -> (Vec<RowRun>, Option<gkq_format::Error>) {
+        let rb = usize::try_from(self.desc.row_bytes)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let rl = usize::try_from(self.layout.record_len()).unwrap_or(0);
+        let mut failed = Vec::new();
+        let mut last = None;
+        for (run, rows, records) in got {
+            if let Err(e) = self.verify_run(roots, run, &rows, &records) {
+                last = Some(e);
+                add(&self.counters.rejected, run.count);
+                failed.push(run);
+                continue;
+            }
+            for k in 0..run.count as usize {
+                let row = rows.slice(k * rb..(k + 1) * rb);
+                let rec = records.slice(k * rl..(k + 1) * rl);
+                let id = run.first + k as u64;
+                if let Some(key) = self.disk_key(id) {
+                    fresh.push((key, Bytes::from([&row[..], &rec[..]].concat())));
+                }
+                out.insert(id, row);
+            }
+            add(&self.counters.rows_fetched, run.count);
+        }
+        (failed, last)
+    }
+
+    /// Rows that failed verification twice, `last` the last Merkle finding,
+    /// `via` where the last attempt got them.
+    fn runs_failed(&self, via: &Via, last: Option<gkq_format::Error>) -> ReaderError {
+        let source = last.map_or_else(|| "no run verified".into(), gkq_store::BoxError::from);
+        let via = match via {
+            Via::Runs(at) => format!(" (rows and records from the runs object {at})"),
+            Via::Split => format!(" (records from the proof object {})", self.proof_url),
+            Via::Table => String::new(),
+        };
+        ReaderError::Unverified {
+            url: self.url.clone(),
+            via,
+            source,
+        }
     }
 
     /// Checks every row of a run with its path record.
