@@ -85,6 +85,13 @@ pub(crate) fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The target directory: `$CARGO_TARGET_DIR`, else `target/` of the workspace.
+pub(crate) fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map_or_else(|| root().join("target"), |d| root().join(d))
+}
+
 /// `$CARGO`, or `cargo`.
 pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
@@ -187,18 +194,30 @@ fn demo() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `cargo xtask upload ARGS`: builds and runs the `r2-upload` binary (the
-/// AWS SDK is built for this task only) in the directory it was invoked
-/// from, so relative paths mean what they meant to the user.
+/// `cargo xtask upload ARGS`: builds the `r2-upload` binary (the AWS SDK
+/// is built for this task only), then runs it in the directory it was
+/// invoked from, so relative paths mean what they meant to the user. The
+/// binary is run directly, not by `cargo run`, whose `Running …` line
+/// would echo the arguments (a refused secret among them).
 fn upload(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
-    let mut c = cargo();
-    c.current_dir(std::env::current_dir()?);
-    c.arg("run")
+    let mut build = cargo();
+    build
+        .arg("build")
         .arg("--manifest-path")
         .arg(root().join("Cargo.toml"))
-        .args(["--package", "r2-upload", "--bin", "r2-upload", "--"])
-        .args(args);
-    let status = c.status().with_context(|| format!("running {c:?}"))?;
+        .args(["--package", "r2-upload", "--bin", "r2-upload"]);
+    let built = build
+        .status()
+        .with_context(|| format!("running {build:?}"))?;
+    if !built.success() {
+        bail!("building r2-upload failed");
+    }
+    let bin = target_dir().join("debug/r2-upload");
+    let status = Command::new(&bin)
+        .args(args)
+        .current_dir(std::env::current_dir()?)
+        .status()
+        .with_context(|| format!("running {}", bin.display()))?;
     std::process::exit(status.code().unwrap_or(1));
 }
 
