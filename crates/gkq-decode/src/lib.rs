@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use candle_core::{D, Tensor};
 use gkq_format::{Role, keys};
-use gkq_reader::{PullPlan, ReadPath, Reader, ReaderConfig, Serve};
+use gkq_reader::{PathKind, PullPlan, Reader, ReaderConfig, Serve};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -327,21 +327,21 @@ impl Stage {
             let r = self.reader.embedding()?.resolution();
             out.push(RoleResolution {
                 role: Role::TokenEmbd.as_str().into(),
-                path: match r.path {
-                    ReadPath::Columnar => "columnar",
-                    ReadPath::Dense => "dense",
-                    ReadPath::Spectral => "spectral",
+                path: match r.kind() {
+                    PathKind::Columnar => "columnar",
+                    PathKind::Dense => "dense",
+                    PathKind::Spectral => "spectral",
                 }
                 .into(),
-                reason: r.reason,
+                reason: r.reason(),
             });
         }
         if self.serves_output() {
             let r = self.reader.lm_head()?.resolution();
             let h = self.reader.knot().header().header();
             let tied = h.meta_bool(keys::TIE_WORD_EMBEDDINGS).unwrap_or(false);
-            let source = match r.path {
-                ReadPath::Columnar => "pulled from a row file".to_owned(),
+            let source = match r.kind() {
+                PathKind::Columnar => "pulled from a row file".to_owned(),
                 _ => "pulled as its block".to_owned(),
             };
             out.push(RoleResolution {
@@ -350,7 +350,7 @@ impl Stage {
                 reason: format!(
                     "{}{source}, verified, and kept resident: {}",
                     if tied { "tied to the embedding; " } else { "" },
-                    r.reason
+                    r.reason()
                 ),
             });
         }

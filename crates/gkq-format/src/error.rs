@@ -491,6 +491,16 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     line
 }
 
+/// The innermost cause of an error: the part that says what happened
+/// (`Connection refused (os error 111)`), without the wrappers around it.
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
 #[cfg(test)]
 mod chain_tests {
     use super::error_chain;

@@ -38,7 +38,7 @@ mod testutil;
 
 pub use cast::{CastReport, cast_row, decode_f32, first_inexact, max_abs_diff};
 pub use dtype::DType;
-pub use error::{Error, Result, error_chain};
+pub use error::{Error, Result, error_chain, root_cause};
 pub use id::KnotId;
 pub use knot::{
     Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,

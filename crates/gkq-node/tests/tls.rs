@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use fixtures::servers::{Nginx, NginxOptions, TestCa};
 use gkq_format::DType;
-use gkq_reader::{ReadPath, Reader, ReaderConfig, Serve};
+use gkq_reader::{PathKind, Reader, ReaderConfig, Serve};
 
 struct Site {
     _tmp: tempfile::TempDir,
@@ -85,10 +85,10 @@ fn read_rows(s: &Site) -> (u64, String) {
     .expect("open over TLS with --ca-cert");
     let e = r.embedding().expect("input");
     assert_eq!(
-        e.resolution().path,
-        ReadPath::Columnar,
+        e.resolution().kind(),
+        PathKind::Columnar,
         "{}",
-        e.resolution().reason
+        e.resolution().reason()
     );
     let got = e.rows(&IDS).expect("rows").to_f32().expect("f32");
     assert_eq!(
@@ -182,12 +182,12 @@ fn range_ignoring_tls_server_falls_back_to_dense() {
     )
     .expect("open");
     let e = r.embedding().expect("input");
-    assert_eq!(e.resolution().path, ReadPath::Columnar);
+    assert_eq!(e.resolution().kind(), PathKind::Columnar);
     let got = e.rows(&IDS).expect("rows via the dense fallback");
     assert_eq!(got.to_f32().expect("f32"), dense(&s.out, &IDS));
     let res = e.resolution();
-    assert_eq!(res.path, ReadPath::Dense);
-    assert!(res.reason.contains("ignored Range"), "{}", res.reason);
+    assert_eq!(res.kind(), PathKind::Dense);
+    assert!(res.reason().contains("ignored Range"), "{}", res.reason());
     // the 200 body (the whole row file) was not read
     let row_file = std::fs::metadata(s.out.join("token_embd.bf16.rows"))
         .expect("rows")

@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         m.cols(),
         m.dtype(),
         m.bytes().len(),
-        lm.resolution().reason
+        lm.resolution().reason()
     );
     println!("requests {}", reader.net_stats().requests);
     Ok(())

@@ -1,20 +1,17 @@
 //! [`AsyncReader`]: the reader for tokio services (feature `tokio`). Every
 //! call is a future that does its I/O on the caller's runtime; dropping a
 //! future cancels its requests, and the reader stays usable. Share one
-//! reader across tasks by cloning it (a cheap `Arc`).
+//! reader across tasks by cloning it (a cheap `Arc`). The blocking
+//! [`crate::Reader`] wraps these same handles.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use gkq_format::Block;
-use gkq_store::NetStats;
 
-use crate::cache::DiskStats;
-use crate::columnar::{CacheStats, ColumnarEmbedBackend};
 use crate::config::{ReaderConfig, Serve};
 use crate::error::Result;
 use crate::inner::{EmbeddingCore, Inner, LmHeadCore, ids_u64};
-use crate::knot::KnotHandle;
 use crate::lmhead::Matrix;
 use crate::pull::{Pull, PullPlan};
 use crate::resolve::Resolution;
@@ -35,11 +32,12 @@ impl std::fmt::Debug for AsyncReader {
 }
 
 impl AsyncReader {
+    crate::faces::reader_accessors!();
+
     /// Opens a knot (a path, a package directory, or an `http(s)://` or
     /// `s3://` URL) for the roles `serve` names. The header is read with
     /// one range request (none when `knot_id` pins a header in the disk
-    /// cache); with the input role the embedding is resolved here (one HEAD
-    /// of the row file).
+    /// cache); each role served is resolved here (a HEAD of its row file).
     pub async fn open(location: &str, config: ReaderConfig, serve: Serve) -> Result<AsyncReader> {
         let inner = Inner::open(location, config, serve).await?;
         Ok(AsyncReader {
@@ -47,14 +45,8 @@ impl AsyncReader {
         })
     }
 
-    /// The knot.
-    pub fn knot(&self) -> &KnotHandle {
-        &self.inner.knot
-    }
-
-    /// The knot id (hex of its `header_sha256`).
-    pub fn knot_id(&self) -> String {
-        self.inner.knot_id()
+    fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
     /// The input embedding, if this reader serves the input role.
@@ -103,27 +95,13 @@ impl AsyncReader {
     pub fn pull(&self, plan: PullPlan) -> Pull {
         Pull::start(self.inner.clone(), plan)
     }
-
-    /// Network counters of everything this reader fetched.
-    pub fn net_stats(&self) -> NetStats {
-        self.inner.store.stats()
-    }
-
-    /// Counters of the persistent cache (zero without one).
-    pub fn disk_stats(&self) -> DiskStats {
-        self.inner
-            .disk
-            .as_ref()
-            .map(|d| d.stats())
-            .unwrap_or_default()
-    }
 }
 
 /// Embedding lookups of an [`AsyncReader`].
 #[derive(Clone, Copy)]
 pub struct AsyncEmbedding<'r> {
-    inner: &'r Arc<Inner>,
-    core: &'r EmbeddingCore,
+    pub(crate) inner: &'r Arc<Inner>,
+    pub(crate) core: &'r EmbeddingCore,
 }
 
 impl std::fmt::Debug for AsyncEmbedding<'_> {
@@ -133,31 +111,10 @@ impl std::fmt::Debug for AsyncEmbedding<'_> {
 }
 
 impl AsyncEmbedding<'_> {
-    /// The current resolution (it changes to dense if the row file turns
-    /// out unusable).
-    pub fn resolution(&self) -> Resolution {
-        self.core.resolution()
-    }
+    crate::faces::embedding_accessors!();
 
-    /// Rows of the embedding (the vocabulary size).
-    pub fn vocab(&self) -> u64 {
-        self.core.vocab()
-    }
-
-    /// The columnar backend, when that is the current path.
-    pub fn columnar(&self) -> Option<ColumnarEmbedBackend> {
-        self.core.columnar()
-    }
-
-    /// Row cache counters (zero on the dense path).
-    pub fn cache_stats(&self) -> CacheStats {
-        self.core.cache_stats()
-    }
-
-    /// Bytes the embedding moved over the network so far: rows and their
-    /// proofs, or the dense block.
-    pub fn fetched_bytes(&self) -> u64 {
-        self.core.fetched_bytes()
+    fn core(&self) -> &EmbeddingCore {
+        self.core
     }
 
     /// The rows of `ids` (`u32` as tokenizers give them, or `u64`) in
@@ -171,13 +128,18 @@ impl AsyncEmbedding<'_> {
     pub async fn prefetch<I: Into<u64> + Copy>(&self, ids: &[I]) -> Result<()> {
         self.inner.prefetch(&ids_u64(ids)).await
     }
+
+    /// Preloads a warm set of hot token ids.
+    pub async fn warm<I: Into<u64> + Copy>(&self, ids: &[I]) -> Result<()> {
+        self.prefetch(ids).await
+    }
 }
 
 /// The lm_head of an [`AsyncReader`].
 #[derive(Clone, Copy)]
 pub struct AsyncLmHead<'r> {
-    inner: &'r Arc<Inner>,
-    core: &'r LmHeadCore,
+    pub(crate) inner: &'r Arc<Inner>,
+    pub(crate) core: &'r LmHeadCore,
 }
 
 impl std::fmt::Debug for AsyncLmHead<'_> {
@@ -187,33 +149,26 @@ impl std::fmt::Debug for AsyncLmHead<'_> {
 }
 
 impl AsyncLmHead<'_> {
-    /// How the lm_head is pulled (row file or block), and why.
-    pub fn resolution(&self) -> Resolution {
-        self.core.resolution()
+    crate::faces::lm_head_accessors!();
+
+    fn core(&self) -> &LmHeadCore {
+        self.core
     }
 
-    /// Whether the matrix is resident.
-    pub fn is_resident(&self) -> bool {
-        self.core.is_resident()
-    }
-
-    /// Bytes the lm_head pull moved over the network.
-    pub fn fetched_bytes(&self) -> u64 {
-        self.core.fetched_bytes()
+    /// Starts pulling the matrix on a task of `runtime` (prefill can run on
+    /// columnar rows meanwhile). Idempotent.
+    pub(crate) fn start_on(&self, runtime: &tokio::runtime::Handle) {
+        let mut bg = gkq_store::blocking::lock(&self.core.background);
+        if bg.is_none() && !self.core.is_resident() {
+            let inner = self.inner.clone();
+            *bg = Some(runtime.spawn(async move { inner.lm_head_matrix().await }));
+        }
     }
 
     /// Starts pulling the matrix on a task of the current runtime (prefill
     /// can run on columnar rows meanwhile). Idempotent.
     pub fn start_background(&self) {
-        let mut bg = self
-            .core
-            .background
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if bg.is_none() && !self.core.is_resident() {
-            let inner = self.inner.clone();
-            *bg = Some(tokio::spawn(async move { inner.lm_head_matrix().await }));
-        }
+        self.start_on(&tokio::runtime::Handle::current());
     }
 
     /// The resident matrix, pulled once (concurrent callers and a background
@@ -227,5 +182,11 @@ impl AsyncLmHead<'_> {
     pub async fn logits(&self, hidden: &candle_core::Tensor) -> Result<candle_core::Tensor> {
         let m = self.matrix().await?;
         crate::rows::logits_with(m.weights()?, hidden)
+    }
+
+    /// The argmax token of each row of `hidden` (feature `candle`).
+    #[cfg(feature = "candle")]
+    pub async fn argmax(&self, hidden: &candle_core::Tensor) -> Result<Vec<u32>> {
+        crate::rows::argmax(&self.logits(hidden).await?)
     }
 }

@@ -157,28 +157,6 @@ pub enum ReaderError {
     Shared(std::sync::Arc<ReaderError>),
 }
 
-impl ReaderError {
-    /// Whether the server ignored a Range request (the caller may fall back
-    /// to the dense block), also when another caller's fetch saw it.
-    pub fn ignores_range(&self) -> bool {
-        match self {
-            ReaderError::Store(gkq_store::StoreError::IgnoresRange { .. }) => true,
-            ReaderError::Shared(inner) => inner.ignores_range(),
-            _ => false,
-        }
-    }
-
-    /// Whether the columnar path failed in a way the dense block avoids:
-    /// the server ignores Range, or its rows fail verification.
-    pub fn falls_back_to_dense(&self) -> bool {
-        match self {
-            ReaderError::Unverified { .. } => true,
-            ReaderError::Shared(inner) => inner.falls_back_to_dense(),
-            e => e.ignores_range(),
-        }
-    }
-}
-
 /// `50256` → `50,256`.
 pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();

@@ -1,30 +1,29 @@
 //! The async core shared by [`crate::AsyncReader`] and the blocking
 //! [`crate::Reader`]: the opened knot, the store and the disk cache, and
-//! the state of the two roles (the embedding's resolution and row backend,
-//! the lm_head's source and resident matrix).
+//! the state of the two roles (each with its resolution and a meter of
+//! what it moved; the embedding's row backend; the lm_head's resident
+//! matrix).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use gkq_format::{Block, Encoding, KnotHeader, keys};
-use gkq_store::Store;
+use gkq_store::blocking::lock;
+use gkq_store::{Meter, Store};
 use tokio::sync::OnceCell;
 
 use crate::cache::DiskCache;
-use crate::columnar::{CacheStats, ColumnarEmbedBackend};
+use crate::columnar::ColumnarEmbedBackend;
 use crate::config::{ReaderConfig, Serve};
 use crate::error::{ReaderError, Result};
 use crate::knot::KnotHandle;
-use crate::lmhead::{self, LmSource, Matrix};
-use crate::resolve::{ReadPath, Resolution, resolve};
+use crate::lmhead::Matrix;
+use crate::resolve::{PathKind, Resolution, Use, Want, resolve_role};
 use crate::rows::Rows;
-
-/// A resident matrix, shared by a tied lm_head and the embedding.
-pub(crate) type Resident = Arc<OnceCell<Arc<Matrix>>>;
 
 struct EmbedState {
     resolution: Resolution,
+    /// The row backend while the columnar path is taken.
     source: Option<ColumnarEmbedBackend>,
     /// The row backend even after a fallback, for its counters.
     backend: Option<ColumnarEmbedBackend>,
@@ -32,25 +31,25 @@ struct EmbedState {
 
 /// The input role: embedding lookups.
 pub(crate) struct EmbeddingCore {
-    index: usize,
+    pub(crate) index: usize,
     block: Block,
     state: Mutex<EmbedState>,
     dense: OnceCell<Bytes>,
-    /// Bytes the dense block moved over the network.
-    dense_net: AtomicU64,
-    resident: Resident,
+    /// What the dense block's read moved.
+    meter: Meter,
     require_columnar: bool,
 }
 
 /// The output role: the lm_head.
 pub(crate) struct LmHeadCore {
     index: usize,
-    source: LmSource,
+    /// The same block as the embedding's (an alias of it).
+    pub(crate) tied: bool,
     resolution: Mutex<Resolution>,
-    pub(crate) resident: Resident,
+    pub(crate) resident: OnceCell<Arc<Matrix>>,
     pub(crate) background: Mutex<Option<tokio::task::JoinHandle<Result<Arc<Matrix>>>>>,
-    /// Bytes the lm_head pull moved over the network.
-    fetched: AtomicU64,
+    /// What the lm_head's pull moved.
+    meter: Meter,
 }
 
 /// An opened model.
@@ -66,10 +65,6 @@ pub(crate) struct Inner {
 /// Token ids as the core takes them (`u32` from tokenizers, or `u64`).
 pub(crate) fn ids_u64<I: Into<u64> + Copy>(ids: &[I]) -> Vec<u64> {
     ids.iter().map(|&i| i.into()).collect()
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The disk cache `c` names: an explicit directory that cannot be used is
@@ -116,7 +111,7 @@ impl Inner {
         let store = Arc::new(Store::new(config.store.clone())?);
         let disk = open_cache(&config.cache)?;
         let pin = config.knot_id;
-        let knot = KnotHandle::open(location, &store, disk.as_deref(), pin).await?;
+        let knot = KnotHandle::open(location, &*store, disk.as_deref(), pin).await?;
         if let Some(want) = pin {
             // the header checksum was verified by the parser: this id
             // authenticates everything the knot names
@@ -129,102 +124,78 @@ impl Inner {
                 });
             }
         }
-        let resident: Resident = Arc::new(OnceCell::new());
-        let embed_index = if serve.input || serve.output {
-            let embed_name = role_block(knot.header(), keys::ROLE_TOKEN_EMBD, knot.location())?;
-            knot.index(&embed_name)?
-        } else {
-            0
-        };
-        let embedding = if serve.input {
-            Some(
-                Self::open_embedding(
-                    &knot,
-                    &store,
-                    disk.as_ref(),
-                    &config,
-                    embed_index,
-                    &resident,
-                )
-                .await?,
-            )
-        } else {
-            None
-        };
-        let lm_head = if serve.output {
-            Some(Self::open_lm_head(&knot, &config, embed_index, &resident)?)
-        } else {
-            None
-        };
-        Ok(Inner {
+        let mut inner = Inner {
             knot,
             store,
             disk,
             config,
-            embedding,
-            lm_head,
-        })
+            embedding: None,
+            lm_head: None,
+        };
+        if serve.input {
+            inner.embedding = Some(inner.open_embedding().await?);
+        }
+        if serve.output {
+            inner.lm_head = Some(inner.open_lm_head().await?);
+        }
+        Ok(inner)
     }
 
-    /// The lm_head's source (the narrowest exact row file, else the block)
-    /// and, when tied to the embedding, the resident matrix they share.
-    fn open_lm_head(
-        knot: &KnotHandle,
-        config: &ReaderConfig,
-        embed_index: usize,
-        resident: &Resident,
-    ) -> Result<LmHeadCore> {
-        let name = role_block(knot.header(), keys::ROLE_LM_HEAD, knot.location())?;
-        let index = knot.index(&name)?;
-        let blocks = &knot.header().header().blocks;
-        let tied = matches!(blocks.get(index).map(|b| &b.encoding), Some(Encoding::Alias { target }) if *target as usize == embed_index);
-        let source = lmhead::lm_source(
-            knot,
-            index,
-            config.columnar_embed.as_deref(),
-            config.lm_head_dtype,
+    fn embed_index(&self) -> Result<usize> {
+        let name = role_block(
+            self.knot.header(),
+            keys::ROLE_TOKEN_EMBD,
+            self.knot.location(),
         )?;
-        tracing::info!(lm_head = %name, path = ?source.resolution.path, reason = %source.resolution.reason, "lm_head resolved");
+        self.knot.index(&name)
+    }
+
+    /// The lm_head: its resolution (the narrowest exact source) and, when
+    /// tied to the embedding, the matrix the two share.
+    async fn open_lm_head(&self) -> Result<LmHeadCore> {
+        let embed = self.embed_index()?;
+        let name = role_block(self.knot.header(), keys::ROLE_LM_HEAD, self.knot.location())?;
+        let index = self.knot.index(&name)?;
+        let blocks = &self.knot.header().header().blocks;
+        let tied = matches!(blocks.get(index).map(|b| &b.encoding), Some(Encoding::Alias { target }) if *target as usize == embed);
+        let want = Want {
+            url: self.config.columnar_embed.as_deref(),
+            dtype: self.config.lm_head_dtype.map(|d| (d, "--lm-head-dtype")),
+        };
+        let resolution = resolve_role(&self.knot, index, Use::Resident, want, &*self.store).await?;
+        tracing::info!(lm_head = %name, path = ?resolution.kind(), reason = %resolution.reason(), "lm_head resolved");
         Ok(LmHeadCore {
             index,
-            resolution: Mutex::new(source.resolution.clone()),
-            source,
-            // only a tied lm_head shares its resident matrix with the embedding
-            resident: if tied {
-                resident.clone()
-            } else {
-                Arc::new(OnceCell::new())
-            },
+            tied,
+            resolution: Mutex::new(resolution),
+            resident: OnceCell::new(),
             background: Mutex::new(None),
-            fetched: AtomicU64::new(0),
+            meter: Meter::default(),
         })
     }
 
-    async fn open_embedding(
-        knot: &KnotHandle,
-        store: &Arc<Store>,
-        disk: Option<&Arc<DiskCache>>,
-        config: &ReaderConfig,
-        index: usize,
-        resident: &Resident,
-    ) -> Result<EmbeddingCore> {
-        let name = knot.header().header().blocks[index].name.clone();
-        let url = config.columnar_embed.as_deref();
-        let resolution = resolve(knot, &name, url, config.embed_dtype, store).await?;
-        if config.require_columnar && resolution.path != ReadPath::Columnar {
+    async fn open_embedding(&self) -> Result<EmbeddingCore> {
+        let index = self.embed_index()?;
+        let (knot, config) = (&self.knot, &self.config);
+        let want = Want {
+            url: config.columnar_embed.as_deref(),
+            dtype: config.embed_dtype.map(|d| (d, "--embed-dtype")),
+        };
+        let resolution = resolve_role(knot, index, Use::Rows, want, &*self.store).await?;
+        if config.require_columnar && resolution.kind() != PathKind::Columnar {
             return Err(ReaderError::ColumnarRequired {
-                reason: resolution.reason,
+                reason: resolution.reason(),
                 bytes: knot.header().payload_of(index).map_or(0, |p| p.len),
             });
         }
-        tracing::info!(knot = %knot.location(), tensor = %name, path = ?resolution.path, reason = %resolution.reason, "embedding resolved");
-        let source = match &resolution.columnar {
-            Some((url, desc)) => Some(ColumnarEmbedBackend::new(
-                (url.clone(), resolution.runs.clone()),
-                desc.clone(),
+        tracing::info!(knot = %knot.location(), tensor = %resolution.tensor, path = ?resolution.kind(), reason = %resolution.reason(), "embedding resolved");
+        let source = match resolution.columnar() {
+            Some(c) => Some(ColumnarEmbedBackend::new(
+                (c.url.clone(), c.runs().map(str::to_owned)),
+                c.desc.clone(),
                 config.fetch.clone(),
-                store.clone(),
-                disk.cloned(),
+                (self.store.clone(), Meter::default()),
+                self.disk.clone(),
             )?),
             None => None,
         };
@@ -237,8 +208,7 @@ impl Inner {
                 source,
             }),
             dense: OnceCell::new(),
-            dense_net: AtomicU64::new(0),
-            resident: resident.clone(),
+            meter: Meter::default(),
             require_columnar: config.require_columnar,
         })
     }
@@ -259,57 +229,46 @@ impl Inner {
         self.disk.as_deref()
     }
 
+    /// The lm_head's matrix when it is the embedding's and its values are
+    /// the block's exactly: then the embedding's rows come from it, and a
+    /// tied model pulls its one matrix once for both roles.
+    fn tied_exact(&self) -> Option<&LmHeadCore> {
+        self.lm_head
+            .as_ref()
+            .filter(|l| l.tied && self.config.embed_dtype.is_none())
+    }
+
     /// Rows of the embedding for `ids`, in request order.
     pub(crate) async fn rows(&self, ids: &[u64]) -> Result<Rows> {
         let e = self.embedding()?;
         e.check_ids(ids)?;
-        let cols = e.cols();
         // a resident tied matrix serves the rows with no request, unless a
-        // row file was forced (--embed-dtype: then it is that file's rows)
-        if let Some(m) = e
-            .resident
-            .get()
-            .filter(|_| self.config.embed_dtype.is_none())
+        // row file was forced (--embed-dtype) or the matrix is not exact
+        if let Some(m) = self
+            .tied_exact()
+            .and_then(|l| l.resident.get())
+            .filter(|m| m.is_exact())
         {
             return e.slice_rows(&self.knot, m.bytes(), m.dtype(), ids);
         }
         if let Some(b) = e.columnar() {
             match b.rows(ids).await {
-                Ok(rows) => return Ok(Rows::new(b.dtype(), cols, rows)),
-                Err(err) if err.falls_back_to_dense() && e.require_columnar => {
-                    return Err(ReaderError::ColumnarRequired {
-                        reason: gkq_format::error_chain(&err),
-                        bytes: self.knot.header().payload_of(e.index).map_or(0, |p| p.len),
-                    });
-                }
-                Err(err) if err.falls_back_to_dense() => {
-                    let reason = format!(
-                        "fell back to the dense block: {}",
-                        gkq_format::error_chain(&err)
-                    );
-                    tracing::warn!(knot = %self.knot.location(), tensor = %e.block.name, %reason, "embedding rows not used");
-                    let mut st = lock(&e.state);
-                    st.resolution = Resolution {
-                        path: ReadPath::Dense,
-                        reason,
-                        columnar: None,
-                        ..st.resolution.clone()
-                    };
-                    st.source = None;
-                }
+                Ok(rows) => return Ok(Rows::new(b.dtype(), e.cols(), rows)),
+                Err(err) if crate::fallback::falls_back(&err) => e.fall_back(&self.knot, &err)?,
                 Err(err) => return Err(err),
             }
         }
+        if self.tied_exact().is_some() {
+            // the dense path of a tied model: the one matrix, pulled once
+            let m = self.lm_head_matrix().await?;
+            if m.is_exact() {
+                return e.slice_rows(&self.knot, m.bytes(), m.dtype(), ids);
+            }
+        }
+        let store = e.meter.around(&*self.store);
         let dense = e
             .dense
-            .get_or_try_init(|| async {
-                let (b, net) = self
-                    .knot
-                    .dense_values_net(e.index, &self.store, self.disk())
-                    .await?;
-                e.dense_net.fetch_add(net, Ordering::Relaxed);
-                Ok::<_, ReaderError>(b)
-            })
+            .get_or_try_init(|| self.knot.dense_values(e.index, &store, self.disk()))
             .await?;
         e.slice_rows(&self.knot, dense, e.block.dtype, ids)
     }
@@ -318,8 +277,11 @@ impl Inner {
     pub(crate) async fn prefetch(&self, ids: &[u64]) -> Result<()> {
         let e = self.embedding()?;
         e.check_ids(ids)?;
+        let resident = self
+            .tied_exact()
+            .is_some_and(|l| l.resident.get().is_some());
         match e.columnar() {
-            Some(_) if e.resident.get().is_none() => self.rows(ids).await.map(drop),
+            Some(_) if !resident => self.rows(ids).await.map(drop),
             _ => Ok(()),
         }
     }
@@ -330,11 +292,16 @@ impl Inner {
         let m = l
             .resident
             .get_or_try_init(|| async {
-                let (m, resolution, net) =
-                    lmhead::pull(&self.knot, l.index, (&l.source, self.config.require_columnar), &self.store, self.disk()).await?;
-                l.fetched.fetch_add(net, Ordering::Relaxed);
+                let resolution = l.resolution();
+                let store = l.meter.around(&*self.store);
+                let require = self.config.require_columnar;
+                let pulled =
+                    crate::lmhead::pull(&self.knot, l.index, (&resolution, require), &store, self.disk());
+                let (m, fell_back) = pulled.await?;
                 tracing::info!(knot = %self.knot.location(), lm_head = %resolution.tensor, dtype = %m.dtype(), bytes = m.bytes().len(), "lm_head resident");
-                *lock(&l.resolution) = resolution;
+                if let Some(r) = fell_back {
+                    *lock(&l.resolution) = r;
+                }
                 Ok::<_, ReaderError>(Arc::new(m))
             })
             .await?;
@@ -348,7 +315,7 @@ impl Inner {
         let block = self.knot.data_block(index)?.clone();
         let bytes = self
             .knot
-            .dense_values(index, &self.store, self.disk())
+            .dense_values(index, &*self.store, self.disk())
             .await?;
         Ok((block, bytes))
     }
@@ -356,25 +323,25 @@ impl Inner {
     /// The raw payload of a block (dense bytes, or spectral factors untouched).
     pub(crate) async fn block_payload(&self, tensor: &str) -> Result<Bytes> {
         let index = self.knot.index(tensor)?;
-        self.knot.payload(index, &self.store, self.disk()).await
+        self.knot.payload(index, &*self.store, self.disk()).await
     }
 
     /// A companion file, checked against the digest the knot records.
     pub(crate) async fn package_file(&self, name: &str) -> Result<Bytes> {
-        self.knot.package_file(name, &self.store, self.disk()).await
+        self.knot
+            .package_file(name, &*self.store, self.disk())
+            .await
     }
 
-    /// Resolves any tensor of the knot with this reader's columnar URL.
+    /// Resolves any tensor of the knot for row lookups with this reader's
+    /// columnar URL.
     pub(crate) async fn resolve(&self, tensor: &str) -> Result<Resolution> {
-        let url = self.config.columnar_embed.as_deref();
-        resolve(
-            &self.knot,
-            tensor,
-            url,
-            self.config.embed_dtype,
-            &self.store,
-        )
-        .await
+        let index = self.knot.index(tensor)?;
+        let want = Want {
+            url: self.config.columnar_embed.as_deref(),
+            dtype: self.config.embed_dtype.map(|d| (d, "--embed-dtype")),
+        };
+        resolve_role(&self.knot, index, Use::Rows, want, &*self.store).await
     }
 
     /// Bytes a pull of `tensor` (its payload) moves, for the pull budget.
@@ -388,9 +355,12 @@ impl Inner {
 
     /// Bytes the lm_head pull moves.
     pub(crate) fn lm_head_len(&self) -> u64 {
-        self.lm_head.as_ref().map_or(0, |l| match &l.source.rows {
-            Some((_, d)) => d.byte_len,
-            None => self.knot.header().payload_of(l.index).map_or(0, |p| p.len),
+        self.lm_head.as_ref().map_or(0, |l| {
+            let r = l.resolution();
+            match r.columnar() {
+                Some(c) => c.desc.byte_len,
+                None => self.knot.header().payload_of(l.index).map_or(0, |p| p.len),
+            }
         })
     }
 
@@ -418,19 +388,36 @@ impl EmbeddingCore {
         lock(&self.state).source.clone()
     }
 
-    pub(crate) fn cache_stats(&self) -> CacheStats {
+    pub(crate) fn cache_stats(&self) -> crate::columnar::CacheStats {
         self.columnar().map(|b| b.cache_stats()).unwrap_or_default()
     }
 
-    /// Bytes the embedding moved over the network: rows (gap rows and
-    /// rejected ones included) and their proofs, and the dense block if it
-    /// was read.
+    /// The columnar path failed with `err` in a way the dense block avoids:
+    /// the dense path from now on, with the reason, or the error when
+    /// columnar rows are required.
+    fn fall_back(&self, knot: &KnotHandle, err: &ReaderError) -> Result<()> {
+        if self.require_columnar {
+            return Err(ReaderError::ColumnarRequired {
+                reason: gkq_format::error_chain(err),
+                bytes: knot.header().payload_of(self.index).map_or(0, |p| p.len),
+            });
+        }
+        let mut st = lock(&self.state);
+        st.resolution = st.resolution.fell_back(err);
+        tracing::warn!(knot = %knot.location(), tensor = %self.block.name, reason = %st.resolution.reason(), "embedding rows not used");
+        st.source = None;
+        Ok(())
+    }
+
+    /// Bytes the embedding moved over the network: its row file's reads
+    /// (rows, gap rows and rejected ones, records, the chunk table), and
+    /// the dense block's if it was read.
     pub(crate) fn fetched_bytes(&self) -> u64 {
-        let rows = lock(&self.state).backend.as_ref().map_or(0, |b| {
-            let s = b.cache_stats();
-            (s.rows_fetched + s.rows_rejected) * b.row_bytes() + s.proof_bytes
-        });
-        rows + self.dense_net.load(Ordering::Relaxed)
+        let rows = lock(&self.state)
+            .backend
+            .as_ref()
+            .map_or(0, ColumnarEmbedBackend::moved_bytes);
+        rows + self.meter.moved().bytes
     }
 
     fn check_ids(&self, ids: &[u64]) -> Result<()> {
@@ -483,9 +470,8 @@ impl LmHeadCore {
         self.resident.get().is_some()
     }
 
-    /// Bytes the lm_head pull moved over the network (0 from the cache, or
-    /// when a tied matrix came with the embedding).
+    /// Bytes the lm_head pull moved over the network (0 from the cache).
     pub(crate) fn fetched_bytes(&self) -> u64 {
-        self.fetched.load(Ordering::Relaxed)
+        self.meter.moved().bytes
     }
 }

@@ -41,7 +41,7 @@
 //! whole program; `examples/sync_node.rs` runs it against nginx in the tests):
 //!
 //! ```no_run
-//! use gkq_reader::{ReadPath, Reader, ReaderConfig, Serve};
+//! use gkq_reader::{PathKind, Reader, ReaderConfig, Serve};
 //!
 //! fn main() -> Result<(), gkq_reader::ReaderError> {
 //!     let base = "https://models.example.com/qwen2.5-0.5b/v1";
@@ -54,7 +54,7 @@
 //!
 //!     // The input role: rows for the prompt's token ids (u32, as tokenizers give them).
 //!     let emb = reader.embedding()?;
-//!     assert_eq!(emb.resolution().path, ReadPath::Columnar);
+//!     assert_eq!(emb.resolution().kind(), PathKind::Columnar);
 //!     let ids: [u32; 4] = [17, 42, 17, 900];
 //!     emb.prefetch(&ids)?; // tokenize, dedupe, fetch in parallel before the lookup
 //!     let rows = emb.rows(&ids)?; // verified rows, in request order
@@ -65,12 +65,13 @@
 //!     let lm = reader.lm_head()?;
 //!     lm.start_background();
 //!     let m = lm.matrix()?; // waits for the pull
-//!     println!("lm_head {} x {} ({}): {}", m.rows(), m.cols(), m.dtype(), lm.resolution().reason);
+//!     println!("lm_head {} x {} ({}): {}", m.rows(), m.cols(), m.dtype(), lm.resolution().reason());
 //!     Ok(())
 //! }
 //! ```
 
-#[cfg(feature = "tokio")]
+// always built: the blocking facade wraps these handles; public with `tokio`
+#[cfg_attr(not(feature = "tokio"), allow(unreachable_pub, dead_code))]
 mod async_api;
 mod blocking;
 mod cache;
@@ -79,13 +80,18 @@ mod cli;
 mod columnar;
 mod config;
 mod error;
+mod faces;
+mod fallback;
 mod inner;
 mod knot;
 mod lmhead;
+mod proof;
 mod pull;
 pub mod ranges;
+mod reason;
 mod resolve;
 mod rows;
+mod verified;
 
 #[cfg(feature = "tokio")]
 pub use async_api::{AsyncEmbedding, AsyncLmHead, AsyncReader};
@@ -102,7 +108,9 @@ pub use gkq_store::{NetStats, StoreConfig};
 pub use knot::{FIRST_FETCH, KnotHandle, is_url};
 pub use lmhead::Matrix;
 pub use pull::{DEFAULT_PULL_BUDGET, Pull, PullItem, PullPlan, Pulled};
-pub use resolve::{ReadPath, Resolution};
+pub use resolve::{
+    Checked, Choice, ColumnarPath, DenseCause, NoRuns, PathKind, ReadPath, Resolution,
+};
 pub use rows::Rows;
 #[cfg(feature = "candle")]
 pub use {candle_core, rows::logits_with};

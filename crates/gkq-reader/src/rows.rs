@@ -94,6 +94,12 @@ pub(crate) fn tensor_f32(
     Ok(t.to_dtype(candle_core::DType::F32)?)
 }
 
+/// The argmax of each row of `logits` `[n, vocab]` (feature `candle`).
+#[cfg(feature = "candle")]
+pub(crate) fn argmax(logits: &candle_core::Tensor) -> Result<Vec<u32>> {
+    Ok(logits.argmax(candle_core::D::Minus1)?.to_vec1::<u32>()?)
+}
+
 /// `hidden [n, cols] @ weights^T` → `[n, rows]` (feature `candle`).
 #[cfg(feature = "candle")]
 pub fn logits_with(

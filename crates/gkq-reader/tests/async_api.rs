@@ -117,7 +117,7 @@ fn async_and_blocking_give_the_same_verified_bytes_cold_and_warm() {
             r.embedding()
                 .expect("input")
                 .resolution()
-                .reason
+                .reason()
                 .contains("bf16.rows")
         );
     });

@@ -10,7 +10,7 @@ use std::time::Duration;
 use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions};
 use fixtures::{FDtype, Spec};
 use gkq_format::{DType, cast_row};
-use gkq_reader::{ReadPath, Reader, ReaderConfig, ReaderError, Serve, with_timeout};
+use gkq_reader::{PathKind, Reader, ReaderConfig, ReaderError, Serve, with_timeout};
 
 /// A model whose embedding rows are wide enough for a proof height above 0
 /// (hidden 1024: 4 KiB f32 rows, h = 9; 2 KiB bf16 rows, h = 7, 4 chunks),
@@ -88,10 +88,10 @@ fn assert_never_wrong(out: &Path, server: &FaultServer, object: &str, why: &str)
     let r = open(out, &url, false);
     let e = r.embedding().expect("input");
     assert_eq!(
-        e.resolution().path,
-        ReadPath::Columnar,
+        e.resolution().kind(),
+        PathKind::Columnar,
         "{}",
-        e.resolution().reason
+        e.resolution().reason()
     );
     let backend = e.columnar().expect("columnar backend");
     let rows = e.rows(&IDS).expect("rows through the dense fallback");
@@ -99,13 +99,17 @@ fn assert_never_wrong(out: &Path, server: &FaultServer, object: &str, why: &str)
         assert_eq!(row_f32(&rows, k), dense_f32(out, id), "row {id}");
     }
     let res = e.resolution();
-    assert_eq!(res.path, ReadPath::Dense, "{why}");
-    assert!(res.reason.contains("verification"), "{why}: {}", res.reason);
+    assert_eq!(res.kind(), PathKind::Dense, "{why}");
+    assert!(
+        res.reason().contains("verification"),
+        "{why}: {}",
+        res.reason()
+    );
     // with the cause: the Merkle check that refused the bytes
     assert!(
-        res.reason.to_lowercase().contains("merkle"),
+        res.reason().to_lowercase().contains("merkle"),
         "{why}: {}",
-        res.reason
+        res.reason()
     );
     let cs = backend.cache_stats();
     assert!(
@@ -250,13 +254,13 @@ fn the_narrowest_exact_row_file_is_fetched_and_widens_to_the_dense_values() {
         let e = r.embedding().expect("input");
         let res = e.resolution();
         let backend = e.columnar().expect("columnar");
-        assert_eq!(backend.dtype(), want, "{src:?}: {}", res.reason);
+        assert_eq!(backend.dtype(), want, "{src:?}: {}", res.reason());
         if want != DType::F32 {
             assert!(
-                res.reason.contains(&format!("{want} rows are exact"))
-                    && res.reason.contains("instead of 4096"),
+                res.reason().contains(&format!("{want} rows are exact"))
+                    && res.reason().contains("instead of 4096"),
                 "{}",
-                res.reason
+                res.reason()
             );
         }
         // widened on the node, the rows are the f32 row file's values
@@ -298,9 +302,9 @@ fn embed_dtype_forces_a_row_file() {
     let e = r.embedding().expect("input");
     assert_eq!(e.columnar().expect("columnar").dtype(), DType::BF16);
     assert!(
-        e.resolution().reason.contains("NOT exact"),
+        e.resolution().reason().contains("NOT exact"),
         "{}",
-        e.resolution().reason
+        e.resolution().reason()
     );
     // a dtype the package does not have: the reason names the files
     c.embed_dtype = Some(DType::F16);
@@ -345,11 +349,12 @@ fn a_missing_or_broken_proof_object_always_means_the_dense_fallback() {
             assert_eq!(row_f32(&got, k), dense_f32(&out, id), "{why}: row {id}");
         }
         let res = e.resolution();
-        assert_eq!(res.path, ReadPath::Dense, "{why}");
+        assert_eq!(res.kind(), PathKind::Dense, "{why}");
         assert!(
-            res.reason.contains("fell back to the dense block") && res.reason.contains(".proof"),
+            res.reason().contains("fell back to the dense block")
+                && res.reason().contains(".proof"),
             "{why}: {}",
-            res.reason
+            res.reason()
         );
         let err = open(&out, &url, true)
             .embedding()
@@ -410,7 +415,7 @@ fn the_runs_object_gives_the_same_rows_in_one_request_per_run() {
         let bytes: Vec<Vec<u8>> = (0..ids.len())
             .map(|k| rows.bytes(k).expect("row").to_vec())
             .collect();
-        (bytes, r.net_stats().requests - n0, e.resolution().reason)
+        (bytes, r.net_stats().requests - n0, e.resolution().reason())
     };
     let runs_bytes = fs::read(out.join("token_embd.bf16.rows.runs")).expect("runs");
     let (with_runs, req_runs, why) = read(&open(&out, &base, true));
@@ -469,7 +474,11 @@ fn the_runs_object_gives_the_same_rows_in_one_request_per_run() {
     let split_all = replay(&open(&out, &base, true));
     fs::write(out.join("token_embd.bf16.rows.runs"), &runs_bytes).expect("restore");
     let runs_reader = open(&out, &base, true);
-    let reason = runs_reader.embedding().expect("input").resolution().reason;
+    let reason = runs_reader
+        .embedding()
+        .expect("input")
+        .resolution()
+        .reason();
     assert!(reason.contains(".runs"), "{reason}");
     assert!(
         replay(&runs_reader) == split_all,
@@ -523,16 +532,16 @@ fn a_tampered_runs_object_returns_no_row() {
         let r = open(&out, &url, true);
         let e = r.embedding().expect("input");
         assert!(
-            e.resolution().reason.contains(".runs"),
+            e.resolution().reason().contains(".runs"),
             "{why}: {}",
-            e.resolution().reason
+            e.resolution().reason()
         );
         let backend = e.columnar().expect("columnar backend");
         let got = e.rows(&IDS).expect("rows from the row file and the proof");
         for (k, &id) in IDS.iter().enumerate() {
             assert_eq!(row_f32(&got, k), dense_f32(&out, id), "{why}: row {id}");
         }
-        assert_eq!(e.resolution().path, ReadPath::Columnar, "{why}");
+        assert_eq!(e.resolution().kind(), PathKind::Columnar, "{why}");
         assert!(backend.cache_stats().rows_rejected > 0, "{why}");
         // the row file is bad too: the dense fallback, naming the objects
         let server = serve(&bad_rows);
@@ -543,7 +552,7 @@ fn a_tampered_runs_object_returns_no_row() {
         for (k, &id) in IDS.iter().enumerate() {
             assert_eq!(row_f32(&got, k), dense_f32(&out, id), "{why}: row {id}");
         }
-        assert_eq!(e.resolution().path, ReadPath::Dense, "{why}");
+        assert_eq!(e.resolution().kind(), PathKind::Dense, "{why}");
         let err = open(&out, &url, true)
             .embedding()
             .expect("input")

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions};
 use gkq_format::{DType, Knot, keys};
-use gkq_reader::{CacheConfig, ReadPath, Reader, ReaderConfig, ReaderError, Serve};
+use gkq_reader::{CacheConfig, PathKind, Reader, ReaderConfig, ReaderError, Serve};
 
 /// A preset packed into `dir/www/m` with `dtypes`.
 fn pack(preset: &str, dtypes: &[DType], dir: &Path) -> PathBuf {
@@ -184,17 +184,21 @@ fn a_corrupt_lm_head_row_chunk_exposes_nothing() {
     let r = Reader::open(&server.url("model.knot"), config(16 * 128), Serve::OUTPUT).expect("open");
     let lm = r.lm_head().expect("output role");
     assert_eq!(
-        lm.resolution().path,
-        ReadPath::Columnar,
+        lm.resolution().kind(),
+        PathKind::Columnar,
         "{}",
-        lm.resolution().reason
+        lm.resolution().reason()
     );
     let m = lm.matrix().expect("the dense block instead");
     assert_eq!(m.dtype(), DType::F32);
     assert!(m.bytes()[..] == want[..]);
     let res = lm.resolution();
-    assert_eq!(res.path, ReadPath::Dense);
-    assert!(res.reason.contains("fail verification"), "{}", res.reason);
+    assert_eq!(res.kind(), PathKind::Dense);
+    assert!(
+        res.reason().contains("fail verification"),
+        "{}",
+        res.reason()
+    );
     let mut c = config(16 * 128);
     c.require_columnar = true;
     let r = Reader::open(&server.url("model.knot"), c, Serve::OUTPUT).expect("open");

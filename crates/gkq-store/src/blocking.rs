@@ -11,6 +11,13 @@ use std::future::Future;
 
 use crate::error::{Result, StoreError};
 
+/// Locks `m`, also after a panic in another holder: the data guarded in
+/// this workspace (caches, counters, slots) stays usable, so a poisoned
+/// lock is not a reason to fail. The one poison-tolerant lock of the crates.
+pub fn lock<T: ?Sized>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A runtime for blocking callers.
 #[derive(Debug)]
 pub struct Runtime {

@@ -14,6 +14,8 @@ pub const DEFAULT_MAX_PARALLEL: usize = 16;
 /// Connections per origin for bulk parts by default (chosen from the
 /// figures of `cargo xtask bench coldstart`: see docs/BENCHMARKS.md).
 pub const DEFAULT_CONNECTIONS: usize = 4;
+/// Connect timeout and floor of each request's deadline by default: 10 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Minimum throughput a response must keep by default: 64 KiB/s.
 pub const DEFAULT_MIN_THROUGHPUT: u64 = 64 << 10;
 
@@ -71,7 +73,7 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
-            timeout: Duration::from_secs(10),
+            timeout: DEFAULT_TIMEOUT,
             min_throughput: DEFAULT_MIN_THROUGHPUT,
             retry: RetryPolicy::default(),
             ca_certs: Vec::new(),

@@ -1,4 +1,4 @@
-//! `gkq-store`: the one place where bytes move.
+//! `gkq-store`: the one place where bytes are read.
 //!
 //! - [`RangeRead`] is the trait of every backend: HTTP(S) ([`HttpStore`]:
 //!   HTTP/2 by ALPN with one multiplexed connection for small reads and
@@ -6,16 +6,21 @@
 //!   system store plus `--ca-cert` files; `HTTPS_PROXY`/`NO_PROXY`), S3
 //!   (feature `s3`: ranged `GetObject` of private buckets), and local files
 //!   (positioned reads). Every read is strict: exactly the range asked
-//!   for, or an error naming the location and the range.
-//! - [`Store`] routes a location to its backend by scheme, counts what it
-//!   moves ([`NetStats`]), and reads large ranges in parallel verified
-//!   parts ([`Store::read_checked`], [`Check`]).
-//! - Each request is retried on transient failures ([`RetryPolicy`],
-//!   `Retry-After` honoured) and has a deadline scaled to its bytes
-//!   ([`StoreConfig::min_throughput`]).
+//!   for, or an error naming the location and the range; every backend
+//!   gives the same answer to the same edge case (`tests/backends.rs` runs
+//!   one contract against all three).
+//! - [`Store`] routes a location to its backend by scheme, and reads large
+//!   ranges in parallel verified parts ([`RangeRead::read_checked`],
+//!   [`ReadCheck`]) under one [`Gate`].
+//! - Every request runs under one retry and deadline runner
+//!   ([`retry::Runner`]: [`RetryPolicy`], `Retry-After` honoured, a
+//!   deadline scaled to its bytes by [`StoreConfig::min_throughput`]),
+//!   whatever the backend; the uploader's parts use it too.
+//! - Counting is a layer: each backend counts what it sends ([`NetStats`]),
+//!   and [`Meter`] wraps any backend to count what one user of it moved.
 //! - The core is async (tokio); [`blocking::Runtime`] is the facade that
 //!   blocking APIs (the CLIs, `gkq-verify`, sync users of the reader) drive.
-//! - `upload` (feature `s3`): publishing to R2 with the AWS SDK.
+//! - [`s3`] (feature `s3`): the S3 client R2 needs, shared with the uploader.
 
 mod config;
 mod error;
@@ -24,29 +29,27 @@ mod local;
 mod parallel;
 mod range;
 mod read;
-mod retry;
+pub mod retry;
 #[cfg(feature = "s3")]
 pub mod s3;
 mod stats;
 mod store;
-#[cfg(feature = "s3")]
-pub mod upload;
 pub mod url;
 
 pub mod blocking;
 
 pub use config::{
     DEFAULT_CONNECTIONS, DEFAULT_MAX_PARALLEL, DEFAULT_MIN_THROUGHPUT, DEFAULT_PART_SIZE,
-    Parallelism, StoreConfig,
+    DEFAULT_TIMEOUT, Parallelism, StoreConfig,
 };
 pub use error::{BoxError, Result, StoreError};
 pub use http::HttpStore;
 pub use local::LocalStore;
-pub use parallel::{Check, Gate, PartFn, read_parts};
+pub use parallel::{Gate, PartFn, ReadCheck, read_parts};
 pub use range::{deadline, split_parts};
-pub use read::{BoxFuture, Head, Lane, RangeRead, ReadOptions};
+pub use read::{BoxFuture, Connection, Head, RangeRead, ReadOptions};
 pub use retry::{MAX_WAIT, RetryPolicy};
-pub use stats::NetStats;
+pub use stats::{Counted, Meter, Moved, NetStats, bump};
 pub use store::{FEATURES, Store};
 pub use url::is_remote;
 
@@ -61,5 +64,10 @@ impl StoreError {
                 ..
             }
         )
+    }
+
+    /// Whether the request ran out of time (a stall, a drip, no answer).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, StoreError::Transport { timeout: true, .. })
     }
 }

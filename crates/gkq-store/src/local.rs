@@ -6,17 +6,26 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
+use crate::parallel::Gate;
 use crate::range::check_dest;
 use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};
 
 /// Reads of local files.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LocalStore {
     max_read_bytes: u64,
+    gate: Gate,
 }
 
 fn io(path: &Path, error: std::io::Error) -> StoreError {
+    if error.kind() == std::io::ErrorKind::NotFound {
+        return StoreError::NotFound {
+            url: path.display().to_string(),
+            how: "no such file".into(),
+        };
+    }
     StoreError::Io {
         path: path.to_path_buf(),
         error,
@@ -54,9 +63,12 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl LocalStore {
-    /// Reads of at most `max_read_bytes` at once.
-    pub(crate) fn new(max_read_bytes: u64) -> LocalStore {
-        LocalStore { max_read_bytes }
+    /// Reads under `config` (its largest read and parallel parts).
+    pub fn new(config: &StoreConfig) -> LocalStore {
+        LocalStore {
+            max_read_bytes: config.max_read_bytes,
+            gate: Gate::new(config.parallel),
+        }
     }
 }
 
@@ -121,6 +133,7 @@ impl RangeRead for LocalStore {
         max: u64,
     ) -> BoxFuture<'a, Result<(Vec<u8>, u64)>> {
         Box::pin(async move {
+            check_dest(location, 0, max, self.max_read_bytes)?;
             let path = PathBuf::from(location);
             let p = path.clone();
             blocking(&path, move || {
@@ -136,5 +149,9 @@ impl RangeRead for LocalStore {
 
     fn max_read_bytes(&self) -> u64 {
         self.max_read_bytes
+    }
+
+    fn gate(&self) -> &Gate {
+        &self.gate
     }
 }

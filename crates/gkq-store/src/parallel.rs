@@ -28,14 +28,15 @@ use tokio::sync::Semaphore;
 use crate::config::Parallelism;
 use crate::error::{BoxError, Result, StoreError};
 use crate::range::{check_read, split_parts};
-use crate::read::{Lane, RangeRead, ReadOptions};
+use crate::read::{Connection, RangeRead, ReadOptions};
+use gkq_format::hex;
 
 /// A check of one part: `(offset in the range, bytes)`.
 pub type PartFn = dyn Fn(u64, &[u8]) -> std::result::Result<(), BoxError> + Send + Sync;
 
 /// How the bytes of a parallel read are verified before they are returned.
 #[derive(Clone)]
-pub enum Check {
+pub enum ReadCheck {
     /// Not verified here (the caller checks the whole).
     None,
     /// The SHA-256 of the whole range must be this.
@@ -50,18 +51,14 @@ pub enum Check {
     },
 }
 
-impl std::fmt::Debug for Check {
+impl std::fmt::Debug for ReadCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Check::None => f.write_str("None"),
-            Check::Sha256(d) => write!(f, "Sha256({})", hex(d)),
-            Check::Parts { align, .. } => write!(f, "Parts {{ align: {align} }}"),
+            ReadCheck::None => f.write_str("None"),
+            ReadCheck::Sha256(d) => write!(f, "Sha256({})", hex(d)),
+            ReadCheck::Parts { align, .. } => write!(f, "Parts {{ align: {align} }}"),
         }
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The parts in flight of every bulk read of one store, and the round robin
@@ -69,7 +66,7 @@ fn hex(b: &[u8]) -> String {
 #[derive(Debug)]
 pub struct Gate {
     permits: Semaphore,
-    lane: AtomicUsize,
+    next: AtomicUsize,
     config: Parallelism,
 }
 
@@ -78,7 +75,7 @@ impl Gate {
     pub fn new(config: Parallelism) -> Gate {
         Gate {
             permits: Semaphore::new(config.max_parallel.max(1)),
-            lane: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
             config,
         }
     }
@@ -88,17 +85,17 @@ impl Gate {
         self.config
     }
 
-    fn next_lane(&self) -> Lane {
-        Lane::Bulk(self.lane.fetch_add(1, Ordering::Relaxed))
+    fn next_connection(&self) -> Connection {
+        Connection::Bulk(self.next.fetch_add(1, Ordering::Relaxed))
     }
 }
 
 /// The part size for a range under `check`: the configured size, rounded
 /// down to a multiple of the check's unit (at least one unit).
-fn part_size(config: Parallelism, check: &Check) -> u64 {
+fn part_size(config: Parallelism, check: &ReadCheck) -> u64 {
     let p = config.part_size.max(1);
     match check {
-        Check::Parts { align, .. } if *align > 0 => (p / align).max(1) * align,
+        ReadCheck::Parts { align, .. } if *align > 0 => (p / align).max(1) * align,
         _ => p,
     }
 }
@@ -106,14 +103,14 @@ fn part_size(config: Parallelism, check: &Check) -> u64 {
 /// One part: read (holding a permit of the gate), then checked on the
 /// blocking pool (without the permit); a part that fails its check is
 /// read and checked once more.
-async fn part(
-    backend: &dyn RangeRead,
+async fn part<R: RangeRead + ?Sized>(
+    backend: &R,
     gate: &Gate,
     url: &str,
     at: u64,
     (off, mut buf): (u64, BytesMut),
     total: Option<u64>,
-    check: &Check,
+    check: &ReadCheck,
 ) -> Result<(u64, BytesMut)> {
     for attempt in 0..2 {
         {
@@ -124,11 +121,11 @@ async fn part(
                 .map_err(|e| StoreError::Client(format!("part gate closed: {e}")))?;
             let opts = ReadOptions {
                 total,
-                lane: gate.next_lane(),
+                connection: gate.next_connection(),
             };
             backend.read_into(url, at + off, &mut buf, opts).await?;
         }
-        let Check::Parts { check, .. } = check else {
+        let ReadCheck::Parts { check, .. } = check else {
             return Ok((off, buf));
         };
         let c = check.clone();
@@ -184,10 +181,10 @@ fn join(parts: impl IntoIterator<Item = BytesMut>) -> BytesMut {
 }
 
 /// A read of no bytes: nothing to fetch, but a digest is still checked.
-fn empty_read(url: &str, start: u64, check: &Check) -> Result<Bytes> {
+fn empty_read(url: &str, start: u64, check: &ReadCheck) -> Result<Bytes> {
     let empty = <[u8; 32]>::from(Sha256::digest([]));
     match check {
-        Check::Sha256(want) if *want != empty => Err(StoreError::Digest {
+        ReadCheck::Sha256(want) if *want != empty => Err(StoreError::Digest {
             url: url.to_owned(),
             start,
             end: start,
@@ -246,13 +243,13 @@ where
 
 /// Reads bytes `start..start + len` of `url` from `backend` in parallel
 /// parts under `gate`, and returns them once `check` passes.
-pub async fn read_parts(
-    backend: &dyn RangeRead,
+pub async fn read_parts<R: RangeRead + ?Sized>(
+    backend: &R,
     gate: &Gate,
     url: &str,
     (start, len): (u64, u64),
     total: Option<u64>,
-    check: Check,
+    check: ReadCheck,
 ) -> Result<Bytes> {
     if len == 0 {
         return empty_read(url, start, &check);
@@ -269,7 +266,7 @@ pub async fn read_parts(
             .map(|p| part(backend, gate, url, start, p, total, &check))
             .collect();
         let joined = match &check {
-            Check::Sha256(want) => match hashed(pending).await? {
+            ReadCheck::Sha256(want) => match hashed(pending).await? {
                 (joined, d) if d != *want => {
                     found = hex(&d);
                     tracing::warn!(url, start, len, round, found = %found, "a range failed its sha256: fetching it again");
@@ -285,7 +282,7 @@ pub async fn read_parts(
         return Ok(joined.freeze());
     }
     let expected = match check {
-        Check::Sha256(d) => hex(&d),
+        ReadCheck::Sha256(d) => hex(&d),
         _ => String::new(),
     };
     Err(StoreError::Digest {
@@ -321,6 +318,13 @@ mod tests {
         (tmp, loc, data)
     }
 
+    fn local(max_read_bytes: u64) -> LocalStore {
+        LocalStore::new(&crate::StoreConfig {
+            max_read_bytes,
+            ..Default::default()
+        })
+    }
+
     fn gate(part_size: u64) -> Gate {
         Gate::new(Parallelism {
             part_size,
@@ -329,10 +333,23 @@ mod tests {
         })
     }
 
+    /// Parts are cut from one allocation and joined again without a copy:
+    /// the joined buffer is the very memory the parts were read into.
     #[test]
-    fn parts_land_in_place_and_the_digest_follows_them() {
+    fn parts_are_cut_from_one_buffer_and_joined_without_a_copy() {
+        let whole = BytesMut::zeroed(100_003);
+        let at = whole.as_ptr();
+        let parts = cut(whole, 4096);
+        assert_eq!(parts.len(), 25);
+        assert!(parts.windows(2).all(|w| w[0].0 + 4096 == w[1].0));
+        let joined = join(parts.into_iter().map(|p| p.1));
+        assert_eq!((joined.as_ptr(), joined.len()), (at, 100_003));
+    }
+
+    #[test]
+    fn parts_are_read_and_the_digest_follows_them() {
         let (_t, loc, data) = file(100_003);
-        let store = LocalStore::new(1 << 30);
+        let store = local(1 << 30);
         let want: [u8; 32] = Sha256::digest(&data[7..90_007]).into();
         let got = rt()
             .block_on(read_parts(
@@ -341,17 +358,17 @@ mod tests {
                 &loc,
                 (7, 90_000),
                 None,
-                Check::Sha256(want),
+                ReadCheck::Sha256(want),
             ))
             .expect("verified");
         assert!(got[..] == data[7..90_007]);
-        assert_eq!(part_size(gate(4096).config, &Check::None), 4096);
+        assert_eq!(part_size(gate(4096).config, &ReadCheck::None), 4096);
     }
 
     #[test]
     fn a_wrong_digest_returns_nothing_and_names_both() {
         let (_t, loc, _) = file(50_000);
-        let store = LocalStore::new(1 << 30);
+        let store = local(1 << 30);
         let e = rt()
             .block_on(read_parts(
                 &store,
@@ -359,7 +376,7 @@ mod tests {
                 &loc,
                 (0, 50_000),
                 None,
-                Check::Sha256([7; 32]),
+                ReadCheck::Sha256([7; 32]),
             ))
             .expect_err("mismatch");
         match &e {
@@ -380,10 +397,10 @@ mod tests {
     #[test]
     fn parts_are_aligned_checked_and_a_failing_one_fetched_twice() {
         let (_t, loc, data) = file(10_000);
-        let store = LocalStore::new(1 << 30);
+        let store = local(1 << 30);
         let seen = Arc::new(AtomicU64::new(0));
         let s = seen.clone();
-        let check = Check::Parts {
+        let check = ReadCheck::Parts {
             align: 1000,
             check: Arc::new(move |off, bytes: &[u8]| {
                 assert!(off.is_multiple_of(1000) && bytes.len().is_multiple_of(1000));
@@ -417,7 +434,7 @@ mod tests {
             ),
             "{e:?}"
         );
-        let ok = Check::Parts {
+        let ok = ReadCheck::Parts {
             align: 1000,
             check: Arc::new(|_, _: &[u8]| Ok(())),
         };
@@ -432,7 +449,7 @@ mod tests {
     #[test]
     fn empty_and_oversized_ranges() {
         let (_t, loc, _) = file(10);
-        let store = LocalStore::new(1 << 20);
+        let store = local(1 << 20);
         let empty: [u8; 32] = Sha256::digest([]).into();
         let rt = rt();
         let g = gate(4);
@@ -442,7 +459,7 @@ mod tests {
             &loc,
             (3, 0),
             None,
-            Check::Sha256(empty),
+            ReadCheck::Sha256(empty),
         ));
         assert_eq!(got.expect("empty").len(), 0);
         let e = rt.block_on(read_parts(
@@ -451,10 +468,10 @@ mod tests {
             &loc,
             (0, 2 << 20),
             None,
-            Check::None,
+            ReadCheck::None,
         ));
         assert!(matches!(e, Err(StoreError::TooLarge { .. })), "{e:?}");
-        let e = rt.block_on(read_parts(&store, &g, &loc, (5, 10), None, Check::None));
+        let e = rt.block_on(read_parts(&store, &g, &loc, (5, 10), None, ReadCheck::None));
         assert!(
             matches!(e, Err(StoreError::PastEnd { len: 10, .. })),
             "short file: {e:?}"

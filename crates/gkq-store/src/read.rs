@@ -8,7 +8,10 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 
+use bytes::Bytes;
+
 use crate::error::Result;
+use crate::parallel::{Gate, ReadCheck, read_parts};
 use crate::range::check_read;
 
 /// A boxed future: `RangeRead` is used as `dyn RangeRead`.
@@ -30,10 +33,10 @@ pub struct Head {
 /// (see [`crate::Parallelism::connections`]). Backends without connections
 /// ignore it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Lane {
-    /// The shared connection.
+pub enum Connection {
+    /// The one connection that small reads share (multiplexed over HTTP/2).
     #[default]
-    Small,
+    Shared,
     /// Bulk connection `n` (taken modulo the configured count).
     Bulk(usize),
 }
@@ -44,7 +47,7 @@ pub struct ReadOptions {
     /// The object's length when known: the answer must agree.
     pub total: Option<u64>,
     /// The connection to use.
-    pub lane: Lane,
+    pub connection: Connection,
 }
 
 /// A backend of byte-range reads.
@@ -76,6 +79,34 @@ pub trait RangeRead: Send + Sync + Debug {
 
     /// The largest read into memory this backend accepts.
     fn max_read_bytes(&self) -> u64;
+
+    /// The gate of parts in flight that this backend's parallel reads share.
+    fn gate(&self) -> &Gate;
+
+    /// Whether requests are multiplexed on one connection (HTTP/2 seen), so
+    /// that many can be in flight at little cost.
+    fn multiplexed(&self) -> bool {
+        false
+    }
+
+    /// Bytes `start..start + len` in parallel parts under [`RangeRead::gate`]
+    /// (see [`read_parts`]), returned only once `check` passes.
+    fn read_checked<'a>(
+        &'a self,
+        location: &'a str,
+        (start, len): (u64, u64),
+        total: Option<u64>,
+        check: ReadCheck,
+    ) -> BoxFuture<'a, Result<Bytes>> {
+        Box::pin(read_parts(
+            self,
+            self.gate(),
+            location,
+            (start, len),
+            total,
+            check,
+        ))
+    }
 
     /// Bytes `start..=end` in a new buffer, refused before anything is sent
     /// when the range is reversed or over [`RangeRead::max_read_bytes`].

@@ -1,8 +1,14 @@
-//! The retry policy: which failures are worth another attempt, and how long
-//! to wait before it (exponential backoff, or the server's `Retry-After`
-//! when it sends one, within a cap). Pure, so it is tested on its own.
+//! The one retry and deadline runner of every request (HTTP ranges and
+//! HEADs, S3 reads, the uploader's parts): the retry policy, which failures
+//! are worth another attempt, how long to wait before it (exponential
+//! backoff, or the server's `Retry-After` when it sends one, within a
+//! cap), and a deadline on each attempt. The policy is pure, so it is
+//! tested on its own.
 
+use std::future::Future;
 use std::time::Duration;
+
+use crate::stats::Counters;
 
 /// The longest wait before a retry, whatever `Retry-After` asks for: a node
 /// that cannot start for minutes is better off failing with the reason.
@@ -39,6 +45,138 @@ impl RetryPolicy {
         let shift = n.saturating_sub(1).min(20);
         let backoff = self.backoff.saturating_mul(1u32 << shift);
         backoff.max(retry_after.unwrap_or_default()).min(MAX_WAIT)
+    }
+}
+
+/// A failed attempt worth another (or, `permanent`, not), in words a user
+/// can act on; the last one becomes the final error.
+#[derive(Clone, Debug, Default)]
+pub struct Transient {
+    /// What happened.
+    pub message: String,
+    /// Whether it was a timeout.
+    pub timeout: bool,
+    /// No HTTP conversation at all (nothing listening, DNS, TLS).
+    pub no_conversation: bool,
+    /// Asking again would get the same answer (TLS trust, a plain port).
+    pub permanent: bool,
+    /// The server's `Retry-After`.
+    pub retry_after: Option<Duration>,
+}
+
+impl Transient {
+    /// A failure described by `message`, with nothing else known.
+    pub fn msg(message: String) -> Transient {
+        Transient {
+            message,
+            ..Transient::default()
+        }
+    }
+}
+
+/// What one attempt came to.
+#[derive(Debug)]
+pub enum Attempt<T, E> {
+    /// The answer.
+    Done(T),
+    /// A failure worth another attempt (unless it is permanent).
+    Retry(Transient),
+    /// A failure that another attempt would repeat.
+    Fail(E),
+}
+
+/// How a run of attempts ended without an answer.
+#[derive(Debug)]
+pub enum Outcome<E> {
+    /// An attempt failed for good.
+    Failed(E),
+    /// Every attempt failed (or one for good, `permanent`): the last failure.
+    Exhausted {
+        /// The last failure.
+        last: Transient,
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+/// One request: its policy, the deadline of each attempt, and where its
+/// attempts are counted.
+#[derive(Clone, Copy, Debug)]
+pub struct Runner<'a> {
+    /// Attempts and backoff.
+    pub policy: RetryPolicy,
+    /// How long one attempt may take, from send to its last byte.
+    pub deadline: Duration,
+    /// The request, for the retry warnings (`url`, `what`).
+    pub what: (&'a str, &'a str),
+    pub(crate) counters: Option<&'a Counters>,
+}
+
+impl<'a> Runner<'a> {
+    /// A runner for a request on `url` (`what`: `bytes=a-b`, `HEAD`,
+    /// `part 3`…) under `policy`, each attempt within `deadline`.
+    pub fn new(policy: RetryPolicy, deadline: Duration, url: &'a str, what: &'a str) -> Runner<'a> {
+        Runner {
+            policy,
+            deadline,
+            what: (url, what),
+            counters: None,
+        }
+    }
+
+    pub(crate) fn counted(self, counters: &'a Counters) -> Runner<'a> {
+        Runner {
+            counters: Some(counters),
+            ..self
+        }
+    }
+
+    /// Runs `attempt` until it gives an answer or a final failure, or the
+    /// attempts run out. An attempt that passes the deadline is dropped
+    /// (its request cancelled) and counts as the failure `on_timeout`
+    /// describes.
+    pub async fn run<T, E, F, Fut>(
+        &self,
+        mut attempt: F,
+        on_timeout: impl Fn() -> Transient,
+    ) -> Result<T, Outcome<E>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Attempt<T, E>>,
+    {
+        let mut last = Transient::default();
+        let (url, what) = self.what;
+        for n in 0..self.policy.attempts() {
+            if n > 0 {
+                let wait = self.policy.wait(n, last.retry_after);
+                tracing::warn!(url, what, attempt = n + 1, wait_ms = wait.as_millis() as u64, reason = %last.message, "retrying a request");
+                tokio::time::sleep(wait).await;
+            }
+            if let Some(c) = self.counters {
+                c.request(n > 0);
+            }
+            match tokio::time::timeout(self.deadline, attempt()).await {
+                Err(_) => {
+                    last = Transient {
+                        timeout: true,
+                        ..on_timeout()
+                    }
+                }
+                Ok(Attempt::Done(t)) => return Ok(t),
+                Ok(Attempt::Fail(e)) => return Err(Outcome::Failed(e)),
+                Ok(Attempt::Retry(f)) if f.permanent => {
+                    return Err(Outcome::Exhausted {
+                        last: f,
+                        attempts: n + 1,
+                    });
+                }
+                Ok(Attempt::Retry(f)) => last = f,
+            }
+        }
+        Err(Outcome::Exhausted {
+            last,
+            attempts: self.policy.attempts(),
+        })
     }
 }
 
@@ -90,6 +228,75 @@ mod tests {
         assert_eq!(parse_retry_after(" 0 "), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
         assert_eq!(parse_retry_after("-1"), None);
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn the_runner_retries_transient_failures_and_stops_at_a_final_one() {
+        let policy = RetryPolicy {
+            attempts: 3,
+            backoff: Duration::from_millis(1),
+        };
+        let c = Counters::default();
+        let r = Runner::new(policy, Duration::from_secs(5), "u", "bytes=0-9").counted(&c);
+        let mut n = 0;
+        let got: Result<u32, Outcome<&str>> = rt().block_on(r.run(
+            || {
+                n += 1;
+                let a = if n < 3 {
+                    Attempt::Retry(Transient::msg(format!("HTTP 503 ({n})")))
+                } else {
+                    Attempt::Done(7)
+                };
+                async move { a }
+            },
+            Transient::default,
+        ));
+        assert_eq!(got.ok(), Some(7));
+        assert_eq!((c.snapshot().requests, c.snapshot().retries), (3, 2));
+        let got: Result<u32, Outcome<&str>> =
+            rt().block_on(r.run(|| async { Attempt::Fail("404") }, Transient::default));
+        assert!(matches!(got, Err(Outcome::Failed("404"))));
+        let permanent = Transient {
+            permanent: true,
+            ..Transient::msg("TLS".into())
+        };
+        let got: Result<u32, Outcome<&str>> = rt().block_on(r.run(
+            || {
+                let f = permanent.clone();
+                async move { Attempt::Retry(f) }
+            },
+            Transient::default,
+        ));
+        assert!(matches!(got, Err(Outcome::Exhausted { attempts: 1, .. })));
+    }
+
+    #[test]
+    fn an_attempt_past_its_deadline_is_a_timeout() {
+        let policy = RetryPolicy {
+            attempts: 2,
+            backoff: Duration::from_millis(1),
+        };
+        let r = Runner::new(policy, Duration::from_millis(20), "u", "HEAD");
+        let got: Result<u32, Outcome<&str>> = rt().block_on(r.run(
+            || async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Attempt::Done(1)
+            },
+            || Transient::msg("no answer".into()),
+        ));
+        match got {
+            Err(Outcome::Exhausted { last, attempts: 2 }) => {
+                assert!(last.timeout && last.message == "no answer", "{last:?}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -11,7 +11,13 @@ use aws_sdk_s3::config::{
     ResponseChecksumValidation, SharedCredentialsProvider,
 };
 
+use std::sync::Mutex;
+
+use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
+use crate::parallel::Gate;
+use crate::retry::{Attempt, Runner, Transient};
+use crate::stats::{Counters, NetStats};
 
 /// Where to publish and how to authenticate.
 #[derive(Clone, Debug)]
@@ -111,7 +117,7 @@ pub async fn credentials(
     }
 }
 
-/// An S3 client for R2.
+/// An S3 client for R2, as the uploader uses it.
 ///
 /// - Region `auto` (R2 has no regions; SigV4 still needs one).
 /// - `request_checksum_calculation` and `response_checksum_validation` are
@@ -123,9 +129,35 @@ pub async fn credentials(
 /// - Path-style addressing, so any S3-compatible endpoint works (and the
 ///   local test server).
 /// - Standard retries (3 attempts, exponential backoff) and timeouts, on top
-///   of which part uploads are retried by this crate.
+///   of which part uploads are retried by the uploader.
 pub fn client(ep: &Endpoint, creds: SharedCredentialsProvider) -> aws_sdk_s3::Client {
-    let conf = aws_sdk_s3::config::Builder::new()
+    let retry = RetryConfig::standard().with_max_attempts(3);
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .operation_attempt_timeout(Duration::from_secs(300))
+        .build();
+    aws_sdk_s3::Client::from_conf(conf(ep, creds, retry, timeouts))
+}
+
+/// The client of [`S3Store`]: the SDK neither retries nor times out on its
+/// own, since every read runs under the store's runner (its retry policy,
+/// `--timeout` and `--min-throughput` deadline), as HTTP reads do.
+fn read_client(
+    ep: &Endpoint,
+    creds: SharedCredentialsProvider,
+    connect: Duration,
+) -> aws_sdk_s3::Client {
+    let timeouts = TimeoutConfig::builder().connect_timeout(connect).build();
+    aws_sdk_s3::Client::from_conf(conf(ep, creds, RetryConfig::disabled(), timeouts))
+}
+
+fn conf(
+    ep: &Endpoint,
+    creds: SharedCredentialsProvider,
+    retry: RetryConfig,
+    timeouts: TimeoutConfig,
+) -> aws_sdk_s3::Config {
+    aws_sdk_s3::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(ep.region.clone()))
         .endpoint_url(ep.url.clone())
@@ -133,15 +165,9 @@ pub fn client(ep: &Endpoint, creds: SharedCredentialsProvider) -> aws_sdk_s3::Cl
         .credentials_provider(creds)
         .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
         .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-        .retry_config(RetryConfig::standard().with_max_attempts(3))
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(5))
-                .operation_attempt_timeout(Duration::from_secs(300))
-                .build(),
-        )
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
+        .retry_config(retry)
+        .timeout_config(timeouts)
+        .build()
 }
 
 /// `(bucket, key)` of an `s3://bucket/key` URL.
@@ -151,95 +177,97 @@ pub fn parse_s3_url(url: &str) -> Option<(&str, &str)> {
     (!bucket.is_empty()).then_some((bucket, key))
 }
 
-/// Strict reads of objects in private buckets: `HEAD` for the length,
-/// ranged `GetObject` checked like the HTTP path (the exact
-/// `Content-Range`, the exact body length). The SDK retries transient
-/// failures itself (standard mode, 3 attempts).
+/// Strict reads of objects in private buckets: `HeadObject` for the
+/// length, ranged `GetObject` checked like the HTTP path (the exact
+/// `Content-Range`, the exact body length). Each call runs under the
+/// store's retry runner: its policy, `--timeout` and `--min-throughput`
+/// deadline, as the HTTP backend does (the SDK's own retries and timeouts
+/// are off).
 #[derive(Debug)]
 pub struct S3Store {
     client: aws_sdk_s3::Client,
     endpoint: String,
-    counters: std::sync::Arc<crate::stats::Counters>,
-    max_read_bytes: u64,
+    config: StoreConfig,
+    counters: Counters,
+    gate: Gate,
 }
 
-fn sdk_error<E>(
+type Try<T> = Attempt<T, StoreError>;
+
+/// Where a body goes as it arrives: `(offset in the body, bytes)`.
+type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8]) + Send);
+
+/// An SDK failure: a final error, or one worth another attempt.
+fn attempt_error<E>(
     url: &str,
     op: &str,
     e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-) -> StoreError
+) -> Try<std::convert::Infallible>
 where
     E: std::error::Error + aws_sdk_s3::error::ProvideErrorMetadata + 'static,
 {
     use aws_sdk_s3::error::SdkError;
-    match e {
-        SdkError::ServiceError(s) => {
-            let status = s.raw().status().as_u16();
-            if status == 403 {
-                return StoreError::Status {
-                    url: url.into(),
-                    status,
-                    what: op.to_owned(),
-                    hint: Some(
-                        "access denied: check R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY and the token's bucket permissions".into(),
-                    ),
-                };
-            }
-            StoreError::Status {
-                url: url.into(),
-                status,
-                what: format!(
-                    "{op}{}",
-                    s.err()
-                        .code()
-                        .map_or_else(String::new, |c| format!(" ({c})"))
-                ),
-                hint: None,
-            }
-        }
-        other => {
-            let mut cur: &(dyn std::error::Error + 'static) = other;
-            while let Some(next) = cur.source() {
-                cur = next;
-            }
-            StoreError::Transport {
-                url: url.into(),
-                message: cur.to_string(),
-                attempts: 3,
-                timeout: matches!(other, SdkError::TimeoutError(_)),
-                no_conversation: matches!(other, SdkError::DispatchFailure(_)),
-            }
-        }
+    let SdkError::ServiceError(s) = e else {
+        return Attempt::Retry(Transient {
+            timeout: matches!(e, SdkError::TimeoutError(_)),
+            no_conversation: matches!(e, SdkError::DispatchFailure(d) if !d.is_timeout()),
+            ..Transient::msg(gkq_format::root_cause(e))
+        });
+    };
+    let status = s.raw().status().as_u16();
+    let code = s
+        .err()
+        .code()
+        .map_or_else(String::new, |c| format!(" ({c})"));
+    if crate::retry::transient_status(status) {
+        return Attempt::Retry(Transient::msg(format!("HTTP {status} for {op}{code}")));
     }
+    Attempt::Fail(match status {
+        404 => StoreError::NotFound {
+            url: url.into(),
+            how: format!("HTTP 404 for {op}{code}"),
+        },
+        403 => StoreError::Status {
+            url: url.into(),
+            status,
+            what: op.to_owned(),
+            hint: Some(
+                "access denied: check R2_ACCESS_KEY_ID/R2_SECRET_ACCESS_KEY and the token's bucket permissions".into(),
+            ),
+        },
+        _ => StoreError::Status {
+            url: url.into(),
+            status,
+            what: format!("{op}{code}"),
+            hint: None,
+        },
+    })
 }
 
 impl S3Store {
-    /// A backend for `ep` with `creds`.
+    /// A backend for `ep` with `creds`, reading under `config`.
     pub(crate) fn new(
         ep: &Endpoint,
         creds: SharedCredentialsProvider,
-        counters: std::sync::Arc<crate::stats::Counters>,
-        max_read_bytes: u64,
+        config: StoreConfig,
     ) -> S3Store {
         S3Store {
-            client: client(ep, creds),
+            client: read_client(ep, creds, config.timeout),
             endpoint: ep.url.clone(),
-            counters,
-            max_read_bytes,
+            gate: Gate::new(config.parallel),
+            config,
+            counters: Counters::default(),
         }
     }
 
-    /// A backend from the environment: `endpoint_flag` or `R2_ACCOUNT_ID`,
-    /// and the credentials `r2-upload` uses (`R2_*`, `AWS_*`, a profile).
-    pub(crate) async fn from_env(
-        endpoint_flag: Option<&str>,
-        counters: std::sync::Arc<crate::stats::Counters>,
-        max_read_bytes: u64,
-    ) -> Result<S3Store> {
+    /// A backend from the environment: `config.s3_endpoint` or
+    /// `R2_ACCOUNT_ID`, and the credentials `r2-upload` uses (`R2_*`,
+    /// `AWS_*`, a profile).
+    pub async fn from_env(config: StoreConfig) -> Result<S3Store> {
         let env = |k: &str| std::env::var(k).ok();
-        let ep = endpoint(endpoint_flag, None, &env)?;
+        let ep = endpoint(config.s3_endpoint.as_deref(), None, &env)?;
         let creds = credentials(&env).await?;
-        Ok(S3Store::new(&ep, creds, counters, max_read_bytes))
+        Ok(S3Store::new(&ep, creds, config))
     }
 
     /// The endpoint, for messages.
@@ -247,53 +275,88 @@ impl S3Store {
         &self.endpoint
     }
 
-    async fn head_object(&self, url: &str) -> Result<crate::Head> {
-        let (bucket, key) = parse_s3_url(url).ok_or_else(|| bad_url(url))?;
-        self.counters.request(false);
-        let h = self
+    /// The counters of every call this backend made.
+    pub fn stats(&self) -> NetStats {
+        self.counters.snapshot()
+    }
+
+    fn runner<'a>(&'a self, url: &'a str, what: &'a str, bytes: u64) -> Runner<'a> {
+        Runner::new(self.config.retry, self.config.deadline(bytes), url, what)
+            .counted(&self.counters)
+    }
+
+    async fn head_once(&self, url: &str) -> Try<crate::Head> {
+        let Some((bucket, key)) = parse_s3_url(url) else {
+            return Attempt::Fail(bad_url(url));
+        };
+        let h = match self
             .client
             .head_object()
             .bucket(bucket)
             .key(key)
             .send()
             .await
-            .map_err(|e| sdk_error(url, "HeadObject", &e))?;
-        Ok(crate::Head {
-            len: u64::try_from(h.content_length().unwrap_or(0)).unwrap_or(0),
+        {
+            Ok(h) => h,
+            Err(e) => return never(attempt_error(url, "HeadObject", &e)),
+        };
+        let Some(len) = h.content_length().and_then(|l| u64::try_from(l).ok()) else {
+            return Attempt::Fail(StoreError::NoLength {
+                url: url.into(),
+                what: "HeadObject",
+            });
+        };
+        Attempt::Done(crate::Head {
+            len,
             etag: h.e_tag().map(str::to_owned),
             sha256: h.metadata().and_then(|m| m.get("sha256").cloned()),
         })
     }
 
-    /// Ranged `GetObject` of `bytes=start-end`, checked like the HTTP path;
-    /// `sink` gets the body as it arrives. Returns the object's length from
-    /// the Content-Range. `prefix`: accept a shorter answer that ends at the
-    /// object's end.
-    async fn get_range(
+    /// One ranged `GetObject` of `bytes=start-end`, checked like the HTTP
+    /// path; `sink` gets the body as it arrives. Returns the end the body
+    /// covers and the object's length (from the Content-Range). `prefix`:
+    /// accept a shorter answer that ends at the object's end.
+    async fn get_once(
         &self,
         url: &str,
         (start, end): (u64, u64),
         prefix: bool,
-        sink: &mut (dyn FnMut(u64, &[u8]) + Send),
-    ) -> Result<(u64, u64)> {
-        let (bucket, key) = parse_s3_url(url).ok_or_else(|| bad_url(url))?;
-        self.counters.request(false);
-        let out = self
-            .client
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .range(format!("bytes={start}-{end}"))
-            .send()
-            .await
-            .map_err(|e| sdk_error(url, "GetObject", &e))?;
+        sink: &Mutex<Sink<'_>>,
+    ) -> Try<(u64, u64)> {
+        let Some((bucket, key)) = parse_s3_url(url) else {
+            return Attempt::Fail(bad_url(url));
+        };
+        let get = self.client.get_object().bucket(bucket).key(key);
+        let out = match get.range(format!("bytes={start}-{end}")).send().await {
+            Ok(o) => o,
+            Err(e) => {
+                if let Some(len) = e
+                    .raw_response()
+                    .filter(|r| r.status().as_u16() == 416)
+                    .and_then(|r| {
+                        r.headers()
+                            .get("content-range")
+                            .and_then(|cr| cr.strip_prefix("bytes */")?.parse().ok())
+                    })
+                {
+                    return Attempt::Fail(StoreError::PastEnd {
+                        url: url.into(),
+                        start,
+                        end,
+                        len,
+                    });
+                }
+                return never(attempt_error(url, "GetObject", &e));
+            }
+        };
         let cr = out.content_range().unwrap_or_default().to_owned();
         let (got_end, total) = match crate::range::parse_content_range(&cr) {
             Some((a, b, t)) if a == start && (b == end || (prefix && b == end.min(t - 1))) => {
                 (b, t)
             }
             _ => {
-                return Err(StoreError::ContentRange {
+                return Attempt::Fail(StoreError::ContentRange {
                     url: url.into(),
                     expected: format!("bytes {start}-{end}/…"),
                     found: cr,
@@ -301,44 +364,90 @@ impl S3Store {
             }
         };
         let want = got_end - start + 1;
+        let length = |found| StoreError::BodyLength {
+            url: url.into(),
+            start,
+            end: got_end,
+            expected: want,
+            found,
+        };
         let mut body = out.body;
         let mut got = 0u64;
-        while let Some(chunk) = body.try_next().await.map_err(|e| StoreError::Transport {
-            url: url.into(),
-            message: e.to_string(),
-            attempts: 1,
-            timeout: false,
-            no_conversation: false,
-        })? {
-            if got + chunk.len() as u64 > want {
-                return Err(StoreError::BodyLength {
-                    url: url.into(),
-                    start,
-                    end: got_end,
-                    expected: want,
-                    found: got + chunk.len() as u64,
-                });
+        loop {
+            match body.try_next().await {
+                Ok(Some(chunk)) => {
+                    if got + chunk.len() as u64 > want {
+                        return Attempt::Fail(length(got + chunk.len() as u64));
+                    }
+                    (crate::blocking::lock(sink))(got, &chunk);
+                    got += chunk.len() as u64;
+                    self.counters.body(chunk.len() as u64);
+                }
+                Ok(None) if got == want => return Attempt::Done((got_end, total)),
+                Ok(None) => return Attempt::Retry(Transient::msg(length(got).to_string())),
+                Err(e) => {
+                    return Attempt::Retry(Transient::msg(format!(
+                        "reading bytes={start}-{end}: {} after {got} of {want} bytes",
+                        gkq_format::root_cause(&e)
+                    )));
+                }
             }
-            sink(got, &chunk);
-            got += chunk.len() as u64;
-            self.counters.body(chunk.len() as u64);
         }
-        if got != want {
-            return Err(StoreError::BodyLength {
-                url: url.into(),
-                start,
-                end: got_end,
-                expected: want,
-                found: got,
-            });
-        }
-        Ok((got_end, total))
+    }
+
+    /// [`S3Store::get_once`] under the runner.
+    async fn get_range(
+        &self,
+        url: &str,
+        (start, end): (u64, u64),
+        prefix: bool,
+        sink: Sink<'_>,
+    ) -> Result<(u64, u64)> {
+        let what = format!("bytes={start}-{end}");
+        let bytes = end - start + 1;
+        let deadline = self.config.deadline(bytes);
+        let sink = Mutex::new(sink);
+        let on_timeout = || {
+            Transient::msg(format!(
+                "timed out: {what}: no complete answer within {:.1} s, the deadline for {bytes} bytes",
+                deadline.as_secs_f64()
+            ))
+        };
+        self.runner(url, &what, bytes)
+            .run(
+                || self.get_once(url, (start, end), prefix, &sink),
+                on_timeout,
+            )
+            .await
+            .map_err(|o| crate::http::finished(url, o))
+    }
+}
+
+/// An attempt that cannot be `Done` (an error), as an attempt of any type.
+fn never<T>(a: Try<std::convert::Infallible>) -> Try<T> {
+    match a {
+        Attempt::Retry(f) => Attempt::Retry(f),
+        Attempt::Fail(e) => Attempt::Fail(e),
+        Attempt::Done(never) => match never {},
     }
 }
 
 impl crate::read::RangeRead for S3Store {
     fn head<'a>(&'a self, location: &'a str) -> crate::read::BoxFuture<'a, Result<crate::Head>> {
-        Box::pin(self.head_object(location))
+        Box::pin(async move {
+            let timeout = self.config.timeout;
+            let on_timeout = || {
+                Transient::msg(format!(
+                    "timed out: no answer to HeadObject within {:.1} s",
+                    timeout.as_secs_f64()
+                ))
+            };
+            Runner::new(self.config.retry, timeout, location, "HeadObject")
+                .counted(&self.counters)
+                .run(|| self.head_once(location), on_timeout)
+                .await
+                .map_err(|o| crate::http::finished(location, o))
+        })
     }
 
     fn read_into<'a>(
@@ -349,8 +458,12 @@ impl crate::read::RangeRead for S3Store {
         opts: crate::read::ReadOptions,
     ) -> crate::read::BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            let end =
-                crate::range::check_dest(location, start, dest.len() as u64, self.max_read_bytes)?;
+            let end = crate::range::check_dest(
+                location,
+                start,
+                dest.len() as u64,
+                self.config.max_read_bytes,
+            )?;
             let mut sink = |at: u64, b: &[u8]| {
                 let at = usize::try_from(at).unwrap_or(usize::MAX);
                 if let Some(d) = at.checked_add(b.len()).and_then(|e| dest.get_mut(at..e)) {
@@ -377,17 +490,24 @@ impl crate::read::RangeRead for S3Store {
         max: u64,
     ) -> crate::read::BoxFuture<'a, Result<(Vec<u8>, u64)>> {
         Box::pin(async move {
+            let end = crate::range::check_dest(location, 0, max, self.config.max_read_bytes)?;
             let mut out = Vec::new();
-            let mut sink = |_: u64, b: &[u8]| out.extend_from_slice(b);
-            let (_, total) = self
-                .get_range(location, (0, max.saturating_sub(1)), true, &mut sink)
-                .await?;
+            let mut sink = |at: u64, b: &[u8]| {
+                // a retried attempt starts again from the first byte
+                out.truncate(usize::try_from(at).unwrap_or(usize::MAX));
+                out.extend_from_slice(b);
+            };
+            let (_, total) = self.get_range(location, (0, end), true, &mut sink).await?;
             Ok((out, total))
         })
     }
 
     fn max_read_bytes(&self) -> u64 {
-        self.max_read_bytes
+        self.config.max_read_bytes
+    }
+
+    fn gate(&self) -> &Gate {
+        &self.gate
     }
 }
 

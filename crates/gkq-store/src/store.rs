@@ -5,17 +5,13 @@
 //! them count into one set of [`NetStats`], and bulk reads share one
 //! [`Gate`] of parts in flight.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-
 use crate::config::StoreConfig;
 use crate::error::Result;
 use crate::http::HttpStore;
 use crate::local::LocalStore;
-use crate::parallel::{Check, Gate, read_parts};
+use crate::parallel::Gate;
 use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};
-use crate::stats::{Counters, NetStats};
+use crate::stats::NetStats;
 
 /// The features this build of gkq-store has, for `--version` lines.
 pub const FEATURES: &[&str] = &[
@@ -30,7 +26,6 @@ pub struct Store {
     local: LocalStore,
     #[cfg(feature = "s3")]
     s3: tokio::sync::OnceCell<crate::s3::S3Store>,
-    counters: Arc<Counters>,
     gate: Gate,
     config: StoreConfig,
 }
@@ -38,14 +33,12 @@ pub struct Store {
 impl Store {
     /// A store with `config`.
     pub fn new(config: StoreConfig) -> Result<Store> {
-        let counters = Arc::new(Counters::default());
         Ok(Store {
-            http: HttpStore::new(config.clone(), counters.clone())?,
-            local: LocalStore::new(config.max_read_bytes),
+            http: HttpStore::new(config.clone())?,
+            local: LocalStore::new(&config),
             #[cfg(feature = "s3")]
             s3: tokio::sync::OnceCell::new(),
             gate: Gate::new(config.parallel),
-            counters,
             config,
         })
     }
@@ -57,17 +50,12 @@ impl Store {
 
     /// Counters so far (S3 calls included).
     pub fn stats(&self) -> NetStats {
-        self.counters.snapshot()
-    }
-
-    /// Whether HTTP requests are multiplexed on one connection (HTTP/2 seen).
-    pub fn multiplexed(&self) -> bool {
-        self.http.multiplexed()
-    }
-
-    /// The gate of parts in flight shared by every bulk read of this store.
-    pub fn gate(&self) -> &Gate {
-        &self.gate
+        let http = self.http.stats();
+        #[cfg(feature = "s3")]
+        if let Some(s3) = self.s3.get() {
+            return http.plus(&s3.stats());
+        }
+        http
     }
 
     /// The backend of `location`.
@@ -83,13 +71,7 @@ impl Store {
         {
             let s3 = self
                 .s3
-                .get_or_try_init(|| {
-                    crate::s3::S3Store::from_env(
-                        self.config.s3_endpoint.as_deref(),
-                        self.counters.clone(),
-                        self.config.max_read_bytes,
-                    )
-                })
+                .get_or_try_init(|| crate::s3::S3Store::from_env(self.config.clone()))
                 .await?;
             Ok(s3)
         }
@@ -97,21 +79,6 @@ impl Store {
         Err(crate::StoreError::NoS3 {
             url: location.to_owned(),
         })
-    }
-
-    /// Bytes `start..start + len` of `location`, read in parallel parts (see
-    /// [`read_parts`]) under this store's gate, and returned only once
-    /// `check` passes.
-    pub async fn read_checked(
-        &self,
-        location: &str,
-        start: u64,
-        len: u64,
-        total: Option<u64>,
-        check: Check,
-    ) -> Result<Bytes> {
-        let backend = self.backend(location).await?;
-        read_parts(backend, &self.gate, location, (start, len), total, check).await
     }
 }
 
@@ -150,5 +117,14 @@ impl RangeRead for Store {
 
     fn max_read_bytes(&self) -> u64 {
         self.config.max_read_bytes
+    }
+
+    /// One gate for every bulk read of the store, whatever the backend.
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    fn multiplexed(&self) -> bool {
+        self.http.multiplexed()
     }
 }

@@ -6,7 +6,7 @@
 //!    that fails them; it lists the objects with their sha256, taken from the
 //!    knot's descriptors for row files (not recomputed) and computed for the
 //!    knot while verification runs.
-//! 2. [`client`] (from `gkq-store`, which owns every S3 and HTTP client)
+//! 2. `gkq_store::s3::client` (gkq-store owns every S3 and HTTP client)
 //!    builds an S3 client the way R2 needs it (see its docs: region `auto`,
 //!    checksums `WhenRequired`).
 //! 3. [`Uploader::publish`] sends row files first and the knot last; skips
@@ -21,20 +21,13 @@
 
 mod error;
 mod local;
+mod upload;
 
 pub use error::{Result, UploadError};
-pub use gkq_store::StoreError;
-pub use gkq_store::s3::{Endpoint, client, credentials, endpoint};
-pub use gkq_store::upload::{Kind, LocalObject};
 pub use local::{knot_id, prepare};
-
-/// An error and its causes on one line, `a: b: c`.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    std::iter::successors(Some(e), |e| e.source())
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(": ")
-}
+pub use upload::{
+    LocalObject, NoProgress, ObjectKind, ObjectReport, Progress, UploadOptions, Uploader, part_size,
+};
 
 /// Runs the `gkq-verify --url` checks against the public URL of the
 /// published prefix (`BASE_URL/model.knot`, `BASE_URL/<row file>`).
@@ -43,7 +36,7 @@ pub fn verify_public(out_dir: &std::path::Path, url: &str) -> Result<()> {
     opts.url = Some(url.to_owned());
     let report = gkq_verify::verify(&opts).map_err(|e| UploadError::PublicCheck {
         url: url.to_owned(),
-        failures: vec![chain(&e)],
+        failures: vec![gkq_format::error_chain(&e)],
     })?;
     if report.passed {
         return Ok(());
@@ -53,7 +46,3 @@ pub fn verify_public(out_dir: &std::path::Path, url: &str) -> Result<()> {
         failures: local::failures(&report),
     })
 }
-
-// what the binary and an embedding publisher call; the rest of the
-// engine (part limits, headers) is gkq_store::upload's
-pub use gkq_store::upload::{NoProgress, Progress, UploadOptions, Uploader, part_size};

@@ -10,7 +10,7 @@ use gkq_format::{Knot, hex};
 use sha2::{Digest, Sha256};
 
 use crate::error::{BoxError, Result, UploadError};
-use gkq_store::upload::{Kind, LocalObject};
+use crate::upload::{LocalObject, ObjectKind};
 
 /// Every failure of a verification report, one line each.
 pub(crate) fn failures(report: &gkq_verify::VerifyReport) -> Vec<String> {
@@ -68,7 +68,7 @@ fn row_objects(knot: &Knot<'_>, dir: &Path, prefix: &str) -> Result<Vec<LocalObj
             sha256: sha_file(&path)?,
             path,
             bytes: bytes.unwrap_or(0),
-            kind: Kind::Proof,
+            kind: ObjectKind::Proof,
         })
     };
     let mut out = Vec::new();
@@ -79,7 +79,7 @@ fn row_objects(knot: &Knot<'_>, dir: &Path, prefix: &str) -> Result<Vec<LocalObj
                 path: dir.join(&d.object),
                 bytes: d.byte_len,
                 sha256: hex(&d.sha256),
-                kind: Kind::Rows,
+                kind: ObjectKind::Rows,
             });
             if let Some(layout) = gkq_format::merkle::layout_of(d) {
                 let name = gkq_format::merkle::proof_object_name(&d.object);
@@ -141,7 +141,7 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
             path,
             bytes,
             sha256: sha.to_owned(),
-            kind: Kind::Companion,
+            kind: ObjectKind::Companion,
         });
     }
     let name = knot_path
@@ -153,7 +153,7 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
         path: knot_path.clone(),
         bytes: bytes.len() as u64,
         sha256: knot_sha?,
-        kind: Kind::Knot,
+        kind: ObjectKind::Knot,
     });
     Ok(out)
 }

@@ -90,15 +90,15 @@ fn run(a: UploadArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let ep = r2_upload::endpoint(a.endpoint.as_deref(), a.region.as_deref(), &env)?;
+    let ep = gkq_store::s3::endpoint(a.endpoint.as_deref(), a.region.as_deref(), &env)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("tokio runtime")?;
     let reports = rt.block_on(async {
-        let creds = r2_upload::credentials(&env).await?;
+        let creds = gkq_store::s3::credentials(&env).await?;
         let up = Uploader::new(
-            r2_upload::client(&ep, creds),
+            gkq_store::s3::client(&ep, creds),
             &a.bucket,
             &ep.url,
             UploadOptions {

@@ -158,7 +158,7 @@ fn warn_fallback(a: &Args, reader: &Reader) {
     };
     let Ok(e) = reader.embedding() else { return };
     let res = e.resolution();
-    if res.path == gkq_reader::ReadPath::Columnar {
+    if res.kind() == gkq_reader::PathKind::Columnar {
         return;
     }
     let bytes = reader
@@ -170,7 +170,8 @@ fn warn_fallback(a: &Args, reader: &Reader) {
         .map_or(0, |p| p.len);
     eprintln!(
         "gkq-rows: warning: --columnar-embed {url} is not used; the embedding is read from the knot's {:?} block ({bytes} bytes) because: {}",
-        res.path, res.reason
+        res.kind(),
+        res.reason()
     );
 }
 
@@ -316,7 +317,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         "open": { "requests": open.requests, "payload_bytes": open.payload_bytes, "http_bytes": open.http_bytes, "beyond_header": reader.knot().beyond_header(), "seconds": t0.elapsed().as_secs_f64() },
     });
     if !a.json {
-        eprintln!("resolution: {:?}: {}", res.path, res.reason);
+        eprintln!("resolution: {:?}: {}", res.kind(), res.reason());
     }
     warn_fallback(&a, &reader);
     warm(&a, &reader, &e, &mut out)?;
@@ -324,16 +325,16 @@ fn run(a: Args) -> anyhow::Result<()> {
         Some(path) => sessions(&a, path, &reader, &e, &mut out)?,
         None => tokens(&a, &reader, &e, &mut out)?,
     }
-    let before = res.path;
+    let before = res.kind();
     let res = e.resolution();
-    if res.path != before {
+    if res.kind() != before {
         warn_fallback(&a, &reader);
     }
-    out["resolution"] = json!({ "path": res.path, "reason": res.reason });
+    out["resolution"] = json!({ "path": res.kind(), "reason": res.reason() });
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&out)?);
-    } else if res.path != gkq_reader::ReadPath::Columnar {
-        eprintln!("resolution now: {:?}: {}", res.path, res.reason);
+    } else if res.kind() != gkq_reader::PathKind::Columnar {
+        eprintln!("resolution now: {:?}: {}", res.kind(), res.reason());
     }
     Ok(())
 }

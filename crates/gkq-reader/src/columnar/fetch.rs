@@ -1,36 +1,57 @@
 //! Getting the bytes of row runs: one range per run from the runs object
 //! (FORMAT.md 7b), or the rows and their path records from the row file
-//! and the proof object (7a).
+//! and the proof object (7a). Every read goes through the row file's
+//! meter, so the backend knows what it moved without counting by hand.
 
 use bytes::Bytes;
 use futures_util::stream::StreamExt;
 use gkq_format::runs::RunsLayout;
-use gkq_store::{RangeRead, ReadOptions, StoreError};
+use gkq_store::blocking::lock;
+use gkq_store::{RangeRead, ReadOptions, bump};
 
-use super::{Backend, Via, add};
+use super::{Backend, Via};
 use crate::error::{ReaderError, Result};
 use crate::ranges::RowRun;
 
+/// Rows, and their records, of one run.
+pub(super) type Got = (RowRun, Bytes, Bytes);
+
 impl Backend {
+    /// Requests in flight at once: many streams on one HTTP/2 connection,
+    /// fewer over HTTP/1.1 (each needs its own connection).
+    fn concurrency(&self) -> usize {
+        let n = if self.store.multiplexed() {
+            self.config.concurrency_multiplexed
+        } else {
+            self.config.concurrency
+        };
+        n.max(1)
+    }
+
+    /// A range of `run` that the layout cannot express (an overflow): an
+    /// error naming the object, never a guess.
+    fn overflow(&self, object: &str, run: RowRun) -> ReaderError {
+        ReaderError::Compute(format!(
+            "{object}: rows {} to {} have no byte range in a file of {} rows (overflow)",
+            run.first,
+            run.first.saturating_add(run.count).saturating_sub(1),
+            self.desc.rows
+        ))
+    }
+
     /// Rows and path records of every run: one range per run from the
     /// runs object when there is one (falling back for good to the two
-    /// objects if it fails other than by a network error), else
-    /// [`Backend::get_split`].
-    pub(super) async fn get_runs(
-        &self,
-        runs: &[RowRun],
-    ) -> Result<(Via, Vec<(RowRun, Bytes, Bytes)>)> {
-        let Some((at, layout)) = crate::inner::lock(&self.runs).clone() else {
+    /// objects if it fails in a way they may not), else
+    /// [`Backend::get_split`]; with where they came from.
+    pub(super) async fn get_runs(&self, runs: &[RowRun]) -> Result<(Via, Vec<Got>)> {
+        let Some((at, layout)) = lock(&self.runs).clone() else {
             return Ok((Via::Split, self.get_split(runs).await?));
         };
         match self.get_interleaved(&at, layout, runs).await {
             Ok(got) => Ok((Via::Runs(at), got)),
-            Err(ReaderError::Store(e))
-                if !e.is_unreachable()
-                    && !matches!(e, StoreError::Transport { timeout: true, .. }) =>
-            {
-                tracing::warn!(url = %at, reason = %e, "the runs object failed: rows and records from the row file and the proof object from now on");
-                *crate::inner::lock(&self.runs) = None;
+            Err(e) if crate::fallback::falls_back(&e) => {
+                tracing::warn!(url = %at, reason = %gkq_format::error_chain(&e), "the runs object failed: rows and records from the row file and the proof object from now on");
+                *lock(&self.runs) = None;
                 Ok((Via::Split, self.get_split(runs).await?))
             }
             Err(e) => Err(e),
@@ -43,24 +64,30 @@ impl Backend {
         at: &str,
         layout: RunsLayout,
         runs: &[RowRun],
-    ) -> Result<Vec<(RowRun, Bytes, Bytes)>> {
-        let limit = if self.store.multiplexed() {
-            self.config.concurrency_multiplexed
-        } else {
-            self.config.concurrency
-        };
+    ) -> Result<Vec<Got>> {
+        let store = self.meter.around(&*self.store);
         let total = layout.object_len();
         let mut stream = futures_util::stream::iter(runs.iter().copied())
-            .map(|run| async move {
-                let (s, e) = layout.range(run.first, run.count).unwrap_or((0, 1));
-                let opts = ReadOptions {
-                    total,
-                    ..Default::default()
-                };
-                let got = self.store.read_vec(at, s, e - 1, opts).await;
-                (run, got)
+            .map(|run| {
+                let store = &store;
+                async move {
+                    let Some((s, e)) = layout.range(run.first, run.count) else {
+                        return (run, Err(self.overflow(at, run)));
+                    };
+                    let opts = ReadOptions {
+                        total,
+                        ..Default::default()
+                    };
+                    (
+                        run,
+                        store
+                            .read_vec(at, s, e - 1, opts)
+                            .await
+                            .map_err(ReaderError::from),
+                    )
+                }
             })
-            .buffered(limit.max(1));
+            .buffered(self.concurrency());
         let mut out = Vec::with_capacity(runs.len());
         while let Some((run, got)) = stream.next().await {
             let bytes = got?;
@@ -69,7 +96,7 @@ impl Backend {
                 rows.extend_from_slice(row);
                 records.extend_from_slice(record);
             }
-            add(&self.counters.proof_bytes, records.len() as u64);
+            bump(&self.counters.proof_bytes, records.len() as u64);
             out.push((run, Bytes::from(rows), Bytes::from(records)));
         }
         Ok(out)
@@ -78,12 +105,8 @@ impl Backend {
     /// GETs the rows and the path records of every run from the row file
     /// and the proof object, all in flight at once under the concurrency
     /// limit.
-    async fn get_split(&self, runs: &[RowRun]) -> Result<Vec<(RowRun, Bytes, Bytes)>> {
-        let limit = if self.store.multiplexed() {
-            self.config.concurrency_multiplexed
-        } else {
-            self.config.concurrency
-        };
+    async fn get_split(&self, runs: &[RowRun]) -> Result<Vec<Got>> {
+        let store = self.meter.around(&*self.store);
         let with_records = self.layout.record_len() > 0;
         let proof_len = self.layout.object_len();
         let mut jobs: Vec<(usize, bool, RowRun)> = Vec::with_capacity(2 * runs.len());
@@ -93,39 +116,37 @@ impl Backend {
                 jobs.push((i, true, r));
             }
         }
-        let mut fetched: Vec<(RowRun, Bytes, Bytes)> = runs
+        let mut fetched: Vec<Got> = runs
             .iter()
             .map(|&r| (r, Bytes::new(), Bytes::new()))
             .collect();
         let mut stream = futures_util::stream::iter(jobs)
-            .map(|(i, records, run)| async move {
-                let got = if records {
-                    let (s, e) = self
-                        .layout
-                        .records_range(run.first, run.count)
-                        .unwrap_or((0, 1));
+            .map(|(i, records, run)| {
+                let store = &store;
+                async move {
+                    let (at, range, total) = if records {
+                        let r = self.layout.records_range(run.first, run.count);
+                        (&self.proof_url, r, proof_len)
+                    } else {
+                        let r = run.byte_range(self.desc.row_bytes);
+                        (&self.url, r, Some(self.desc.byte_len))
+                    };
+                    let Some((s, e)) = range else {
+                        return (i, records, Err(self.overflow(at, run)));
+                    };
                     let opts = ReadOptions {
-                        total: proof_len,
+                        total,
                         ..Default::default()
                     };
-                    let r = self.store.read_vec(&self.proof_url, s, e - 1, opts).await;
-                    r.map_err(|e| self.proof_error(e))
-                } else {
-                    let (s, e) = run.bytes(self.desc.row_bytes);
-                    let opts = ReadOptions {
-                        total: Some(self.desc.byte_len),
-                        ..Default::default()
-                    };
-                    let r = self.store.read_vec(&self.url, s, e, opts).await;
-                    r.map_err(ReaderError::from)
-                };
-                (i, records, got)
+                    let got = store.read_vec(at, s, e - 1, opts).await;
+                    (i, records, got.map_err(ReaderError::from))
+                }
             })
-            .buffer_unordered(limit.max(1));
+            .buffer_unordered(self.concurrency());
         while let Some((i, records, got)) = stream.next().await {
             let bytes = Bytes::from(got?);
             if records {
-                add(&self.counters.proof_bytes, bytes.len() as u64);
+                bump(&self.counters.proof_bytes, bytes.len() as u64);
                 fetched[i].2 = bytes;
             } else {
                 fetched[i].1 = bytes;

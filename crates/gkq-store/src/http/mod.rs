@@ -14,20 +14,24 @@
 //! origin); bulk parts go round-robin over [`crate::Parallelism::connections`]
 //! more clients, each with its own connection.
 
+mod diagnose;
 pub(crate) mod tls;
-mod words;
 
 use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use gkq_format::root_cause;
 use reqwest::header::{HeaderMap, RANGE};
 
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
+use crate::parallel::Gate;
 use crate::range::{Expect, check_dest};
-use crate::read::{BoxFuture, Head, Lane, RangeRead, ReadOptions};
-use crate::retry::{parse_retry_after, transient_status};
-use crate::stats::Counters;
-use words::{Failure, describe, hint_from_body, root_cause};
+use crate::read::{BoxFuture, Connection, Head, RangeRead, ReadOptions};
+use crate::retry::{Attempt, Outcome, Runner, Transient, parse_retry_after, transient_status};
+use crate::stats::{Counters, NetStats};
+use diagnose::{describe, hint_from_body};
 
 /// The HTTP(S) backend.
 #[derive(Debug)]
@@ -41,13 +45,10 @@ pub struct HttpStore {
     warm: Vec<tokio::sync::Mutex<bool>>,
     config: StoreConfig,
     counters: Arc<Counters>,
+    gate: Gate,
 }
 
-enum Attempt<T> {
-    Done(T),
-    Retry(Failure),
-    Fail(StoreError),
-}
+type Try<T> = Attempt<T, StoreError>;
 
 /// Where a body goes: an exact slice, or a buffer that grows with the bytes
 /// that arrive (a prefix of unknown length).
@@ -107,20 +108,24 @@ fn env(k: &str) -> Option<String> {
     std::env::var(k).ok()
 }
 
-fn transport(url: &str, f: Failure, attempts: u32) -> StoreError {
-    StoreError::Transport {
-        url: url.to_owned(),
-        message: f.message,
-        attempts,
-        timeout: f.timeout,
-        no_conversation: f.no_conversation,
+/// The final error of a run of attempts.
+pub(crate) fn finished(url: &str, o: Outcome<StoreError>) -> StoreError {
+    match o {
+        Outcome::Failed(e) => e,
+        Outcome::Exhausted { last, attempts } => StoreError::Transport {
+            url: url.to_owned(),
+            message: last.message,
+            attempts,
+            timeout: last.timeout,
+            no_conversation: last.no_conversation,
+        },
     }
 }
 
 impl HttpStore {
-    /// A backend with `config`, counting into `counters`: no redirects
-    /// followed, no compression.
-    pub(crate) fn new(config: StoreConfig, counters: Arc<Counters>) -> Result<HttpStore> {
+    /// A backend with `config`: no redirects followed, no compression.
+    pub fn new(config: StoreConfig) -> Result<HttpStore> {
+        let counters = Arc::new(Counters::default());
         let tls = tls::tls_config(&config)?;
         let build = |bulk: bool| -> Result<reqwest::Client> {
             let mut b = reqwest::Client::builder()
@@ -154,16 +159,22 @@ impl HttpStore {
             small,
             bulk,
             warm,
+            gate: Gate::new(config.parallel),
             config,
             counters,
         })
     }
 
-    /// The client of `lane`, and its index in `warm`.
-    fn client(&self, lane: Lane) -> (&reqwest::Client, usize) {
-        match lane {
-            Lane::Small => (&self.small, 0),
-            Lane::Bulk(n) => {
+    /// The counters of every request this backend sent.
+    pub fn stats(&self) -> NetStats {
+        self.counters.snapshot()
+    }
+
+    /// The client of `connection`, and its index in `warm`.
+    fn client(&self, connection: Connection) -> (&reqwest::Client, usize) {
+        match connection {
+            Connection::Shared => (&self.small, 0),
+            Connection::Bulk(n) => {
                 let i = n % self.bulk.len().max(1);
                 (self.bulk.get(i).unwrap_or(&self.small), i + 1)
             }
@@ -190,7 +201,7 @@ impl HttpStore {
         r
     }
 
-    fn describe(&self, e: &reqwest::Error, url: &str) -> Failure {
+    fn describe(&self, e: &reqwest::Error, url: &str) -> Transient {
         describe(e, url, !self.config.ca_certs.is_empty(), &env)
     }
 
@@ -200,7 +211,7 @@ impl HttpStore {
         &self,
         r: reqwest::Result<reqwest::Response>,
         url: &str,
-    ) -> std::result::Result<reqwest::Response, Failure> {
+    ) -> std::result::Result<reqwest::Response, Transient> {
         let resp = r.map_err(|e| self.describe(&e, url))?;
         if resp.version() == reqwest::Version::HTTP_2 {
             self.counters.saw_h2();
@@ -228,7 +239,13 @@ impl HttpStore {
                 _ => break,
             }
         }
-        let path = url.split(['?', '#']).next().unwrap_or(url);
+        if status == 404 {
+            return StoreError::NotFound {
+                url: url.into(),
+                how: format!("HTTP 404 for {what}"),
+            };
+        }
+        let path = crate::url::without_query(url);
         let hint = hint_from_body(&body).or_else(|| {
             path.ends_with('/')
                 .then(|| "the URL ends with '/': it names a directory, not an object".to_owned())
@@ -241,17 +258,17 @@ impl HttpStore {
         }
     }
 
-    async fn head_once(&self, url: &str) -> Attempt<Head> {
+    async fn head_once(&self, url: &str) -> Try<Head> {
         let resp = match self.counted(self.send(0, self.small.head(url)).await, url) {
             Ok(r) => r,
             Err(e) => return Attempt::Retry(e),
         };
         let status = resp.status().as_u16();
         if transient_status(status) {
-            return Attempt::Retry(Failure {
+            return Attempt::Retry(Transient {
                 retry_after: header_str(resp.headers(), "retry-after")
                     .and_then(|v| parse_retry_after(&v)),
-                ..Failure::msg(format!("HTTP {status}"))
+                ..Transient::msg(format!("HTTP {status}"))
             });
         }
         if status != 200 {
@@ -264,11 +281,9 @@ impl HttpStore {
                 etag: header_str(h, "etag"),
                 sha256: header_str(h, "x-amz-meta-sha256"),
             }),
-            None => Attempt::Fail(StoreError::Status {
+            None => Attempt::Fail(StoreError::NoLength {
                 url: url.into(),
-                status,
-                what: "HEAD without Content-Length".into(),
-                hint: None,
+                what: "HEAD",
             }),
         }
     }
@@ -276,14 +291,14 @@ impl HttpStore {
     /// One ranged GET; `got` counts the body bytes that arrived.
     async fn ranged_once(
         &self,
-        lane: Lane,
+        connection: Connection,
         url: &str,
         (start, end): (u64, u64),
         expect: Expect,
-        dest: &mut Dest<'_>,
-        got: &mut u64,
-    ) -> Attempt<u64> {
-        let (client, i) = self.client(lane);
+        dest: &Mutex<Dest<'_>>,
+        got: &AtomicU64,
+    ) -> Try<u64> {
+        let (client, i) = self.client(connection);
         let req = client
             .get(url)
             .header(RANGE, format!("bytes={start}-{end}"));
@@ -300,11 +315,24 @@ impl HttpStore {
             });
         }
         if transient_status(status) {
-            return Attempt::Retry(Failure {
+            return Attempt::Retry(Transient {
                 retry_after: header_str(resp.headers(), "retry-after")
                     .and_then(|v| parse_retry_after(&v)),
-                ..Failure::msg(format!("HTTP {status} for bytes={start}-{end}"))
+                ..Transient::msg(format!("HTTP {status} for bytes={start}-{end}"))
             });
+        }
+        if status == 416 {
+            // `Content-Range: bytes */N` says how long the object is
+            let len = header_str(resp.headers(), "content-range")
+                .and_then(|cr| cr.strip_prefix("bytes */").and_then(|n| n.parse().ok()));
+            if let Some(len) = len {
+                return Attempt::Fail(StoreError::PastEnd {
+                    url: url.into(),
+                    start,
+                    end,
+                    len,
+                });
+            }
         }
         if status != 206 {
             let what = format!("bytes={start}-{end}");
@@ -322,7 +350,7 @@ impl HttpStore {
             }
         };
         let want = end - start + 1;
-        if !dest.begin(want) {
+        if !crate::blocking::lock(dest).begin(want) {
             return Attempt::Fail(StoreError::BodyLength {
                 url: url.into(),
                 start,
@@ -344,9 +372,9 @@ impl HttpStore {
         resp: &mut reqwest::Response,
         url: &str,
         (start, end): (u64, u64),
-        dest: &mut Dest<'_>,
-        got: &mut u64,
-    ) -> Option<Attempt<u64>> {
+        dest: &Mutex<Dest<'_>>,
+        got: &AtomicU64,
+    ) -> Option<Try<u64>> {
         let want = end - start + 1;
         let length = |found| StoreError::BodyLength {
             url: url.into(),
@@ -355,109 +383,85 @@ impl HttpStore {
             expected: want,
             found,
         };
+        let mut have = 0u64;
         loop {
             match resp.chunk().await {
                 Ok(Some(b)) => {
                     let n = b.len() as u64;
-                    if *got + n > want {
-                        return Some(Attempt::Fail(length(*got + n)));
+                    if have + n > want {
+                        return Some(Attempt::Fail(length(have + n)));
                     }
-                    dest.put(*got, &b);
-                    *got += n;
+                    crate::blocking::lock(dest).put(have, &b);
+                    have += n;
+                    got.store(have, Ordering::Relaxed);
                     self.counters.body(n);
                 }
                 Ok(None) => break,
                 // a reset or a stall mid-body: retry the whole range
                 Err(e) => {
-                    return Some(Attempt::Retry(Failure {
+                    return Some(Attempt::Retry(Transient {
                         timeout: e.is_timeout(),
-                        ..Failure::msg(format!(
-                            "reading bytes={start}-{end}: {} after {got} of {want} bytes",
+                        ..Transient::msg(format!(
+                            "reading bytes={start}-{end}: {} after {have} of {want} bytes",
                             root_cause(&e)
                         ))
                     }));
                 }
             }
         }
-        (*got != want).then(|| Attempt::Retry(Failure::msg(length(*got).to_string())))
+        (have != want).then(|| Attempt::Retry(Transient::msg(length(have).to_string())))
     }
 
-    /// The retry loop around [`HttpStore::ranged_once`], each attempt under
-    /// the deadline of its bytes; returns the object's length.
+    /// [`HttpStore::ranged_once`] under the store's retry runner, each
+    /// attempt within the deadline of its bytes; returns the object's length.
     async fn ranged(
         &self,
-        lane: Lane,
+        connection: Connection,
         url: &str,
         (start, end): (u64, u64),
         expect: Expect,
-        mut dest: Dest<'_>,
+        dest: Dest<'_>,
     ) -> Result<u64> {
-        let policy = self.config.retry;
         let bytes = end - start + 1;
         let deadline = self.config.deadline(bytes);
-        let mut last = Failure::default();
-        for n in 0..policy.attempts() {
-            if n > 0 {
-                let wait = policy.wait(n, last.retry_after);
-                tracing::warn!(url, start, end, attempt = n + 1, wait_ms = wait.as_millis() as u64, reason = %last.message, "retrying a range read");
-                tokio::time::sleep(wait).await;
-            }
-            self.counters.request(n > 0);
-            let mut got = 0u64;
-            let once = self.ranged_once(lane, url, (start, end), expect, &mut dest, &mut got);
-            match tokio::time::timeout(deadline, once).await {
-                Err(_) => {
-                    last = Failure {
-                        timeout: true,
-                        ..Failure::msg(format!(
-                            "timed out: bytes={start}-{end}: no complete answer within {:.1} s, the deadline for {bytes} bytes (--timeout {} s + {bytes} B at --min-throughput {} B/s); {got} bytes had arrived",
-                            deadline.as_secs_f64(),
-                            self.config.timeout.as_secs_f64(),
-                            self.config.min_throughput
-                        ))
-                    }
-                }
-                Ok(Attempt::Done(t)) => return Ok(t),
-                Ok(Attempt::Fail(e)) => return Err(e),
-                Ok(Attempt::Retry(f)) if f.permanent => return Err(transport(url, f, n + 1)),
-                Ok(Attempt::Retry(f)) => last = f,
-            }
-        }
-        Err(transport(url, last, policy.attempts()))
+        let what = format!("bytes={start}-{end}");
+        let runner = Runner::new(self.config.retry, deadline, url, &what).counted(&self.counters);
+        let got = AtomicU64::new(0);
+        // the runner awaits one attempt at a time; each writes from the start
+        let dest = Mutex::new(dest);
+        let attempt = || {
+            got.store(0, Ordering::Relaxed);
+            self.ranged_once(connection, url, (start, end), expect, &dest, &got)
+        };
+        let on_timeout = || {
+            Transient::msg(format!(
+                "timed out: bytes={start}-{end}: no complete answer within {:.1} s, the deadline for {bytes} bytes (--timeout {} s + {bytes} B at --min-throughput {} B/s); {} bytes had arrived",
+                deadline.as_secs_f64(),
+                self.config.timeout.as_secs_f64(),
+                self.config.min_throughput,
+                got.load(Ordering::Relaxed)
+            ))
+        };
+        runner
+            .run(attempt, on_timeout)
+            .await
+            .map_err(|o| finished(url, o))
     }
 
     /// HEAD: a 200 with its Content-Length (and ETag, `x-amz-meta-sha256`).
     pub async fn head(&self, url: &str) -> Result<Head> {
-        let policy = self.config.retry;
-        let mut last = Failure::default();
-        for n in 0..policy.attempts() {
-            if n > 0 {
-                tokio::time::sleep(policy.wait(n, last.retry_after)).await;
-            }
-            self.counters.request(n > 0);
-            match tokio::time::timeout(self.config.timeout, self.head_once(url)).await {
-                Err(_) => {
-                    last = Failure {
-                        timeout: true,
-                        ..Failure::msg(format!(
-                            "timed out: no answer to HEAD within {:.1} s",
-                            self.config.timeout.as_secs_f64()
-                        ))
-                    }
-                }
-                Ok(Attempt::Done(h)) => return Ok(h),
-                Ok(Attempt::Fail(e)) => return Err(e),
-                Ok(Attempt::Retry(f)) if f.permanent => return Err(transport(url, f, n + 1)),
-                Ok(Attempt::Retry(f)) => last = f,
-            }
-        }
-        Err(transport(url, last, policy.attempts()))
-    }
-
-    /// Whether a response has come over HTTP/2 (requests are multiplexed
-    /// on one connection, so many can be in flight at little cost).
-    pub fn multiplexed(&self) -> bool {
-        self.counters.multiplexed()
+        let timeout = self.config.timeout;
+        let runner = Runner::new(self.config.retry, timeout, url, "HEAD").counted(&self.counters);
+        let on_timeout = || {
+            Transient::msg(format!(
+                "timed out: no answer to HEAD within {:.1} s",
+                timeout.as_secs_f64()
+            ))
+        };
+        runner
+            .run(|| self.head_once(url), on_timeout)
+            .await
+            .map_err(|o| finished(url, o))
     }
 }
 
@@ -481,7 +485,7 @@ impl RangeRead for HttpStore {
                 self.config.max_read_bytes,
             )?;
             self.ranged(
-                opts.lane,
+                opts.connection,
                 location,
                 (start, end),
                 Expect::Exact(opts.total),
@@ -497,21 +501,13 @@ impl RangeRead for HttpStore {
         max: u64,
     ) -> BoxFuture<'a, Result<(Vec<u8>, u64)>> {
         Box::pin(async move {
-            if max == 0 || max > self.config.max_read_bytes {
-                return Err(StoreError::TooLarge {
-                    url: location.into(),
-                    start: 0,
-                    end: max.saturating_sub(1),
-                    len: max,
-                    cap: self.config.max_read_bytes,
-                });
-            }
+            let end = check_dest(location, 0, max, self.config.max_read_bytes)?;
             let mut out = Vec::new();
             let total = self
                 .ranged(
-                    Lane::Small,
+                    Connection::Shared,
                     location,
-                    (0, max - 1),
+                    (0, end),
                     Expect::Prefix,
                     Dest::Grow(&mut out),
                 )
@@ -522,5 +518,13 @@ impl RangeRead for HttpStore {
 
     fn max_read_bytes(&self) -> u64 {
         self.config.max_read_bytes
+    }
+
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    fn multiplexed(&self) -> bool {
+        self.counters.multiplexed()
     }
 }

@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
-use r2_upload::{
-    Endpoint, Kind, LocalObject, Progress, StoreError, UploadError, UploadOptions, Uploader,
-};
+use r2_upload::{LocalObject, ObjectKind, Progress, UploadError, UploadOptions, Uploader};
 
 const BUCKET: &str = "models";
 
@@ -35,15 +33,15 @@ async fn uploader(url: &str, secret: &str, part_mib: u64) -> Uploader {
 
 /// An uploader for `bucket` at `url` with the test credentials and `secret`.
 async fn uploader_to(url: &str, secret: &str, bucket: &str, opts: UploadOptions) -> Uploader {
-    let creds = r2_upload::credentials(&env(&[
+    let creds = gkq_store::s3::credentials(&env(&[
         ("R2_ACCESS_KEY_ID", S3_ACCESS_KEY),
         ("R2_SECRET_ACCESS_KEY", secret),
     ]))
     .await
     .expect("credentials");
-    let ep = r2_upload::endpoint(Some(url), None, &env(&[])).expect("endpoint");
+    let ep = gkq_store::s3::endpoint(Some(url), None, &env(&[])).expect("endpoint");
     assert_eq!(ep.region, "auto");
-    Uploader::new(r2_upload::client(&ep, creds), bucket, &ep.url, opts)
+    Uploader::new(gkq_store::s3::client(&ep, creds), bucket, &ep.url, opts)
 }
 
 /// A tiny tied model (single PutObjects) or an untied one with 32 MiB row files.
@@ -99,14 +97,17 @@ fn assert_published(s3: &S3sFs, objects: &[LocalObject]) {
             .modified()
             .expect("mtime")
     };
-    let knot = objects.iter().find(|o| o.kind == Kind::Knot).expect("knot");
+    let knot = objects
+        .iter()
+        .find(|o| o.kind == ObjectKind::Knot)
+        .expect("knot");
     assert!(
         objects
             .iter()
-            .any(|o| o.kind == Kind::Companion && o.key.ends_with("/config.json")),
+            .any(|o| o.kind == ObjectKind::Companion && o.key.ends_with("/config.json")),
         "config.json is published"
     );
-    for o in objects.iter().filter(|o| o.kind != Kind::Knot) {
+    for o in objects.iter().filter(|o| o.kind != ObjectKind::Knot) {
         assert!(
             mtime(&o.key) <= mtime(&knot.key),
             "{} stored after the knot",
@@ -122,7 +123,11 @@ async fn single_and_multipart_uploads_then_skip_on_rerun() {
     for (big, prefix) in [(false, "tiny/v1"), (true, "big/v1")] {
         let out = packed(&tmp.path().join(prefix), big);
         let objects = r2_upload::prepare(&out, prefix).expect("prepare");
-        assert_eq!(objects.last().expect("knot").kind, Kind::Knot, "knot last");
+        assert_eq!(
+            objects.last().expect("knot").kind,
+            ObjectKind::Knot,
+            "knot last"
+        );
         let up = uploader(&s3.url(), S3_SECRET_KEY, 5).await;
         up.check_bucket().await.expect("bucket exists");
         let reports = up
@@ -202,7 +207,10 @@ async fn resume_after_the_server_dies_mid_multipart() {
         .expect_err("the server died");
     // refused connections once it is gone, or a reset in the middle of a part
     assert!(
-        matches!(err, StoreError::Unreachable { .. } | StoreError::S3 { .. }),
+        matches!(
+            err,
+            UploadError::Unreachable { .. } | UploadError::S3 { .. }
+        ),
         "{err}"
     );
     let data = s3.lock().expect("lock").data().to_path_buf();
@@ -277,7 +285,7 @@ async fn refuses_a_corrupt_package() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_endpoint_and_bucket_errors() {
     // no credentials anywhere: the message names the variables
-    let e = r2_upload::credentials(&env(&[("HOME", "/nonexistent")]))
+    let e = gkq_store::s3::credentials(&env(&[("HOME", "/nonexistent")]))
         .await
         .expect_err("no credentials")
         .to_string();
@@ -290,11 +298,12 @@ async fn credentials_endpoint_and_bucket_errors() {
         assert!(e.contains(v), "{e}");
     }
     assert!(matches!(
-        r2_upload::endpoint(None, None, &env(&[])),
-        Err(r2_upload::StoreError::NoEndpoint)
+        gkq_store::s3::endpoint(None, None, &env(&[])),
+        Err(gkq_store::StoreError::NoEndpoint)
     ));
-    let ep: Endpoint =
-        r2_upload::endpoint(None, None, &env(&[("R2_ACCOUNT_ID", "abc123")])).expect("endpoint");
+    let ep: gkq_store::s3::Endpoint =
+        gkq_store::s3::endpoint(None, None, &env(&[("R2_ACCOUNT_ID", "abc123")]))
+            .expect("endpoint");
     assert_eq!(ep.url, "https://abc123.r2.cloudflarestorage.com");
 
     let tmp = tempfile::tempdir().expect("tmp");
@@ -326,7 +335,7 @@ async fn credentials_endpoint_and_bucket_errors() {
     )
     .await;
     let e = up.check_bucket().await.expect_err("missing bucket");
-    assert!(matches!(e, StoreError::NoBucket { .. }), "{e}");
+    assert!(matches!(e, UploadError::NoBucket { .. }), "{e}");
     // an unreachable endpoint
     let dead = format!(
         "http://127.0.0.1:{}",
@@ -412,12 +421,15 @@ async fn refuses_to_replace_published_objects() {
         .await
         .expect_err("a published prefix is immutable");
     let msg = e.to_string();
-    assert!(matches!(e, StoreError::WouldReplace { .. }), "{msg}");
+    assert!(matches!(e, UploadError::WouldReplace { .. }), "{msg}");
     assert!(
         msg.contains("m/v1/model.knot") && msg.contains("new prefix") && msg.contains("--replace"),
         "{msg}"
     );
-    let knot = objects.iter().find(|o| o.kind == Kind::Knot).expect("knot");
+    let knot = objects
+        .iter()
+        .find(|o| o.kind == ObjectKind::Knot)
+        .expect("knot");
     assert!(
         msg.contains(&knot.sha256),
         "names the published digest: {msg}"

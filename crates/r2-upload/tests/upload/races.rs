@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::mpsc;
 
 use fixtures::servers::S3_SECRET_KEY;
-use r2_upload::{Kind, LocalObject, Progress, StoreError, UploadOptions};
+use r2_upload::{LocalObject, ObjectKind, Progress, UploadError, UploadOptions};
 
 use super::{BUCKET, assert_published, packed, server, stored, uploader, uploader_to};
 
@@ -29,7 +29,7 @@ async fn a_file_changed_after_the_check_is_not_published() {
         let objects = r2_upload::prepare(&out, prefix).expect("prepare");
         let rows = objects
             .iter()
-            .filter(|o| o.kind == Kind::Rows)
+            .filter(|o| o.kind == ObjectKind::Rows)
             .max_by_key(|o| o.bytes)
             .expect("a row file");
         // the file changes between the check and the upload
@@ -39,7 +39,7 @@ async fn a_file_changed_after_the_check_is_not_published() {
             .publish(&objects, &r2_upload::NoProgress)
             .await
             .expect_err("a changed file is refused");
-        assert!(matches!(e, StoreError::ChangedOnDisk { .. }), "{e}");
+        assert!(matches!(e, UploadError::ChangedOnDisk { .. }), "{e}");
         let msg = e.to_string();
         assert!(msg.contains(&rows.path.display().to_string()), "{msg}");
         assert!(msg.contains(&rows.sha256), "{msg}");
@@ -74,7 +74,7 @@ async fn race(
     url: &str,
     a: Vec<LocalObject>,
     b: &[LocalObject],
-) -> (Result<(), StoreError>, Result<(), StoreError>) {
+) -> (Result<(), UploadError>, Result<(), UploadError>) {
     let (paused_tx, paused_rx) = mpsc::channel();
     let (resume_tx, resume_rx) = mpsc::channel();
     let url_a = url.to_owned();
@@ -140,7 +140,7 @@ async fn racing_uploads_to_one_prefix_never_both_succeed() {
     rb.expect("B published first");
     let e = ra.expect_err("A must fail: B's package holds the prefix");
     assert!(
-        matches!(e, StoreError::Raced { .. } | StoreError::Mixed { .. }),
+        matches!(e, UploadError::Raced { .. } | UploadError::Mixed { .. }),
         "{e}"
     );
     assert!(e.to_string().contains("race1/v1/"), "{e}");
@@ -152,7 +152,7 @@ async fn racing_uploads_to_one_prefix_never_both_succeed() {
     let (a, b) = two_packages(&tmp.path().join("2"), "race2/v1");
     let (ra, rb) = race(&s3.url(), a.clone(), &b).await;
     let e = rb.expect_err("B refuses a prefix holding another package");
-    assert!(matches!(e, StoreError::WouldReplace { .. }), "{e}");
+    assert!(matches!(e, UploadError::WouldReplace { .. }), "{e}");
     assert!(e.to_string().contains("not part of this package"), "{e}");
     ra.expect("A completes");
     assert_published(&s3, &a);
@@ -201,7 +201,7 @@ fn credentials_in_the_endpoint_url_are_refused_and_never_echoed() {
         "http://AKID42:s3cr3t-value@127.0.0.1:8014",
         "https://AKID42:s3cr3t-value@acct.r2.cloudflarestorage.com",
     ] {
-        let e = r2_upload::endpoint(Some(url), None, &no_env).expect_err("refused");
+        let e = gkq_store::s3::endpoint(Some(url), None, &no_env).expect_err("refused");
         let msg = format!("{e} {e:?}");
         assert!(!msg.contains("s3cr3t-value"), "{msg}");
         assert!(msg.contains("R2_SECRET_ACCESS_KEY"), "{msg}");

@@ -17,19 +17,19 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::error::{Result, StoreError};
+use crate::error::{Result, UploadError};
 
 mod failure;
 mod send;
 
-use failure::Failure;
+use failure::SdkFailure;
 pub(crate) use failure::describe;
 use send::Sent;
 
 /// What an object is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Kind {
+pub enum ObjectKind {
     /// A columnar row file.
     Rows,
     /// The proof object (FORMAT.md 7a) or runs object (7b) of a row file.
@@ -52,7 +52,7 @@ pub struct LocalObject {
     /// Hex SHA-256 of the file.
     pub sha256: String,
     /// Rows, companion or knot.
-    pub kind: Kind,
+    pub kind: ObjectKind,
 }
 
 impl LocalObject {
@@ -70,18 +70,18 @@ impl LocalObject {
 }
 
 /// Smallest part R2 and S3 accept (all but the last).
-pub const MIN_PART: u64 = 5 << 20;
+pub(crate) const MIN_PART: u64 = 5 << 20;
 /// Most parts per upload.
-pub const MAX_PARTS: u64 = 10_000;
+pub(crate) const MAX_PARTS: u64 = 10_000;
 /// Largest part.
-pub const MAX_PART: u64 = 5 << 30;
+pub(crate) const MAX_PART: u64 = 5 << 30;
 /// Part size when none is asked for.
-pub const DEFAULT_PART: u64 = 64 << 20;
+pub(crate) const DEFAULT_PART: u64 = 64 << 20;
 
 /// `Content-Type` of the knot and row files (JSON and text companion files get their own).
-pub const CONTENT_TYPE: &str = "application/octet-stream";
+pub(crate) const CONTENT_TYPE: &str = "application/octet-stream";
 /// `Cache-Control` of every object: objects are immutable under a versioned prefix.
-pub const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
+pub(crate) const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
 
 /// The part size for a file of `size` bytes: the requested size (default
 /// 64 MiB), at least 5 MiB, and large enough for at most 10,000 parts,
@@ -91,7 +91,7 @@ pub fn part_size(size: u64, requested: Option<u64>) -> Result<u64> {
     let need = size.div_ceil(MAX_PARTS).div_ceil(mib) * mib;
     let p = requested.unwrap_or(DEFAULT_PART).max(MIN_PART).max(need);
     if p > MAX_PART {
-        return Err(StoreError::Options(format!(
+        return Err(UploadError::Options(format!(
             "{size} bytes need parts of {p} bytes, over the 5 GiB limit"
         )));
     }
@@ -173,18 +173,18 @@ impl Uploader {
         }
     }
 
-    fn s3_err(&self, op: &'static str, key: &str, failure: Failure) -> StoreError {
+    fn s3_err(&self, op: &'static str, key: &str, failure: SdkFailure) -> UploadError {
         match failure {
-            Failure::Denied => StoreError::AccessDenied {
+            SdkFailure::Denied => UploadError::AccessDenied {
                 op,
                 endpoint: self.endpoint.clone(),
                 bucket: self.bucket.clone(),
             },
-            Failure::Unreachable(reason) => StoreError::Unreachable {
+            SdkFailure::Unreachable(reason) => UploadError::Unreachable {
                 endpoint: self.endpoint.clone(),
                 reason,
             },
-            Failure::Other(message) => StoreError::S3 {
+            SdkFailure::Other(message) => UploadError::S3 {
                 op,
                 bucket: self.bucket.clone(),
                 key: key.to_owned(),
@@ -200,7 +200,7 @@ impl Uploader {
         match self.client.head_bucket().bucket(&self.bucket).send().await {
             Ok(_) => Ok(()),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => {
-                Err(StoreError::NoBucket {
+                Err(UploadError::NoBucket {
                     bucket: self.bucket.clone(),
                     endpoint: self.endpoint.clone(),
                 })
@@ -279,10 +279,10 @@ impl Uploader {
         objects: &[LocalObject],
         progress: &dyn Progress,
     ) -> Result<Vec<ObjectReport>> {
-        if let Some(i) = objects.iter().position(|o| o.kind == Kind::Knot)
+        if let Some(i) = objects.iter().position(|o| o.kind == ObjectKind::Knot)
             && i + 1 != objects.len()
         {
-            return Err(StoreError::Options(
+            return Err(UploadError::Options(
                 "the knot must be the last object published".into(),
             ));
         }
@@ -331,7 +331,7 @@ impl Uploader {
             ));
         }
         if !conflicts.is_empty() && !self.opts.replace {
-            return Err(StoreError::WouldReplace {
+            return Err(UploadError::WouldReplace {
                 endpoint: self.endpoint.clone(),
                 conflicts,
             });
@@ -388,7 +388,7 @@ impl Uploader {
             (Sent::Taken, None) => progress.advance(o.bytes),
             (Sent::Taken, Some(_)) => {
                 let (len, sha) = held.unwrap_or((0, None));
-                return Err(StoreError::Raced {
+                return Err(UploadError::Raced {
                     bucket: self.bucket.clone(),
                     key: o.key.clone(),
                     expected: o.sha256.clone(),
@@ -399,7 +399,7 @@ impl Uploader {
                 });
             }
             (Sent::Parts(_), Some(found)) => {
-                return Err(StoreError::Mismatch {
+                return Err(UploadError::Mismatch {
                     bucket: self.bucket.clone(),
                     key: o.key.clone(),
                     expected: format!("{} bytes, sha256 {}", o.bytes, o.sha256),
@@ -431,7 +431,7 @@ impl Uploader {
         if problems.is_empty() {
             return Ok(());
         }
-        Err(StoreError::Mixed {
+        Err(UploadError::Mixed {
             bucket: self.bucket.clone(),
             prefix: prefix.to_owned(),
             problems,
@@ -444,7 +444,7 @@ impl Uploader {
 fn prefix_of(objects: &[LocalObject]) -> String {
     let key = objects
         .iter()
-        .find(|o| o.kind == Kind::Knot)
+        .find(|o| o.kind == ObjectKind::Knot)
         .or(objects.first())
         .map_or("", |o| o.key.as_str());
     key.rfind('/').map_or("", |i| &key[..=i]).to_owned()
@@ -464,7 +464,7 @@ fn is_package_object(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn obj(key: &str, kind: Kind) -> LocalObject {
+    fn obj(key: &str, kind: ObjectKind) -> LocalObject {
         LocalObject {
             key: key.into(),
             path: PathBuf::from(key),
@@ -477,11 +477,11 @@ mod tests {
     #[test]
     fn prefix_is_the_knots_directory() {
         let objs = [
-            obj("m/v1/a.rows", Kind::Rows),
-            obj("m/v1/model.knot", Kind::Knot),
+            obj("m/v1/a.rows", ObjectKind::Rows),
+            obj("m/v1/model.knot", ObjectKind::Knot),
         ];
         assert_eq!(prefix_of(&objs), "m/v1/");
-        assert_eq!(prefix_of(&[obj("model.knot", Kind::Knot)]), "");
+        assert_eq!(prefix_of(&[obj("model.knot", ObjectKind::Knot)]), "");
         assert_eq!(prefix_of(&[]), "");
     }
 

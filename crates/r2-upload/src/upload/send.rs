@@ -10,14 +10,16 @@ use std::time::Duration;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
 use bytes::{Bytes, BytesMut};
+use gkq_format::hex;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::failure::{Failure, describe, precondition_failed, transient};
+use super::failure::{SdkFailure, describe, precondition_failed, transient};
 use super::{CACHE_CONTROL, LocalObject, Progress, Uploader};
-use crate::error::{Result, StoreError};
+use crate::error::{Result, UploadError};
+use gkq_store::retry::{Attempt, Outcome, RetryPolicy, Runner, Transient};
 
 /// How a conditional write ended.
 pub(crate) enum Sent {
@@ -31,12 +33,8 @@ fn b64(digest: &[u8]) -> String {
     aws_smithy_types::base64::encode(digest)
 }
 
-fn hex(digest: &[u8]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Io {
+fn io_err(path: &Path, e: std::io::Error) -> UploadError {
+    UploadError::Io {
         path: path.to_path_buf(),
         error: e,
     }
@@ -53,8 +51,8 @@ async fn hash_part(mut whole: Sha256, bytes: Bytes) -> (Sha256, [u8; 32]) {
 }
 
 impl Uploader {
-    fn changed(&self, o: &LocalObject, found: String, found_bytes: u64) -> StoreError {
-        StoreError::ChangedOnDisk {
+    fn changed(&self, o: &LocalObject, found: String, found_bytes: u64) -> UploadError {
+        UploadError::ChangedOnDisk {
             path: o.path.clone(),
             object: format!("s3://{}/{}", self.bucket, o.key),
             expected: o.sha256.clone(),
@@ -125,7 +123,7 @@ impl Uploader {
             .await
             .map_err(|e| self.s3_err("CreateMultipartUpload", &o.key, describe(&e)))?;
         let Some(upload_id) = created.upload_id().map(str::to_owned) else {
-            let why = Failure::Other("no upload id in the answer".into());
+            let why = SdkFailure::Other("no upload id in the answer".into());
             return Err(self.s3_err("CreateMultipartUpload", &o.key, why));
         };
         let sent = match self.send_parts(o, part, &upload_id, progress).await {
@@ -181,8 +179,8 @@ impl Uploader {
             Ok(l) => l,
             Err(e) => {
                 let why = match describe(&e) {
-                    Failure::Denied => "access denied".to_owned(),
-                    Failure::Unreachable(m) | Failure::Other(m) => m,
+                    SdkFailure::Denied => "access denied".to_owned(),
+                    SdkFailure::Unreachable(m) | SdkFailure::Other(m) => m,
                 };
                 return vec![format!(
                     "s3://{}/{key}: could not list stale multipart uploads to abort them ({why}); parts of an interrupted earlier run may still be stored: abort them in the provider's console or with a lifecycle rule",
@@ -244,10 +242,10 @@ impl Uploader {
         let mut whole = Sha256::new();
         let mut collect = |done: std::result::Result<Result<(CompletedPart, u64)>, _>| {
             let (p, len) =
-                done.map_err(|e| StoreError::Options(format!("part task failed: {e}")))??;
+                done.map_err(|e| UploadError::Options(format!("part task failed: {e}")))??;
             progress.advance(len);
             parts.push(p);
-            Ok::<_, StoreError>(())
+            Ok::<_, UploadError>(())
         };
         for n in 1..=count {
             let permit = permits.clone().acquire_owned().await.expect("never closed");
@@ -288,6 +286,11 @@ impl Uploader {
         Ok(parts)
     }
 
+    /// One part under the store's retry runner (the one every request of
+    /// the workspace runs under): `part_attempts` attempts with backoff
+    /// from 200 ms, transient failures (timeouts, connection failures, 5xx,
+    /// 429) retried, any other final. The SDK's own attempt timeout bounds
+    /// each attempt.
     async fn send_part(
         &self,
         key: &str,
@@ -297,11 +300,15 @@ impl Uploader {
         bytes: Bytes,
         digest: [u8; 32],
     ) -> Result<CompletedPart> {
-        let mut delay = Duration::from_millis(200);
-        let attempts = self.opts.part_attempts.max(1);
         let len = bytes.len() as u64;
-        for attempt in 1..=attempts {
-            let r = self
+        let policy = RetryPolicy {
+            attempts: self.opts.part_attempts.max(1),
+            backoff: Duration::from_millis(200),
+        };
+        let what = format!("part {n} (bytes {offset}-{})", offset + len - 1);
+        let runner = Runner::new(policy, PART_DEADLINE, key, &what);
+        let attempt = || {
+            let put = self
                 .client
                 .upload_part()
                 .bucket(&self.bucket)
@@ -310,36 +317,42 @@ impl Uploader {
                 .part_number(n)
                 .content_length(len as i64)
                 .checksum_sha256(b64(&digest))
-                .body(ByteStream::from(bytes.clone()))
-                .send()
-                .await;
-            match r {
-                Ok(out) => {
-                    return Ok(CompletedPart::builder()
-                        .set_e_tag(out.e_tag().map(str::to_owned))
-                        .checksum_sha256(b64(&digest))
-                        .part_number(n)
-                        .build());
-                }
-                Err(e) if attempt < attempts && transient(&e) => {
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Err(e) => {
-                    let failure = match describe(&e) {
-                        Failure::Other(m) => Failure::Other(format!(
-                            "part {n} (bytes {offset}-{}): {m}",
-                            offset + len - 1
-                        )),
-                        other => other,
-                    };
-                    return Err(self.s3_err("UploadPart", key, failure));
+                .body(ByteStream::from(bytes.clone()));
+            async move {
+                match put.send().await {
+                    Ok(out) => Attempt::Done(
+                        CompletedPart::builder()
+                            .set_e_tag(out.e_tag().map(str::to_owned))
+                            .checksum_sha256(b64(&digest))
+                            .part_number(n)
+                            .build(),
+                    ),
+                    Err(e) if transient(&e) => Attempt::Retry(Transient::msg(match describe(&e) {
+                        SdkFailure::Denied => "access denied".to_owned(),
+                        SdkFailure::Unreachable(m) | SdkFailure::Other(m) => m,
+                    })),
+                    Err(e) => Attempt::Fail(describe(&e)),
                 }
             }
-        }
-        unreachable!("the last attempt returns")
+        };
+        let on_timeout = || Transient::msg(format!("{what}: timed out"));
+        runner.run(attempt, on_timeout).await.map_err(|o| {
+            let failure = match o {
+                Outcome::Failed(f) => f,
+                Outcome::Exhausted { last, .. } => SdkFailure::Other(last.message),
+            };
+            let failure = match failure {
+                SdkFailure::Other(m) => SdkFailure::Other(format!("{what}: {m}")),
+                other => other,
+            };
+            self.s3_err("UploadPart", key, failure)
+        })
     }
 }
+
+/// How long one attempt of a part may take: the SDK's own attempt timeout
+/// (300 s) bounds it first; this only keeps a stuck attempt from lasting.
+const PART_DEADLINE: Duration = Duration::from_secs(600);
 
 /// `len` bytes of `file` at `offset`.
 async fn read_at(file: &mut tokio::fs::File, offset: u64, len: u64) -> std::io::Result<Bytes> {

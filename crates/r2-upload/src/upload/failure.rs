@@ -5,7 +5,7 @@ use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
 /// What an S3 call's failure means to the user.
 #[derive(Debug)]
-pub(crate) enum Failure {
+pub(crate) enum SdkFailure {
     /// HTTP 403.
     Denied,
     /// No HTTP answer: connection refused, DNS, TLS.
@@ -14,19 +14,11 @@ pub(crate) enum Failure {
     Other(String),
 }
 
-/// The innermost cause of an error, which is the part that says what happened
-/// (`Connection refused (os error 111)`), without the SDK's debug structure.
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
-}
+use gkq_format::root_cause;
 
 /// One short line for an SDK error; [`DisplayErrorContext`] only as a last
 /// resort, for errors that carry nothing better.
-pub(crate) fn describe<E>(e: &SdkError<E, HttpResponse>) -> Failure
+pub(crate) fn describe<E>(e: &SdkError<E, HttpResponse>) -> SdkFailure
 where
     E: std::error::Error + ProvideErrorMetadata + 'static,
 {
@@ -34,23 +26,23 @@ where
         SdkError::ServiceError(s) => {
             let status = s.raw().status().as_u16();
             if status == 403 {
-                return Failure::Denied;
+                return SdkFailure::Denied;
             }
             let err = s.err();
             match (err.code(), err.message()) {
-                (Some(c), Some(m)) => Failure::Other(format!("{c}: {m} (HTTP {status})")),
-                (Some(c), None) => Failure::Other(format!("{c} (HTTP {status})")),
-                _ => Failure::Other(format!("HTTP {status}")),
+                (Some(c), Some(m)) => SdkFailure::Other(format!("{c}: {m} (HTTP {status})")),
+                (Some(c), None) => SdkFailure::Other(format!("{c} (HTTP {status})")),
+                _ => SdkFailure::Other(format!("HTTP {status}")),
             }
         }
-        SdkError::DispatchFailure(d) if !d.is_timeout() => Failure::Unreachable(root_cause(e)),
+        SdkError::DispatchFailure(d) if !d.is_timeout() => SdkFailure::Unreachable(root_cause(e)),
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => {
-            Failure::Other(format!("timed out: {}", root_cause(e)))
+            SdkFailure::Other(format!("timed out: {}", root_cause(e)))
         }
         SdkError::ResponseError(_) => {
-            Failure::Other(format!("the response could not be read: {}", root_cause(e)))
+            SdkFailure::Other(format!("the response could not be read: {}", root_cause(e)))
         }
-        _ => Failure::Other(DisplayErrorContext(e).to_string()),
+        _ => SdkFailure::Other(DisplayErrorContext(e).to_string()),
     }
 }
 

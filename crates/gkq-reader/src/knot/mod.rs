@@ -7,16 +7,14 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use gkq_format::{Block, Encoding, KnotHeader, KnotId, Prefix, hex, parse_prefix};
-use gkq_store::{Check, RangeRead, Store, StoreError};
+use gkq_format::{Block, KnotHeader, KnotId, Prefix, hex, parse_prefix};
+use gkq_store::RangeRead;
 use sha2::{Digest, Sha256};
 
 use crate::cache::{DiskCache, Kind, Size};
 use crate::error::{ReaderError, Result};
 
-/// The largest companion file the disk cache gives back (a tokenizer is a
-/// few MB; the bound only keeps a stray file from being read whole).
-const MAX_COMPANION: u64 = 1 << 30;
+mod objects;
 
 /// First range fetched from a remote knot when no earlier open of the URL
 /// says how long its header is: 32 KiB, which most headers fit
@@ -141,7 +139,11 @@ async fn remember(c: &DiskCache, hint_key: &str, header: &KnotHeader, mut bytes:
 /// The header of the knot at `location`, read with a first range of
 /// `first` bytes and, when the header is longer, one more; with the bytes
 /// read. The file's length must be the header's `file_len`.
-async fn read_header(location: &str, store: &Store, first: u64) -> Result<(KnotHeader, Vec<u8>)> {
+async fn read_header(
+    location: &str,
+    store: &dyn RangeRead,
+    first: u64,
+) -> Result<(KnotHeader, Vec<u8>)> {
     let (mut all, total) = store.read_prefix(location, first).await?;
     let header = match complete_header(location, &all, total)? {
         Some(h) => h,
@@ -187,7 +189,7 @@ impl KnotHandle {
     /// header is longer than the first read).
     pub(crate) async fn open(
         location: &str,
-        store: &Store,
+        store: &dyn RangeRead,
         cache: Option<&DiskCache>,
         pin: Option<KnotId>,
     ) -> Result<KnotHandle> {
@@ -226,7 +228,7 @@ impl KnotHandle {
     /// length that is not the knot's), or, when the header came from the
     /// cache for a pinned id and the URL now serves a knot with another id,
     /// that: the URL serves another package.
-    pub(crate) async fn another_knot(&self, store: &Store, e: ReaderError) -> ReaderError {
+    pub(crate) async fn another_knot(&self, store: &dyn RangeRead, e: ReaderError) -> ReaderError {
         if !self.from_cache {
             return e;
         }
@@ -289,189 +291,6 @@ impl KnotHandle {
         self.header.header().resolve(index).ok_or_else(|| {
             ReaderError::Missing(format!("{}: block {index} has no data", self.location))
         })
-    }
-
-    /// The payload of block `index` (following an alias): from the disk
-    /// cache, or read in parallel parts; checked against its sha256 either way.
-    pub(crate) async fn payload(
-        &self,
-        index: usize,
-        store: &Store,
-        cache: Option<&DiskCache>,
-    ) -> Result<Bytes> {
-        Ok(self.payload_net(index, store, cache).await?.0)
-    }
-
-    /// [`KnotHandle::payload`], and the bytes it moved over the network
-    /// (0 from the disk cache or a local file).
-    pub(crate) async fn payload_net(
-        &self,
-        index: usize,
-        store: &Store,
-        cache: Option<&DiskCache>,
-    ) -> Result<(Bytes, u64)> {
-        let name = self.data_block(index)?.name.clone();
-        let p = self.header.payload_of(index).ok_or_else(|| {
-            ReaderError::Missing(format!("{}: block {name:?} has no payload", self.location))
-        })?;
-        let cache = cache.filter(|_| self.remote);
-        let key = hex(&p.sha256);
-        if let Some(c) = cache {
-            let want = p.sha256;
-            let verify = move |b: &[u8]| <[u8; 32]>::from(Sha256::digest(b)) == want;
-            if let Some(b) = c.get(Kind::Blob, &key, Size::Exact(p.len), verify).await {
-                return Ok((b, 0));
-            }
-        }
-        let t = std::time::Instant::now();
-        let total = Some(self.header.preamble().file_len);
-        let check = Check::Sha256(p.sha256);
-        let bytes = store
-            .read_checked(&self.location, p.offset, p.len, total, check)
-            .await
-            .map_err(|e| match e {
-                StoreError::Digest {
-                    start,
-                    end,
-                    expected,
-                    found,
-                    ..
-                } => ReaderError::Digest {
-                    what: format!(
-                        "{}: block {name:?} (bytes {start}-{end}, fetched twice)",
-                        self.location
-                    ),
-                    expected,
-                    found,
-                },
-                e => e.into(),
-            });
-        let bytes = match bytes {
-            Err(e) => return Err(self.another_knot(store, e).await),
-            Ok(b) => b,
-        };
-        tracing::debug!(block = %name, bytes = p.len, ms = t.elapsed().as_millis() as u64, "block pulled and verified");
-        if let Some(c) = cache {
-            c.put(Kind::Blob, &key, bytes.clone()).await;
-        }
-        let net = if self.remote { p.len } else { 0 };
-        Ok((bytes, net))
-    }
-
-    /// A companion file of the package (`package.files`, docs/FORMAT.md
-    /// 3.1: `config.json`, `tokenizer.json`, …), next to the knot, read whole
-    /// and checked against the digest the knot records before it is returned.
-    pub(crate) async fn package_file(
-        &self,
-        name: &str,
-        store: &Store,
-        cache: Option<&DiskCache>,
-    ) -> Result<Bytes> {
-        let files = self.header.header().package_files();
-        let Some(&(_, want)) = files.iter().find(|(f, _)| *f == name) else {
-            let names: Vec<&str> = files.iter().map(|(f, _)| *f).collect();
-            return Err(ReaderError::NoPackageFile {
-                location: self.location.clone(),
-                name: name.to_owned(),
-                listed: names.join(", "),
-            });
-        };
-        let mut digest = [0u8; 32];
-        for (d, pair) in digest.iter_mut().zip(want.as_bytes().chunks(2)) {
-            *d = std::str::from_utf8(pair)
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .unwrap_or(0);
-        }
-        let cache = cache.filter(|_| self.remote);
-        if let Some(c) = cache {
-            let verify = move |b: &[u8]| <[u8; 32]>::from(Sha256::digest(b)) == digest;
-            if let Some(b) = c
-                .get(Kind::Blob, want, Size::AtMost(MAX_COMPANION), verify)
-                .await
-            {
-                return Ok(b);
-            }
-        }
-        let at = self.sibling(name);
-        let len = match store.head(&at).await {
-            Ok(h) => h.len,
-            Err(StoreError::Status { status: 404, .. }) => {
-                return Err(ReaderError::PackageFileAbsent {
-                    name: name.to_owned(),
-                    location: at,
-                });
-            }
-            Err(StoreError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ReaderError::PackageFileAbsent {
-                    name: name.to_owned(),
-                    location: at,
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let bytes = store
-            .read_checked(&at, 0, len, Some(len), Check::Sha256(digest))
-            .await
-            .map_err(|e| match e {
-                StoreError::Digest {
-                    expected, found, ..
-                } => ReaderError::Digest {
-                    what: at.clone(),
-                    expected,
-                    found,
-                },
-                e => e.into(),
-            });
-        let bytes = match bytes {
-            Err(e) => return Err(self.another_knot(store, e).await),
-            Ok(b) => b,
-        };
-        if let Some(c) = cache {
-            c.put(Kind::Blob, want, bytes.clone()).await;
-        }
-        Ok(bytes)
-    }
-
-    /// The values of block `index` (following an alias) as dense bytes in
-    /// the block's dtype: the payload of a dense block, or the
-    /// reconstruction of a spectral block (docs/FORMAT.md section 5), never
-    /// the raw factors read as rows.
-    pub(crate) async fn dense_values(
-        &self,
-        index: usize,
-        store: &Store,
-        cache: Option<&DiskCache>,
-    ) -> Result<Bytes> {
-        Ok(self.dense_values_net(index, store, cache).await?.0)
-    }
-
-    /// [`KnotHandle::dense_values`], and the bytes moved over the network.
-    pub(crate) async fn dense_values_net(
-        &self,
-        index: usize,
-        store: &Store,
-        cache: Option<&DiskCache>,
-    ) -> Result<(Bytes, u64)> {
-        let block = self.data_block(index)?.clone();
-        let (bytes, net) = self.payload_net(index, store, cache).await?;
-        let values = match block.encoding {
-            Encoding::Spectral { .. } => {
-                let location = self.location.clone();
-                tokio::task::spawn_blocking(move || {
-                    gkq_format::reconstruct_spectral(&block, &bytes)
-                        .map(Bytes::from)
-                        .map_err(|e| knot_err(&location, e))
-                })
-                .await
-                .map_err(|source| ReaderError::Task {
-                    what: "spectral reconstruction".into(),
-                    source,
-                })??
-            }
-            _ => bytes,
-        };
-        Ok((values, net))
     }
 }
 

@@ -1,40 +1,11 @@
-//! A failed HTTP attempt in the words a user can act on: which proxy could
-//! not be reached, what is wrong with a certificate, which port does not
-//! speak TLS. Only the words are decided here; the retry loop decides what
-//! to do with them.
+//! A failed HTTP attempt diagnosed in the words a user can act on: which
+//! proxy could not be reached, what is wrong with a certificate, which
+//! port does not speak TLS. Only the words are decided here; the retry
+//! runner decides what to do with them.
 
-use std::time::Duration;
+use gkq_format::root_cause;
 
-/// A failed attempt, kept for the final error.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Failure {
-    pub(crate) message: String,
-    pub(crate) timeout: bool,
-    /// No HTTP conversation at all (nothing listening, DNS, TLS).
-    pub(crate) no_conversation: bool,
-    /// Asking again would get the same answer (TLS trust, a plain port).
-    pub(crate) permanent: bool,
-    /// The server's `Retry-After`.
-    pub(crate) retry_after: Option<Duration>,
-}
-
-impl Failure {
-    pub(crate) fn msg(message: String) -> Failure {
-        Failure {
-            message,
-            ..Failure::default()
-        }
-    }
-}
-
-/// The innermost cause of an error: the part that says what happened.
-pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
-}
+use crate::retry::Transient;
 
 /// The proxy `reqwest` uses for `url` from the environment, as
 /// `(variable, value)`, unless `NO_PROXY` exempts the host.
@@ -104,12 +75,12 @@ pub(crate) fn describe(
     url: &str,
     ca_given: bool,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Failure {
+) -> Transient {
     let root = root_cause(e);
-    let mut f = Failure {
+    let mut f = Transient {
         timeout: e.is_timeout(),
         no_conversation: e.is_connect() && !e.is_timeout(),
-        ..Failure::default()
+        ..Transient::default()
     };
     f.message = if root.contains("corrupt message") || root.contains("InvalidContentType") {
         f.permanent = true;

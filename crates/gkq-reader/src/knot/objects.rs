@@ -1,0 +1,157 @@
+//! What a knot names, fetched and verified: block payloads (in parallel
+//! parts, checked against their sha256), their values (a spectral block
+//! reconstructed), and companion files (checked against `package.sha256`),
+//! each through the disk cache by its digest.
+
+use bytes::Bytes;
+use gkq_format::{Encoding, hex};
+use gkq_store::{RangeRead, ReadCheck, StoreError};
+
+use super::{KnotHandle, knot_err};
+use crate::cache::{DiskCache, Kind, Size};
+use crate::error::{ReaderError, Result};
+use crate::verified::{Entry, cached, sha256_is};
+
+/// The largest companion file the disk cache gives back (a tokenizer is a
+/// few MB; the bound only keeps a stray file from being read whole).
+const MAX_COMPANION: u64 = 1 << 30;
+
+/// A digest mismatch of the store, named for what it was.
+fn digest(what: String, e: StoreError) -> ReaderError {
+    match e {
+        StoreError::Digest {
+            expected, found, ..
+        } => ReaderError::Digest {
+            what,
+            expected,
+            found,
+        },
+        e => e.into(),
+    }
+}
+
+impl KnotHandle {
+    /// The payload of block `index` (following an alias): from the disk
+    /// cache, or read in parallel parts; checked against its sha256 either way.
+    pub(crate) async fn payload(
+        &self,
+        index: usize,
+        store: &dyn RangeRead,
+        cache: Option<&DiskCache>,
+    ) -> Result<Bytes> {
+        let name = self.data_block(index)?.name.clone();
+        let p = self.header.payload_of(index).ok_or_else(|| {
+            ReaderError::Missing(format!("{}: block {name:?} has no payload", self.location))
+        })?;
+        let key = hex(&p.sha256);
+        let entry = Entry {
+            kind: Kind::Blob,
+            key: &key,
+            size: Size::Exact(p.len),
+        };
+        let fetch = || async {
+            let t = std::time::Instant::now();
+            let total = Some(self.header.preamble().file_len);
+            let check = ReadCheck::Sha256(p.sha256);
+            let bytes = store
+                .read_checked(&self.location, (p.offset, p.len), total, check)
+                .await
+                .map_err(|e| {
+                    let (start, end) = (p.offset, p.offset + p.len.saturating_sub(1));
+                    let what = format!(
+                        "{}: block {name:?} (bytes {start}-{end}, fetched twice)",
+                        self.location
+                    );
+                    digest(what, e)
+                })?;
+            tracing::debug!(block = %name, bytes = p.len, ms = t.elapsed().as_millis() as u64, "block pulled and verified");
+            Ok(bytes)
+        };
+        let cache = cache.filter(|_| self.remote);
+        match cached(cache, entry, sha256_is(p.sha256), fetch).await {
+            Err(e) => Err(self.another_knot(store, e).await),
+            ok => ok,
+        }
+    }
+
+    /// A companion file of the package (`package.files`, docs/FORMAT.md
+    /// 3.1: `config.json`, `tokenizer.json`, …), next to the knot, read whole
+    /// and checked against the digest the knot records before it is returned.
+    pub(crate) async fn package_file(
+        &self,
+        name: &str,
+        store: &dyn RangeRead,
+        cache: Option<&DiskCache>,
+    ) -> Result<Bytes> {
+        let files = self.header.header().package_files();
+        let Some(&(_, want)) = files.iter().find(|(f, _)| *f == name) else {
+            let names: Vec<&str> = files.iter().map(|(f, _)| *f).collect();
+            return Err(ReaderError::NoPackageFile {
+                location: self.location.clone(),
+                name: name.to_owned(),
+                listed: names.join(", "),
+            });
+        };
+        let mut sha = [0u8; 32];
+        for (d, pair) in sha.iter_mut().zip(want.as_bytes().chunks(2)) {
+            *d = std::str::from_utf8(pair)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .unwrap_or(0);
+        }
+        let at = self.sibling(name);
+        let entry = Entry {
+            kind: Kind::Blob,
+            key: want,
+            size: Size::AtMost(MAX_COMPANION),
+        };
+        let fetch = || async {
+            let len = match store.head(&at).await {
+                Ok(h) => h.len,
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(ReaderError::PackageFileAbsent {
+                        name: name.to_owned(),
+                        location: at.clone(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let check = ReadCheck::Sha256(sha);
+            let r = store.read_checked(&at, (0, len), Some(len), check).await;
+            r.map_err(|e| digest(at.clone(), e))
+        };
+        let cache = cache.filter(|_| self.remote);
+        match cached(cache, entry, sha256_is(sha), fetch).await {
+            Err(e @ ReaderError::Digest { .. }) => Err(self.another_knot(store, e).await),
+            r => r,
+        }
+    }
+
+    /// The values of block `index` (following an alias) as dense bytes in
+    /// the block's dtype: the payload of a dense block, or the
+    /// reconstruction of a spectral block (docs/FORMAT.md section 5), never
+    /// the raw factors read as rows.
+    pub(crate) async fn dense_values(
+        &self,
+        index: usize,
+        store: &dyn RangeRead,
+        cache: Option<&DiskCache>,
+    ) -> Result<Bytes> {
+        let block = self.data_block(index)?.clone();
+        let bytes = self.payload(index, store, cache).await?;
+        let Encoding::Spectral { .. } = block.encoding else {
+            return Ok(bytes);
+        };
+        let location = self.location.clone();
+        tokio::task::spawn_blocking(move || {
+            gkq_format::reconstruct_spectral(&block, &bytes)
+                .map(Bytes::from)
+                .map_err(|e| knot_err(&location, e))
+        })
+        .await
+        .map_err(|source| ReaderError::Task {
+            what: "spectral reconstruction".into(),
+            source,
+        })?
+    }
+}
