@@ -9,7 +9,7 @@ use crate::error::{DecodeError, Result};
 /// rotary positions (HF "rotate half" layout), grouped-query attention and
 /// a SwiGLU MLP. Qwen2 adds biases to the q, k and v projections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
+pub enum Family {
     /// `qwen2`.
     Qwen2,
     /// `llama`.
@@ -22,7 +22,7 @@ pub enum Arch {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Architecture.
-    pub arch: Arch,
+    pub arch: Family,
     /// Width of the residual stream.
     pub hidden: usize,
     /// MLP width.
@@ -81,9 +81,9 @@ impl Config {
         let kind: Kind = serde_json::from_slice(bytes)
             .map_err(|e| DecodeError::Config(format!("config.json: {e}")))?;
         let arch = match kind.model_type.as_deref() {
-            Some("qwen2") => Arch::Qwen2,
-            Some("llama") => Arch::Llama,
-            Some("mistral") => Arch::Mistral,
+            Some("qwen2") => Family::Qwen2,
+            Some("llama") => Family::Llama,
+            Some("mistral") => Family::Mistral,
             Some(other) => {
                 let encoder = [
                     "bert",

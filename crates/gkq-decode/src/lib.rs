@@ -29,41 +29,25 @@ use gkq_reader::{PathKind, PullPlan, Reader, ReaderConfig, Serve};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-pub use config::{Arch, Config, DEFAULT_MAX_POSITIONS, SUPPORTED};
+pub use config::{Config, DEFAULT_MAX_POSITIONS, Family, SUPPORTED};
 pub use error::{DecodeError, Result};
 use model::{Cache, Layer, layer_block_names, rms_norm};
 
-/// Bytes a node fetched, per role (payload bytes, as the reader counts them).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct RoleBytes {
-    /// Opening the knot: the header range, and the row file's HEAD.
-    pub knot_header: u64,
-    /// Embedding rows and their Merkle proofs (or the dense block on fallback).
-    pub embedding_rows: u64,
-    /// The lm_head matrix (0 for a stage without the output role).
-    pub lm_head: u64,
-    /// Every other block: norms and layers, and config.json.
-    pub other_blocks: u64,
+gkq_store::stats! {
+    /// Bytes a node fetched, per role (payload bytes, as the reader counts them).
+    pub struct RoleBytes {
+        /// Opening the knot: the header range, and the row file's HEAD.
+        pub knot_header,
+        /// Embedding rows and their Merkle proofs (or the dense block on fallback).
+        pub embedding_rows,
+        /// The lm_head matrix (0 for a stage without the output role).
+        pub lm_head,
+        /// Every other block: norms and layers, and config.json.
+        pub other_blocks,
+    }
 }
 
 impl RoleBytes {
-    fn add(&mut self, o: RoleBytes) {
-        self.knot_header += o.knot_header;
-        self.embedding_rows += o.embedding_rows;
-        self.lm_head += o.lm_head;
-        self.other_blocks += o.other_blocks;
-    }
-
-    /// `self - earlier`, per role.
-    pub fn since(&self, e: &RoleBytes) -> RoleBytes {
-        RoleBytes {
-            knot_header: self.knot_header.saturating_sub(e.knot_header),
-            embedding_rows: self.embedding_rows.saturating_sub(e.embedding_rows),
-            lm_head: self.lm_head.saturating_sub(e.lm_head),
-            other_blocks: self.other_blocks.saturating_sub(e.other_blocks),
-        }
-    }
-
     /// All of them.
     pub fn total(&self) -> u64 {
         self.knot_header + self.embedding_rows + self.lm_head + self.other_blocks
@@ -495,7 +479,7 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
     let mut bytes = RoleBytes::default();
     let mut resolutions = Vec::new();
     for s in stages.iter() {
-        bytes.add(s.bytes());
+        bytes = bytes.plus(&s.bytes());
         resolutions.extend(s.resolutions()?);
     }
     let stage_bytes = stages.iter().map(Stage::bytes).collect();

@@ -37,9 +37,7 @@ pub(crate) struct Loaded {
     stop: AtomicBool,
 }
 
-fn lock(m: &Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use gkq_store::blocking::lock;
 
 /// `[..]` f32 tensor of a pulled block, its shape checked.
 fn tensor(

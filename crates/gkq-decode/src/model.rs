@@ -6,7 +6,7 @@
 use candle_core::{D, DType as CDType, Device, Tensor};
 use gkq_format::DType;
 
-use crate::config::{Arch, Config};
+use crate::config::{Config, Family};
 use crate::error::{DecodeError, Result};
 
 /// `[..]` f32 weights from a block's bytes (f16/bf16 widened exactly).
@@ -68,7 +68,7 @@ pub(crate) fn layer_block_names(cfg: &Config, l: usize) -> Vec<String> {
         format!("{p}.mlp.up_proj.weight"),
         format!("{p}.mlp.down_proj.weight"),
     ];
-    if cfg.arch == Arch::Qwen2 {
+    if cfg.arch == Family::Qwen2 {
         v.push(format!("{p}.self_attn.q_proj.bias"));
         v.push(format!("{p}.self_attn.k_proj.bias"));
         v.push(format!("{p}.self_attn.v_proj.bias"));

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use gkq_format::DType;
-use gkq_store::{DEFAULT_CONNECTIONS, DEFAULT_MAX_PARALLEL, DEFAULT_MIN_THROUGHPUT};
+use gkq_store::{
+    DEFAULT_CONNECTIONS, DEFAULT_MAX_PARALLEL, DEFAULT_MIN_THROUGHPUT, DEFAULT_PART_SIZE,
+};
 
 use crate::cache::{CacheConfig, DEFAULT_CACHE_MAX_BYTES, default_cache_dir};
 use crate::config::{DEFAULT_CACHE_ROWS, ReaderConfig};
@@ -54,7 +56,7 @@ pub struct NetArgs {
     #[arg(
         long,
         value_name = "SECONDS",
-        default_value_t = 10.0,
+        default_value_t = gkq_store::DEFAULT_TIMEOUT.as_secs_f64(),
         help_heading = "Network"
     )]
     pub timeout: f64,
@@ -68,7 +70,7 @@ pub struct NetArgs {
     #[arg(
         long = "part-size",
         value_name = "MIB",
-        default_value_t = 8,
+        default_value_t = DEFAULT_PART_SIZE >> 20,
         help_heading = "Network"
     )]
     pub part_size_mib: u64,

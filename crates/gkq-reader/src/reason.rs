@@ -158,7 +158,7 @@ fn dense(cause: &DenseCause, used: Use) -> String {
                 "{url}: the knot (format version 2) has no row proof, so it cannot be verified: the dense block is pulled"
             ),
         },
-        DenseCause::Head { url, error } => format!("HEAD {url} failed: {error}"),
+        DenseCause::Head { url, error, .. } => format!("HEAD {url} failed: {error}"),
         DenseCause::Length {
             url,
             len,

@@ -196,6 +196,8 @@ pub enum DenseCause {
         url: String,
         /// The error, in words.
         error: String,
+        /// Whether it ran out of time (a stall, no answer).
+        timeout: bool,
     },
     /// The row file's Content-Length is not rows × row_bytes.
     Length {
@@ -394,13 +396,7 @@ fn pick_rows<'d>(
     }
     let base = path.trim_end_matches('/');
     let (d, choice) = match dtype {
-        Some((want, flag)) => (
-            forced(block, want, flag)?,
-            Choice::Forced {
-                flag,
-                block_dtype: block.dtype,
-            },
-        ),
+        Some((want, flag)) => forced(block, want, flag)?,
         None => {
             let widest = descs.iter().map(|d| d.row_bytes).max().unwrap_or(0);
             let d = descs
@@ -422,12 +418,13 @@ fn pick_rows<'d>(
     Ok((format!("{base}/{}", d.object), d, choice))
 }
 
+/// The row file of dtype `want` that `flag` forces, and the choice.
 fn forced<'d>(
     block: &'d Block,
     want: DType,
     flag: &'static str,
-) -> std::result::Result<&'d ColumnarDescriptor, DenseCause> {
-    block
+) -> std::result::Result<(&'d ColumnarDescriptor, Choice), DenseCause> {
+    let d = block
         .columnar
         .iter()
         .find(|d| d.dtype == want)
@@ -436,7 +433,12 @@ fn forced<'d>(
             dtype: want,
             block: block.name.clone(),
             names: names(block),
-        })
+        })?;
+    let choice = Choice::Forced {
+        flag,
+        block_dtype: block.dtype,
+    };
+    Ok((d, choice))
 }
 
 /// The row file of `block` to pull whole for a resident matrix: `dtype`'s
@@ -451,13 +453,7 @@ fn pick_resident<'d>(
 ) -> std::result::Result<(String, &'d ColumnarDescriptor, Choice), DenseCause> {
     let block_row = block.shape.get(1).copied().unwrap_or(0) * block.dtype.itemsize();
     let (d, choice) = match dtype {
-        Some((want, flag)) => (
-            forced(block, want, flag)?,
-            Choice::Forced {
-                flag,
-                block_dtype: block.dtype,
-            },
-        ),
+        Some((want, flag)) => forced(block, want, flag)?,
         None => {
             let d = block
                 .columnar
@@ -554,6 +550,7 @@ async fn checked(
         Err(e) => ReadPath::Dense(DenseCause::Head {
             url: url.clone(),
             error: e.to_string(),
+            timeout: e.is_timeout(),
         }),
         Ok(len) if len != desc.byte_len => ReadPath::Dense(DenseCause::Length {
             url: url.clone(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions};
 use fixtures::{FDtype, Spec};
 use gkq_format::{DType, cast_row};
-use gkq_reader::{PathKind, Reader, ReaderConfig, ReaderError, Serve, with_timeout};
+use gkq_reader::{Choice, PathKind, Reader, ReaderConfig, ReaderError, Serve, with_timeout};
 
 /// A model whose embedding rows are wide enough for a proof height above 0
 /// (hidden 1024: 4 KiB f32 rows, h = 9; 2 KiB bf16 rows, h = 7, 4 chunks),
@@ -256,11 +256,10 @@ fn the_narrowest_exact_row_file_is_fetched_and_widens_to_the_dense_values() {
         let backend = e.columnar().expect("columnar");
         assert_eq!(backend.dtype(), want, "{src:?}: {}", res.reason());
         if want != DType::F32 {
+            let c = res.columnar().expect("columnar");
             assert!(
-                res.reason().contains(&format!("{want} rows are exact"))
-                    && res.reason().contains("instead of 4096"),
-                "{}",
-                res.reason()
+                c.desc.dtype == want && matches!(c.choice, Choice::Narrowest { widest: 4096, .. }),
+                "{res:?}"
             );
         }
         // widened on the node, the rows are the f32 row file's values
@@ -301,10 +300,12 @@ fn embed_dtype_forces_a_row_file() {
     .expect("open");
     let e = r.embedding().expect("input");
     assert_eq!(e.columnar().expect("columnar").dtype(), DType::BF16);
+    let res = e.resolution();
+    let col = res.columnar().expect("columnar");
     assert!(
-        e.resolution().reason().contains("NOT exact"),
+        matches!(col.choice, Choice::Forced { .. }) && !col.desc.is_block_exact(),
         "{}",
-        e.resolution().reason()
+        res.reason()
     );
     // a dtype the package does not have: the reason names the files
     c.embed_dtype = Some(DType::F16);
@@ -531,10 +532,12 @@ fn a_tampered_runs_object_returns_no_row() {
         let url = server.url("token_embd.bf16.rows");
         let r = open(&out, &url, true);
         let e = r.embedding().expect("input");
+        let res = e.resolution();
         assert!(
-            e.resolution().reason().contains(".runs"),
-            "{why}: {}",
-            e.resolution().reason()
+            res.columnar()
+                .and_then(|c| c.runs())
+                .is_some_and(|u| u.ends_with(".runs")),
+            "{why}: {res:?}"
         );
         let backend = e.columnar().expect("columnar backend");
         let got = e.rows(&IDS).expect("rows from the row file and the proof");

@@ -396,3 +396,79 @@ fn a_pinned_warm_restart_needs_no_server_and_a_changed_knot_is_noticed() {
     );
     let _ = out;
 }
+
+/// Issue 34, item 7: a tied model read without `--columnar-embed` pulls its
+/// one matrix once, for the rows and for the resident lm_head (it pulled
+/// the embedding block twice: 9.02 MB at the origin for a 4.83 MB knot).
+#[test]
+fn a_tied_model_pulls_its_matrix_once_for_both_roles() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack("qwen2-tiny-f32", &[DType::F32], tmp.path());
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let (_, len, values) = local_block(&out, EMBED);
+    let r = Reader::open(
+        &format!("{}/m/model.knot", nginx.url()),
+        config(8192),
+        Serve::ALL,
+    )
+    .expect("open");
+    let opened = r.net_stats().payload_bytes;
+    let e = r.embedding().expect("input");
+    assert_eq!(e.resolution().kind(), PathKind::Dense);
+    let rows = e.rows(&[3u64, 500]).expect("rows");
+    let row = 64 * 4;
+    assert_eq!(rows.bytes(0).expect("row"), &values[3 * row..4 * row]);
+    let m = r.lm_head().expect("output").matrix().expect("lm_head");
+    assert_eq!(&m.bytes()[..], &values[..], "the same matrix");
+    let pulled = r.net_stats().payload_bytes - opened;
+    assert_eq!(pulled, len, "the block once, for both roles");
+    assert_eq!(
+        e.fetched_bytes() + r.lm_head().expect("lm").fetched_bytes(),
+        len
+    );
+}
+
+/// Issue 34, item 7: with a tied lm_head forced to a row file that is not
+/// exact (`--lm-head-dtype bf16` of an f32 block), the embedding's rows
+/// still come from its exact row file, never from that lossy matrix.
+#[test]
+fn a_lossy_forced_lm_head_never_serves_embedding_rows() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = pack("qwen2-tiny-f32", &[DType::F32, DType::BF16], tmp.path());
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let base = format!("{}/m", nginx.url());
+    let c = ReaderConfig {
+        columnar_embed: Some(format!("{base}/")),
+        lm_head_dtype: Some(DType::BF16),
+        ..config(8192)
+    };
+    let r = Reader::open(&format!("{base}/model.knot"), c, Serve::ALL).expect("open");
+    let m = r.lm_head().expect("output").matrix().expect("lm_head");
+    assert!(!m.is_exact() && m.dtype() == DType::BF16);
+    let e = r.embedding().expect("input");
+    let res = e.resolution();
+    assert!(
+        res.columnar()
+            .is_some_and(|c| c.desc.is_block_exact() && c.desc.dtype == DType::F32),
+        "{}",
+        res.reason()
+    );
+    let rows = e.rows(&[3u64]).expect("rows");
+    let (_, _, values) = local_block(&out, EMBED);
+    assert_eq!(rows.dtype(), DType::F32);
+    assert_eq!(
+        rows.bytes(0).expect("row"),
+        &values[3 * 256..4 * 256],
+        "exact"
+    );
+}

@@ -22,6 +22,7 @@
 //!   blocking APIs (the CLIs, `gkq-verify`, sync users of the reader) drive.
 //! - [`s3`] (feature `s3`): the S3 client R2 needs, shared with the uploader.
 
+mod answer;
 mod config;
 mod error;
 mod http;

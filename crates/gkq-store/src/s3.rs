@@ -12,10 +12,13 @@ use aws_sdk_s3::config::{
 };
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::answer::{content_range, fill};
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::parallel::Gate;
+use crate::range::{Expect, check_dest};
 use crate::retry::{Attempt, Runner, Transient};
 use crate::stats::{Counters, NetStats};
 
@@ -194,9 +197,6 @@ pub struct S3Store {
 
 type Try<T> = Attempt<T, StoreError>;
 
-/// Where a body goes as it arrives: `(offset in the body, bytes)`.
-type Sink<'a> = &'a mut (dyn FnMut(u64, &[u8]) + Send);
-
 /// An SDK failure: a final error, or one worth another attempt.
 fn attempt_error<E>(
     url: &str,
@@ -246,11 +246,7 @@ where
 
 impl S3Store {
     /// A backend for `ep` with `creds`, reading under `config`.
-    pub(crate) fn new(
-        ep: &Endpoint,
-        creds: SharedCredentialsProvider,
-        config: StoreConfig,
-    ) -> S3Store {
+    pub fn new(ep: &Endpoint, creds: SharedCredentialsProvider, config: StoreConfig) -> S3Store {
         S3Store {
             client: read_client(ep, creds, config.timeout),
             endpoint: ep.url.clone(),
@@ -314,15 +310,14 @@ impl S3Store {
     }
 
     /// One ranged `GetObject` of `bytes=start-end`, checked like the HTTP
-    /// path; `sink` gets the body as it arrives. Returns the end the body
-    /// covers and the object's length (from the Content-Range). `prefix`:
-    /// accept a shorter answer that ends at the object's end.
+    /// path ([`crate::answer`]) and streamed into `dest`: the end the body
+    /// covers and the object's length.
     async fn get_once(
         &self,
         url: &str,
         (start, end): (u64, u64),
-        prefix: bool,
-        sink: &Mutex<Sink<'_>>,
+        expect: Expect,
+        (dest, got): (&Mutex<&mut [u8]>, &AtomicU64),
     ) -> Try<(u64, u64)> {
         let Some((bucket, key)) = parse_s3_url(url) else {
             return Attempt::Fail(bad_url(url));
@@ -330,96 +325,67 @@ impl S3Store {
         let get = self.client.get_object().bucket(bucket).key(key);
         let out = match get.range(format!("bytes={start}-{end}")).send().await {
             Ok(o) => o,
-            Err(e) => {
-                if let Some(len) = e
-                    .raw_response()
-                    .filter(|r| r.status().as_u16() == 416)
-                    .and_then(|r| {
-                        r.headers()
-                            .get("content-range")
-                            .and_then(|cr| cr.strip_prefix("bytes */")?.parse().ok())
-                    })
-                {
-                    return Attempt::Fail(StoreError::PastEnd {
-                        url: url.into(),
-                        start,
-                        end,
-                        len,
-                    });
-                }
-                return never(attempt_error(url, "GetObject", &e));
-            }
+            Err(e) => return never(attempt_error(url, "GetObject", &e)),
         };
         let cr = out.content_range().unwrap_or_default().to_owned();
-        let (got_end, total) = match crate::range::parse_content_range(&cr) {
-            Some((a, b, t)) if a == start && (b == end || (prefix && b == end.min(t - 1))) => {
-                (b, t)
-            }
-            _ => {
-                return Attempt::Fail(StoreError::ContentRange {
-                    url: url.into(),
-                    expected: format!("bytes {start}-{end}/…"),
-                    found: cr,
-                });
-            }
-        };
-        let want = got_end - start + 1;
-        let length = |found| StoreError::BodyLength {
-            url: url.into(),
-            start,
-            end: got_end,
-            expected: want,
-            found,
+        let (end, total) = match content_range(url, &cr, (start, end), expect) {
+            Ok(v) => v,
+            Err(e) => return Attempt::Fail(e),
         };
         let mut body = out.body;
-        let mut got = 0u64;
-        loop {
-            match body.try_next().await {
-                Ok(Some(chunk)) => {
-                    if got + chunk.len() as u64 > want {
-                        return Attempt::Fail(length(got + chunk.len() as u64));
-                    }
-                    (crate::blocking::lock(sink))(got, &chunk);
-                    got += chunk.len() as u64;
-                    self.counters.body(chunk.len() as u64);
-                }
-                Ok(None) if got == want => return Attempt::Done((got_end, total)),
-                Ok(None) => return Attempt::Retry(Transient::msg(length(got).to_string())),
-                Err(e) => {
-                    return Attempt::Retry(Transient::msg(format!(
-                        "reading bytes={start}-{end}: {} after {got} of {want} bytes",
-                        gkq_format::root_cause(&e)
-                    )));
-                }
-            }
+        match fill(&mut body, url, (start, end), dest, (&self.counters, got)).await {
+            Attempt::Done(()) => Attempt::Done((end, total)),
+            Attempt::Retry(f) => Attempt::Retry(f),
+            Attempt::Fail(e) => Attempt::Fail(e),
         }
     }
 
-    /// [`S3Store::get_once`] under the runner.
+    /// [`S3Store::get_once`] under the runner; a 416 (a range past the
+    /// end) is [`StoreError::PastEnd`] with the object's length, which S3
+    /// servers do not all send with it: then a HEAD asks for it.
     async fn get_range(
         &self,
         url: &str,
         (start, end): (u64, u64),
-        prefix: bool,
-        sink: Sink<'_>,
+        expect: Expect,
+        dest: &mut [u8],
     ) -> Result<(u64, u64)> {
         let what = format!("bytes={start}-{end}");
         let bytes = end - start + 1;
         let deadline = self.config.deadline(bytes);
-        let sink = Mutex::new(sink);
+        let (dest, got) = (Mutex::new(dest), AtomicU64::new(0));
         let on_timeout = || {
             Transient::msg(format!(
-                "timed out: {what}: no complete answer within {:.1} s, the deadline for {bytes} bytes",
-                deadline.as_secs_f64()
+                "timed out: {what}: no complete answer within {:.1} s, the deadline for {bytes} bytes; {} bytes had arrived",
+                deadline.as_secs_f64(),
+                got.load(Ordering::Relaxed)
             ))
         };
-        self.runner(url, &what, bytes)
+        let r = self
+            .runner(url, &what, bytes)
             .run(
-                || self.get_once(url, (start, end), prefix, &sink),
+                || self.get_once(url, (start, end), expect, (&dest, &got)),
                 on_timeout,
             )
             .await
-            .map_err(|o| crate::http::finished(url, o))
+            .map_err(|o| crate::http::finished(url, o));
+        match r {
+            Err(StoreError::Status { status: 416, .. }) => Err(StoreError::PastEnd {
+                url: url.into(),
+                start,
+                end,
+                len: crate::read::RangeRead::head(self, url).await?.len,
+            }),
+            r => r,
+        }
+    }
+}
+
+impl crate::answer::Body for aws_sdk_s3::primitives::ByteStream {
+    async fn chunk(&mut self) -> std::result::Result<Option<bytes::Bytes>, (String, bool)> {
+        self.try_next()
+            .await
+            .map_err(|e| (gkq_format::root_cause(&e), false))
     }
 }
 
@@ -458,28 +424,14 @@ impl crate::read::RangeRead for S3Store {
         opts: crate::read::ReadOptions,
     ) -> crate::read::BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            let end = crate::range::check_dest(
+            let end = check_dest(
                 location,
                 start,
                 dest.len() as u64,
                 self.config.max_read_bytes,
             )?;
-            let mut sink = |at: u64, b: &[u8]| {
-                let at = usize::try_from(at).unwrap_or(usize::MAX);
-                if let Some(d) = at.checked_add(b.len()).and_then(|e| dest.get_mut(at..e)) {
-                    d.copy_from_slice(b);
-                }
-            };
-            let (_, total) = self
-                .get_range(location, (start, end), false, &mut sink)
-                .await?;
-            if let Some(t) = opts.total.filter(|&t| t != total) {
-                return Err(StoreError::ContentRange {
-                    url: location.into(),
-                    expected: format!("bytes {start}-{end}/{t}"),
-                    found: format!("bytes {start}-{end}/{total}"),
-                });
-            }
+            let expect = Expect::Exact(opts.total);
+            let (_, total) = self.get_range(location, (start, end), expect, dest).await?;
             Ok(total)
         })
     }
@@ -490,14 +442,12 @@ impl crate::read::RangeRead for S3Store {
         max: u64,
     ) -> crate::read::BoxFuture<'a, Result<(Vec<u8>, u64)>> {
         Box::pin(async move {
-            let end = crate::range::check_dest(location, 0, max, self.config.max_read_bytes)?;
-            let mut out = Vec::new();
-            let mut sink = |at: u64, b: &[u8]| {
-                // a retried attempt starts again from the first byte
-                out.truncate(usize::try_from(at).unwrap_or(usize::MAX));
-                out.extend_from_slice(b);
-            };
-            let (_, total) = self.get_range(location, (0, end), true, &mut sink).await?;
+            let end = check_dest(location, 0, max, self.config.max_read_bytes)?;
+            let mut out = vec![0u8; usize::try_from(max).unwrap_or(usize::MAX)];
+            let (got_end, total) = self
+                .get_range(location, (0, end), Expect::Prefix, &mut out)
+                .await?;
+            out.truncate(usize::try_from(got_end + 1).unwrap_or(usize::MAX));
             Ok((out, total))
         })
     }

@@ -62,6 +62,11 @@ pub struct VerifyOptions {
     pub ca_certs: Vec<PathBuf>,
 }
 
+/// Rows sampled per row file with `--url` by default (besides the first and last).
+pub const DEFAULT_SAMPLE_ROWS: u64 = 64;
+/// Seed of the sampled rows by default.
+pub const DEFAULT_SEED: u64 = 0x6b6e_6f74;
+
 impl VerifyOptions {
     /// Local checks only, with the defaults.
     pub fn new(target: impl Into<PathBuf>) -> VerifyOptions {
@@ -69,9 +74,9 @@ impl VerifyOptions {
             target: target.into(),
             source: None,
             url: None,
-            sample_rows: 64,
-            seed: 0x6b6e_6f74,
-            timeout: Duration::from_secs(10),
+            sample_rows: DEFAULT_SAMPLE_ROWS,
+            seed: DEFAULT_SEED,
+            timeout: gkq_store::DEFAULT_TIMEOUT,
             min_throughput: gkq_store::DEFAULT_MIN_THROUGHPUT,
             ca_certs: Vec::new(),
         }

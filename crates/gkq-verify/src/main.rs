@@ -46,13 +46,13 @@ struct Args {
     /// Random rows fetched per row file with --url (besides the first and last).
     #[arg(
         long,
-        default_value_t = 64,
+        default_value_t = gkq_verify::DEFAULT_SAMPLE_ROWS,
         value_name = "N",
         help_heading = "Remote (--url)"
     )]
     sample_rows: u64,
     /// Seed of the sampled rows.
-    #[arg(long, default_value_t = 0x6b6e_6f74, help_heading = "Remote (--url)")]
+    #[arg(long, default_value_t = gkq_verify::DEFAULT_SEED, help_heading = "Remote (--url)")]
     seed: u64,
     /// A PEM file of CA certificates to trust for --url besides the system
     /// store (repeatable; SSL_CERT_FILE replaces the system store).
@@ -62,7 +62,7 @@ struct Args {
     /// request for N bytes must finish within TIMEOUT + N / --min-throughput).
     #[arg(
         long,
-        default_value_t = 10.0,
+        default_value_t = gkq_store::DEFAULT_TIMEOUT.as_secs_f64(),
         value_name = "SECONDS",
         help_heading = "Remote (--url)"
     )]

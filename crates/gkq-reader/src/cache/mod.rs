@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use serde::Serialize;
+use gkq_store::bump;
 
 use entry::Found;
 pub use entry::STALE_TMP_AGE;
@@ -119,32 +119,23 @@ impl Kind {
     }
 }
 
-/// Counters of the disk cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct DiskStats {
-    /// Entries read and verified.
-    pub hits: u64,
-    /// Entries looked for and not there.
-    pub misses: u64,
-    /// Entries that failed verification (or were not files of the expected
-    /// length) and were deleted.
-    pub corrupt: u64,
-    /// Bytes read from verified entries.
-    pub bytes_read: u64,
-    /// Bytes written.
-    pub bytes_written: u64,
-    /// Entries evicted to keep the bound (stale temp files included).
-    pub evicted: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    hits: AtomicU64,
-    misses: AtomicU64,
-    corrupt: AtomicU64,
-    bytes_read: AtomicU64,
-    bytes_written: AtomicU64,
-    evicted: AtomicU64,
+gkq_store::stats! {
+    /// Counters of the disk cache.
+    pub struct DiskStats live Counters {
+        /// Entries read and verified.
+        pub hits,
+        /// Entries looked for and not there.
+        pub misses,
+        /// Entries that failed verification (or were not files of the
+        /// expected length) and were deleted.
+        pub corrupt,
+        /// Bytes read from verified entries.
+        pub bytes_read,
+        /// Bytes written.
+        pub bytes_written,
+        /// Entries evicted to keep the bound (stale temp files included).
+        pub evicted,
+    }
 }
 
 /// An open cache directory.
@@ -155,10 +146,6 @@ pub(crate) struct DiskCache {
     /// What this process believes the cache holds (refreshed by each eviction scan).
     total: AtomicU64,
     counters: Arc<Counters>,
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
 }
 
 /// Every file the cache holds: its entries, hints and temp files.
@@ -223,16 +210,7 @@ impl DiskCache {
 
     /// The counters so far.
     pub(crate) fn stats(&self) -> DiskStats {
-        let c = &self.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        DiskStats {
-            hits: l(&c.hits),
-            misses: l(&c.misses),
-            corrupt: l(&c.corrupt),
-            bytes_read: l(&c.bytes_read),
-            bytes_written: l(&c.bytes_written),
-            evicted: l(&c.evicted),
-        }
+        self.counters.snapshot()
     }
 
     /// The path of entry `key`, or `None` when `key` is not a key of `kind`

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gkq_format::root_cause;
 use reqwest::header::{HeaderMap, RANGE};
 
+use crate::answer::{content_range, fill};
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::parallel::Gate;
@@ -50,39 +51,11 @@ pub struct HttpStore {
 
 type Try<T> = Attempt<T, StoreError>;
 
-/// Where a body goes: an exact slice, or a buffer that grows with the bytes
-/// that arrive (a prefix of unknown length).
-enum Dest<'a> {
-    Slice(&'a mut [u8]),
-    Grow(&'a mut Vec<u8>),
-}
-
-impl Dest<'_> {
-    /// Prepares for a body of `want` bytes; false if it cannot hold them.
-    fn begin(&mut self, want: u64) -> bool {
-        match self {
-            Dest::Slice(s) => s.len() as u64 == want,
-            Dest::Grow(v) => {
-                v.clear();
-                v.reserve(usize::try_from(want.min(1 << 20)).unwrap_or(0));
-                true
-            }
-        }
-    }
-
-    fn put(&mut self, at: u64, bytes: &[u8]) {
-        match self {
-            Dest::Slice(s) => {
-                let at = usize::try_from(at).unwrap_or(usize::MAX);
-                if let Some(d) = at
-                    .checked_add(bytes.len())
-                    .and_then(|end| s.get_mut(at..end))
-                {
-                    d.copy_from_slice(bytes);
-                }
-            }
-            Dest::Grow(v) => v.extend_from_slice(bytes),
-        }
+impl crate::answer::Body for reqwest::Response {
+    async fn chunk(&mut self) -> std::result::Result<Option<bytes::Bytes>, (String, bool)> {
+        reqwest::Response::chunk(self)
+            .await
+            .map_err(|e| (root_cause(&e), e.is_timeout()))
     }
 }
 
@@ -295,9 +268,9 @@ impl HttpStore {
         url: &str,
         (start, end): (u64, u64),
         expect: Expect,
-        dest: &Mutex<Dest<'_>>,
+        dest: &Mutex<&mut [u8]>,
         got: &AtomicU64,
-    ) -> Try<u64> {
+    ) -> Try<(u64, u64)> {
         let (client, i) = self.client(connection);
         let req = client
             .get(url)
@@ -339,89 +312,28 @@ impl HttpStore {
             return Attempt::Fail(self.refused(url, what, resp).await);
         }
         let cr = header_str(resp.headers(), "content-range").unwrap_or_default();
-        let (end, object_len) = match expect.check(&cr, start, end) {
+        let (end, object_len) = match content_range(url, &cr, (start, end), expect) {
             Ok(v) => v,
-            Err(expected) => {
-                return Attempt::Fail(StoreError::ContentRange {
-                    url: url.into(),
-                    expected,
-                    found: cr,
-                });
-            }
+            Err(e) => return Attempt::Fail(e),
         };
-        let want = end - start + 1;
-        if !crate::blocking::lock(dest).begin(want) {
-            return Attempt::Fail(StoreError::BodyLength {
-                url: url.into(),
-                start,
-                end,
-                expected: want,
-                found: 0,
-            });
+        match fill(&mut resp, url, (start, end), dest, (&self.counters, got)).await {
+            Attempt::Done(()) => Attempt::Done((end, object_len)),
+            Attempt::Retry(f) => Attempt::Retry(f),
+            Attempt::Fail(e) => Attempt::Fail(e),
         }
-        match self.body(&mut resp, url, (start, end), dest, got).await {
-            Some(stop) => stop,
-            None => Attempt::Done(object_len),
-        }
-    }
-
-    /// Streams the body of a 206 for bytes `start..=end` into `dest`:
-    /// `None` when exactly those bytes arrived, else what to do instead.
-    async fn body(
-        &self,
-        resp: &mut reqwest::Response,
-        url: &str,
-        (start, end): (u64, u64),
-        dest: &Mutex<Dest<'_>>,
-        got: &AtomicU64,
-    ) -> Option<Try<u64>> {
-        let want = end - start + 1;
-        let length = |found| StoreError::BodyLength {
-            url: url.into(),
-            start,
-            end,
-            expected: want,
-            found,
-        };
-        let mut have = 0u64;
-        loop {
-            match resp.chunk().await {
-                Ok(Some(b)) => {
-                    let n = b.len() as u64;
-                    if have + n > want {
-                        return Some(Attempt::Fail(length(have + n)));
-                    }
-                    crate::blocking::lock(dest).put(have, &b);
-                    have += n;
-                    got.store(have, Ordering::Relaxed);
-                    self.counters.body(n);
-                }
-                Ok(None) => break,
-                // a reset or a stall mid-body: retry the whole range
-                Err(e) => {
-                    return Some(Attempt::Retry(Transient {
-                        timeout: e.is_timeout(),
-                        ..Transient::msg(format!(
-                            "reading bytes={start}-{end}: {} after {have} of {want} bytes",
-                            root_cause(&e)
-                        ))
-                    }));
-                }
-            }
-        }
-        (have != want).then(|| Attempt::Retry(Transient::msg(length(have).to_string())))
     }
 
     /// [`HttpStore::ranged_once`] under the store's retry runner, each
-    /// attempt within the deadline of its bytes; returns the object's length.
+    /// attempt within the deadline of its bytes; returns the end the body
+    /// covered (a prefix may be shorter) and the object's length.
     async fn ranged(
         &self,
         connection: Connection,
         url: &str,
         (start, end): (u64, u64),
         expect: Expect,
-        dest: Dest<'_>,
-    ) -> Result<u64> {
+        dest: &mut [u8],
+    ) -> Result<(u64, u64)> {
         let bytes = end - start + 1;
         let deadline = self.config.deadline(bytes);
         let what = format!("bytes={start}-{end}");
@@ -484,14 +396,26 @@ impl RangeRead for HttpStore {
                 dest.len() as u64,
                 self.config.max_read_bytes,
             )?;
-            self.ranged(
-                opts.connection,
-                location,
-                (start, end),
-                Expect::Exact(opts.total),
-                Dest::Slice(dest),
-            )
-            .await
+            let r = self
+                .ranged(
+                    opts.connection,
+                    location,
+                    (start, end),
+                    Expect::Exact(opts.total),
+                    dest,
+                )
+                .await
+                .map(|(_, total)| total);
+            match r {
+                // a 416 without `Content-Range: bytes */N`: a HEAD says N
+                Err(StoreError::Status { status: 416, .. }) => Err(StoreError::PastEnd {
+                    url: location.into(),
+                    start,
+                    end,
+                    len: self.head(location).await?.len,
+                }),
+                r => r,
+            }
         })
     }
 
@@ -502,16 +426,17 @@ impl RangeRead for HttpStore {
     ) -> BoxFuture<'a, Result<(Vec<u8>, u64)>> {
         Box::pin(async move {
             let end = check_dest(location, 0, max, self.config.max_read_bytes)?;
-            let mut out = Vec::new();
-            let total = self
+            let mut out = vec![0u8; usize::try_from(max).unwrap_or(usize::MAX)];
+            let (got_end, total) = self
                 .ranged(
                     Connection::Shared,
                     location,
                     (0, end),
                     Expect::Prefix,
-                    Dest::Grow(&mut out),
+                    &mut out,
                 )
                 .await?;
+            out.truncate(usize::try_from(got_end + 1).unwrap_or(usize::MAX));
             Ok((out, total))
         })
     }

@@ -1,0 +1,101 @@
+//! What every backend checks of an answer to a range request, in one
+//! place: the `Content-Range` it must carry (exactly the range asked for,
+//! of an object of the length the caller knows), and a body of exactly
+//! that length, streamed into the caller's buffer as it arrives.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
+use crate::error::StoreError;
+use crate::range::{Expect, parse_content_range};
+use crate::retry::{Attempt, Transient};
+use crate::stats::Counters;
+
+/// A body that arrives in chunks (a reqwest response, an S3 byte stream).
+pub(crate) trait Body: Send {
+    /// The next chunk; `Err` with the cause in words and whether it was a
+    /// timeout.
+    fn chunk(&mut self) -> impl Future<Output = Result<Option<Bytes>, (String, bool)>> + Send;
+}
+
+/// The end the body of a `206` covers and the object's length, from its
+/// `Content-Range`, or why it is not the answer to `bytes=start-end`.
+pub(crate) fn content_range(
+    url: &str,
+    cr: &str,
+    (start, end): (u64, u64),
+    expect: Expect,
+) -> Result<(u64, u64), StoreError> {
+    expect.check(cr, start, end).map_err(|expected| {
+        match (expect, parse_content_range(cr)) {
+            // the right range of an object of another length
+            (Expect::Exact(Some(t)), Some((a, b, found))) if (a, b) == (start, end) => {
+                StoreError::ObjectLength {
+                    url: url.into(),
+                    expected: t,
+                    found,
+                }
+            }
+            _ => StoreError::ContentRange {
+                url: url.into(),
+                expected,
+                found: cr.to_owned(),
+            },
+        }
+    })
+}
+
+/// Streams `body` (the answer for bytes `start..=end`) into the start of
+/// `dest`, counting into `counters` and `got`: done when exactly those
+/// bytes arrived; a longer body is final, a cut or short one is retried.
+pub(crate) async fn fill(
+    body: &mut impl Body,
+    url: &str,
+    (start, end): (u64, u64),
+    dest: &Mutex<&mut [u8]>,
+    (counters, got): (&Counters, &AtomicU64),
+) -> Attempt<(), StoreError> {
+    let want = end - start + 1;
+    let length = |found| StoreError::BodyLength {
+        url: url.into(),
+        start,
+        end,
+        expected: want,
+        found,
+    };
+    if (crate::blocking::lock(dest).len() as u64) < want {
+        return Attempt::Fail(length(0));
+    }
+    let mut have = 0u64;
+    loop {
+        match body.chunk().await {
+            Ok(Some(b)) => {
+                let n = b.len() as u64;
+                if have + n > want {
+                    return Attempt::Fail(length(have + n));
+                }
+                let at = usize::try_from(have).unwrap_or(usize::MAX);
+                if let Some(d) = crate::blocking::lock(dest).get_mut(at..at + b.len()) {
+                    d.copy_from_slice(&b);
+                }
+                have += n;
+                got.store(have, Ordering::Relaxed);
+                counters.body(n);
+            }
+            Ok(None) if have == want => return Attempt::Done(()),
+            Ok(None) => return Attempt::Retry(Transient::msg(length(have).to_string())),
+            // a reset or a stall mid-body: retry the whole range
+            Err((why, timeout)) => {
+                return Attempt::Retry(Transient {
+                    timeout,
+                    ..Transient::msg(format!(
+                        "reading bytes={start}-{end}: {why} after {have} of {want} bytes"
+                    ))
+                });
+            }
+        }
+    }
+}

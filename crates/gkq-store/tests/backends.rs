@@ -1,0 +1,166 @@
+//! One contract for every backend (object_store's `integration.rs` way):
+//! the same calls and edge cases against a local file, nginx over HTTP,
+//! and s3s-fs over S3, each a real server on 127.0.0.1, and the same
+//! answer from each.
+
+use std::path::Path;
+
+use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
+use gkq_store::{
+    HttpStore, LocalStore, RangeRead, ReadCheck, ReadOptions, Store, StoreConfig, StoreError,
+};
+use sha2::{Digest, Sha256};
+
+const LEN: usize = 100_003;
+
+fn object() -> Vec<u8> {
+    (0..LEN).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+fn config() -> StoreConfig {
+    let mut c = StoreConfig {
+        max_read_bytes: 1 << 20,
+        ..StoreConfig::default()
+    };
+    c.retry.backoff = std::time::Duration::from_millis(5);
+    c.parallel.part_size = 8192;
+    c
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The contract: `obj` holds [`object`], `missing` names nothing.
+async fn contract(name: &str, b: &dyn RangeRead, obj: &str, missing: &str) {
+    let data = object();
+    let opts = ReadOptions::default();
+    // HEAD gives the length
+    assert_eq!(b.head(obj).await.expect("head").len, LEN as u64, "{name}");
+    // an exact range, into the caller's buffer; the object's length back
+    let mut buf = vec![0u8; 1000];
+    let total = b.read_into(obj, 500, &mut buf, opts).await.expect("range");
+    assert_eq!((total, &buf[..]), (LEN as u64, &data[500..1500]), "{name}");
+    // the last byte, and a range given by its inclusive end
+    let v = b.read_vec(obj, LEN as u64 - 1, LEN as u64 - 1, opts).await;
+    assert_eq!(v.expect("last byte"), data[LEN - 1..], "{name}");
+    // a prefix longer than the object is the whole object
+    let (all, total) = b.read_prefix(obj, 1 << 19).await.expect("prefix");
+    assert_eq!((total, all.len()), (LEN as u64, LEN), "{name}");
+    assert!(all == data, "{name}");
+    // the edge cases, refused before anything is sent
+    let e = b.read_prefix(obj, 0).await.expect_err("empty prefix");
+    assert!(matches!(e, StoreError::EmptyRange { .. }), "{name}: {e}");
+    let e = b.read_prefix(obj, 2 << 20).await.expect_err("over the cap");
+    assert!(
+        matches!(e, StoreError::TooLarge { cap, .. } if cap == 1 << 20),
+        "{name}: {e}"
+    );
+    let e = b
+        .read_vec(obj, 0, 2 << 20, opts)
+        .await
+        .expect_err("over the cap");
+    assert!(matches!(e, StoreError::TooLarge { .. }), "{name}: {e}");
+    let e = b
+        .read_into(obj, 0, &mut [], opts)
+        .await
+        .expect_err("empty buffer");
+    assert!(matches!(e, StoreError::EmptyRange { .. }), "{name}: {e}");
+    let e = b.read_vec(obj, 10, 9, opts).await.expect_err("reversed");
+    assert!(matches!(e, StoreError::EmptyRange { .. }), "{name}: {e}");
+    // a range past the end says how long the object is
+    let e = b.read_vec(obj, LEN as u64, LEN as u64 + 9, opts).await;
+    let e = e.expect_err("past the end");
+    assert!(
+        matches!(e, StoreError::PastEnd { len, .. } if len == LEN as u64),
+        "{name}: {e}"
+    );
+    // an object of another length than the caller knows
+    let wrong = ReadOptions {
+        total: Some(LEN as u64 + 1),
+        ..opts
+    };
+    let e = b
+        .read_vec(obj, 0, 9, wrong)
+        .await
+        .expect_err("another length");
+    assert!(
+        matches!(e, StoreError::ObjectLength { expected, found, .. } if expected == LEN as u64 + 1 && found == LEN as u64),
+        "{name}: {e}"
+    );
+    // a missing object
+    let e = b.head(missing).await.expect_err("missing");
+    assert!(matches!(e, StoreError::NotFound { .. }), "{name}: {e}");
+    let e = b.read_vec(missing, 0, 9, opts).await.expect_err("missing");
+    assert!(matches!(e, StoreError::NotFound { .. }), "{name}: {e}");
+    // parallel verified parts
+    let want: [u8; 32] = Sha256::digest(&data[7..90_007]).into();
+    let got = b
+        .read_checked(obj, (7, 90_000), Some(LEN as u64), ReadCheck::Sha256(want))
+        .await
+        .expect("verified");
+    assert!(got[..] == data[7..90_007], "{name}");
+    let e = b
+        .read_checked(obj, (0, 50_000), None, ReadCheck::Sha256([7; 32]))
+        .await
+        .expect_err("a wrong digest");
+    assert!(matches!(e, StoreError::Digest { .. }), "{name}: {e}");
+}
+
+fn write_object(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("dir");
+    std::fs::write(dir.join("object"), object()).expect("object");
+}
+
+#[test]
+fn local_files_keep_the_contract() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    write_object(tmp.path());
+    let b = LocalStore::new(&config());
+    let at = |n: &str| tmp.path().join(n).display().to_string();
+    rt().block_on(contract("local", &b, &at("object"), &at("missing")));
+}
+
+#[test]
+fn http_keeps_the_contract() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    write_object(&tmp.path().join("www"));
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx (scripts/install-test-deps.sh)");
+    let b = HttpStore::new(config()).expect("client");
+    let at = |n: &str| format!("{}/{n}", nginx.url());
+    rt().block_on(contract("http", &b, &at("object"), &at("missing")));
+    // the router gives the same answers
+    let s = Store::new(config()).expect("store");
+    rt().block_on(contract("store/http", &s, &at("object"), &at("missing")));
+}
+
+#[test]
+fn s3_keeps_the_contract() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs (scripts/install-test-deps.sh)");
+    write_object(&s3.data().join("bucket"));
+    let ep = gkq_store::s3::Endpoint {
+        url: s3.url(),
+        region: "us-east-1".into(),
+    };
+    let creds = aws_sdk_s3::config::SharedCredentialsProvider::new(
+        aws_sdk_s3::config::Credentials::new(S3_ACCESS_KEY, S3_SECRET_KEY, None, None, "test"),
+    );
+    let b = gkq_store::s3::S3Store::new(&ep, creds, config());
+    rt().block_on(contract(
+        "s3",
+        &b,
+        "s3://bucket/object",
+        "s3://bucket/missing",
+    ));
+    assert!(b.stats().requests > 0);
+}
