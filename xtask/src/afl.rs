@@ -14,13 +14,14 @@ use anyhow::{Context, bail};
 use crate::{cargo, root, run};
 
 /// Every target of `fuzz/src/lib.rs`.
-pub(crate) const TARGETS: [&str; 6] = [
+pub(crate) const TARGETS: [&str; 7] = [
     "knot",
     "merkle",
     "runs",
     "config",
     "safetensors",
     "spectral",
+    "quant",
 ];
 
 fn out_dir(target: &str) -> PathBuf {

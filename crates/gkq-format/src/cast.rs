@@ -49,6 +49,38 @@ fn bf16_of(c: &[u8]) -> f32 {
 /// Elements decoded per step by the loops below.
 const BLOCK: usize = 1024;
 
+/// A cast that a block type is one side of (section 6): dequantized to f32
+/// exactly, then cast to a float dtype, or quantized from the f32 values
+/// (ggml's reference quantizer, section 3.5). The error is the largest
+/// `|x - cast(x)|`; no value overflows.
+fn requantize(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> Option<CastReport> {
+    let mut x = Vec::new();
+    if !decode_f32(src, from, &mut x) {
+        return None;
+    }
+    let start = out.len();
+    if to.is_quantized() {
+        if !crate::quant::quantize(&x, to, out) {
+            return None;
+        }
+    } else {
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        cast_row(&bytes, DType::F32, to, out)?;
+    }
+    let mut y = Vec::new();
+    decode_f32(out.get(start..)?, to, &mut y).then_some(())?;
+    let max_abs_error = x
+        .iter()
+        .zip(&y)
+        .filter(|(a, _)| a.is_finite())
+        .map(|(a, b)| (f64::from(*a) - f64::from(*b)).abs())
+        .fold(0.0, f64::max);
+    Some(CastReport {
+        max_abs_error,
+        first_overflow: None,
+    })
+}
+
 /// Decodes `out.len()` elements of `src` (in `dtype`) into `out`, with the
 /// dtype matched once per block so that each inner loop is monomorphic.
 fn decode_into(src: &[u8], dtype: DType, out: &mut [f32]) {
@@ -65,9 +97,13 @@ fn decode_into(src: &[u8], dtype: DType, out: &mut [f32]) {
     }
 }
 
-/// Decodes f32/f16/bf16 little-endian bytes into `out` (cleared first).
-/// Returns `false` if `dtype` is not one of those or `src` is not whole elements.
+/// Decodes f32/f16/bf16 little-endian bytes, or dequantizes whole blocks
+/// of a block type (section 3.5), into `out` (cleared first). Returns
+/// `false` if `dtype` is neither or `src` is not whole elements (blocks).
 pub fn decode_f32(src: &[u8], dtype: DType, out: &mut Vec<f32>) -> bool {
+    if dtype.is_quantized() {
+        return crate::quant::dequantize(src, dtype, out);
+    }
     out.clear();
     let size = usize::try_from(dtype.itemsize()).unwrap_or(1);
     if !dtype.is_castable_float() || !src.len().is_multiple_of(size) {
@@ -84,13 +120,22 @@ pub fn decode_f32(src: &[u8], dtype: DType, out: &mut Vec<f32>) -> bool {
 /// rounds to nearest, ties to even. Returns `None` if the dtypes cannot be
 /// cast or `src` is not whole elements.
 pub fn cast_row(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> Option<CastReport> {
+    if from == to {
+        let whole = match from.block() {
+            Some((_, b)) => src.len().is_multiple_of(usize::try_from(b).ok()?),
+            None => src
+                .len()
+                .is_multiple_of(usize::try_from(from.itemsize()).ok()?.max(1)),
+        };
+        whole.then(|| out.extend_from_slice(src))?;
+        return Some(CastReport::default());
+    }
+    if from.is_quantized() || to.is_quantized() {
+        return requantize(src, from, to, out);
+    }
     let size = usize::try_from(from.itemsize()).ok()?;
     if !src.len().is_multiple_of(size) {
         return None;
-    }
-    if from == to {
-        out.extend_from_slice(src);
-        return Some(CastReport::default());
     }
     if !from.is_castable_float() || !to.is_castable_float() {
         return None;
@@ -222,10 +267,30 @@ fn narrow(x: &[f32], dst: &mut [u8], to: impl Fn(f32) -> ([u8; 2], f32)) -> Cast
 }
 
 /// Largest `|a[i] - b[i]|` between two runs of float elements of the same
-/// count (f32/f16/bf16, widened exactly to f32, difference in f64), ignoring
+/// count (f32/f16/bf16 widened exactly to f32, or a block type's
+/// dequantized values; difference in f64), ignoring
 /// positions where either side is not finite. `None` if the dtypes are not
 /// float dtypes or the counts differ.
 pub fn max_abs_diff(a: &[u8], a_dtype: DType, b: &[u8], b_dtype: DType) -> Option<f64> {
+    if a_dtype.is_quantized() || b_dtype.is_quantized() {
+        // a block type (section 3.5): its dequantized values
+        let (mut xa, mut xb) = (Vec::new(), Vec::new());
+        if !decode_f32(a, a_dtype, &mut xa)
+            || !decode_f32(b, b_dtype, &mut xb)
+            || xa.len() != xb.len()
+        {
+            return None;
+        }
+        let finite = xa
+            .iter()
+            .zip(&xb)
+            .filter(|(x, y)| x.is_finite() && y.is_finite());
+        return Some(
+            finite
+                .map(|(x, y)| (f64::from(*x) - f64::from(*y)).abs())
+                .fold(0.0, f64::max),
+        );
+    }
     let (sa, sb) = (
         usize::try_from(a_dtype.itemsize()).ok()?,
         usize::try_from(b_dtype.itemsize()).ok()?,
@@ -271,7 +336,9 @@ pub fn first_inexact(
     reference: &[u8],
     target: DType,
 ) -> Option<usize> {
-    let isz = usize::try_from(target.itemsize()).unwrap_or(1).max(1);
+    // a block type is compared block by block (section 3.5)
+    let unit = target.block().map_or(target.itemsize(), |(_, b)| b);
+    let isz = usize::try_from(unit).unwrap_or(1).max(1);
     let cast;
     let got: &[u8] = if dtype == target {
         values

@@ -1,9 +1,12 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// Element type of a block or a row file (docs/FORMAT.md section 3.3).
+/// Element type of a block or a row file (docs/FORMAT.md section 3.3): an
+/// element type (its values one by one), or one of ggml's block-quantized
+/// types (section 3.5: blocks of 32 or 256 values with their scales inline).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
+#[allow(non_camel_case_types)]
 pub enum DType {
     /// IEEE 754 binary32.
     F32,
@@ -35,9 +38,25 @@ pub enum DType {
     F8E5M2,
     /// 8-bit float, 4 exponent bits.
     F8E4M3,
+    /// ggml Q4_0: blocks of 32, an f16 scale, 4-bit codes.
+    Q4_0,
+    /// ggml Q4_1: blocks of 32, f16 scale and minimum, 4-bit codes.
+    Q4_1,
+    /// ggml Q5_0: blocks of 32, an f16 scale, 5-bit codes.
+    Q5_0,
+    /// ggml Q5_1: blocks of 32, f16 scale and minimum, 5-bit codes.
+    Q5_1,
+    /// ggml Q8_0: blocks of 32, an f16 scale, 8-bit codes.
+    Q8_0,
+    /// ggml Q4_K: super-blocks of 256, eight 6-bit scales and minimums, 4-bit codes.
+    Q4_K,
+    /// ggml Q5_K: super-blocks of 256, eight 6-bit scales and minimums, 5-bit codes.
+    Q5_K,
+    /// ggml Q6_K: super-blocks of 256, sixteen 8-bit scales, 6-bit codes.
+    Q6_K,
 }
 
-const ALL: [DType; 15] = [
+const ALL: [DType; 23] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -53,11 +72,31 @@ const ALL: [DType; 15] = [
     DType::Bool,
     DType::F8E5M2,
     DType::F8E4M3,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
+
+/// The block types, in code order.
+pub const QUANTIZED: [DType; 8] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
 ];
 
 impl DType {
     /// Every dtype, in code order.
-    pub const ALL: [DType; 15] = ALL;
+    pub const ALL: [DType; 23] = ALL;
 
     /// The on-disk code.
     pub fn code(self) -> u8 {
@@ -77,6 +116,14 @@ impl DType {
             DType::Bool => 12,
             DType::F8E5M2 => 13,
             DType::F8E4M3 => 14,
+            DType::Q4_0 => 15,
+            DType::Q4_1 => 16,
+            DType::Q5_0 => 17,
+            DType::Q5_1 => 18,
+            DType::Q8_0 => 19,
+            DType::Q4_K => 20,
+            DType::Q5_K => 21,
+            DType::Q6_K => 22,
         }
     }
 
@@ -85,14 +132,65 @@ impl DType {
         ALL.get(usize::from(code)).copied()
     }
 
-    /// Bytes per element.
+    /// Bytes per element of an element type; 0 for a block type, whose
+    /// sizes [`DType::row_bytes`] and [`DType::block`] give.
     pub fn itemsize(self) -> u64 {
         match self {
             DType::F64 | DType::I64 | DType::U64 => 8,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool | DType::F8E5M2 | DType::F8E4M3 => 1,
+            _ => 0,
         }
+    }
+
+    /// `(values, bytes)` of one block of a block type (section 3.5).
+    pub fn block(self) -> Option<(u64, u64)> {
+        crate::quant::layout(self).map(|(n, b)| (n as u64, b as u64))
+    }
+
+    /// One of ggml's block types.
+    pub fn is_quantized(self) -> bool {
+        self.block().is_some()
+    }
+
+    /// Bytes of a row of `cols` values: `cols × itemsize`, or for a block
+    /// type `cols / values × bytes` when `cols` is a whole number of
+    /// blocks; `None` when it is not, or on overflow.
+    pub fn row_bytes(self, cols: u64) -> Option<u64> {
+        match self.block() {
+            Some((n, b)) if cols.is_multiple_of(n) => cols.checked_div(n)?.checked_mul(b),
+            Some(_) => None,
+            None => cols.checked_mul(self.itemsize()),
+        }
+    }
+
+    /// Which of the knot's versions carries this dtype first: the block
+    /// types came with layout version 4.
+    pub fn since_version(self) -> u32 {
+        if self.is_quantized() { 4 } else { 2 }
+    }
+
+    /// One of ggml's block types by name (`q4_0`, `Q4_K`, …), for flags.
+    pub fn parse_quantized(s: &str) -> Result<DType, String> {
+        match s.trim().parse::<DType>() {
+            Ok(d) if d.is_quantized() => Ok(d),
+            _ => Err(format!(
+                "{s:?} is not a quantized type: one of q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k"
+            )),
+        }
+    }
+
+    /// A row file dtype by name: a float dtype (as [`DType::parse_float`])
+    /// or a block type (as [`DType::parse_quantized`]).
+    pub fn parse_row(s: &str) -> Result<DType, String> {
+        DType::parse_float(s).or_else(|_| {
+            DType::parse_quantized(s).map_err(|_| {
+                format!(
+                    "{s:?} is not a row dtype: f32, f16, bf16 (or fp32, float16, half, bfloat16…), or a quantized type: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k"
+                )
+            })
+        })
     }
 
     /// F32, F16 or BF16: the dtypes that may be cast into one another.
@@ -136,6 +234,14 @@ impl DType {
             DType::Bool => "bool",
             DType::F8E5M2 => "f8_e5m2",
             DType::F8E4M3 => "f8_e4m3",
+            DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q8_0 => "q8_0",
+            DType::Q4_K => "q4_k",
+            DType::Q5_K => "q5_k",
+            DType::Q6_K => "q6_k",
         }
     }
 }
@@ -186,7 +292,8 @@ mod tests {
             assert_eq!(DType::from_code(d.code()), Some(d));
             assert_eq!(d.name().parse::<DType>(), Ok(d));
         }
-        assert_eq!(DType::from_code(15), None);
+        assert_eq!(DType::from_code(23), None);
+        assert_eq!(DType::from_code(19), Some(DType::Q8_0));
         assert_eq!("F8_E4M3".parse::<DType>(), Ok(DType::F8E4M3));
     }
 }

@@ -66,6 +66,31 @@ pub enum Error {
         /// How many.
         extra: u64,
     },
+    /// A block type (section 3.5) in a knot of a version before 4.
+    #[error("block {block:?}: dtype {dtype} needs knot version 4, this knot is version {version}")]
+    DtypeVersion {
+        /// The block.
+        block: String,
+        /// The dtype.
+        dtype: crate::DType,
+        /// The knot's version.
+        version: u32,
+    },
+    /// A block-type tensor whose last dimension is not a whole number of
+    /// blocks (section 3.5).
+    #[error(
+        "block {block:?}: its last dimension ({cols}) is not a whole number of {dtype} blocks of {per} values"
+    )]
+    BlockShape {
+        /// The block.
+        block: String,
+        /// Its dtype.
+        dtype: crate::DType,
+        /// The last dimension.
+        cols: u64,
+        /// Values per block.
+        per: u64,
+    },
     /// A knot id (`--knot-id`, a pin) that is not 64 hex digits.
     #[error("{given} is not a knot id: {reason}")]
     BadKnotId {
@@ -424,6 +449,14 @@ pub enum Error {
     /// The `spectral.*` metadata lists break a rule (docs/FORMAT.md 3.1).
     #[error("metadata {key}: {reason}")]
     SpectralMetadata {
+        /// The key at fault.
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The `quant.*` metadata lists break a rule (docs/FORMAT.md 3.1).
+    #[error("metadata {key}: {reason}")]
+    QuantMetadata {
         /// The key at fault.
         key: &'static str,
         /// What is wrong.

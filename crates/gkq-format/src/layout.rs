@@ -7,6 +7,10 @@ pub const MAGIC: [u8; 8] = *b"GKQKNOT\0";
 pub const VERSION: u32 = 3;
 /// The first release's version, still read (docs/FORMAT.md section 9a).
 pub const VERSION_2: u32 = 2;
+/// Layout revision 4: revision 3 plus the block-quantized dtypes (section
+/// 3.5). Writers write it exactly when a block or a descriptor has one, so
+/// a reader of version 3 refuses such a knot by its version.
+pub const VERSION_4: u32 = 4;
 /// Length of the fixed preamble.
 pub const PREAMBLE_LEN: u64 = 72;
 /// Alignment of every payload and of the payload region.

@@ -19,6 +19,7 @@
 mod cast;
 mod dtype;
 mod error;
+mod figures;
 mod id;
 mod knot;
 pub mod layout;
@@ -26,6 +27,7 @@ pub mod merkle;
 mod model;
 mod parse;
 pub mod progress;
+pub mod quant;
 pub mod runs;
 mod spectral;
 mod validate;
@@ -37,7 +39,7 @@ mod tests;
 mod testutil;
 
 pub use cast::{CastReport, cast_row, decode_f32, first_inexact, max_abs_diff};
-pub use dtype::DType;
+pub use dtype::{DType, QUANTIZED};
 pub use error::{Error, Result, error_chain, root_cause};
 pub use id::KnotId;
 pub use knot::{
@@ -46,8 +48,8 @@ pub use knot::{
 };
 pub use model::{
     BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME,
-    Metadata, Payload, Preamble, Quant, Role, RowProof, SOURCE_EXACT, SpectralFigure, Value, keys,
-    rows_object_name,
+    Metadata, Payload, Preamble, Quant, QuantFigure, Role, RowProof, SOURCE_EXACT, SpectralFigure,
+    Value, keys, rows_object_name,
 };
 pub use spectral::{FrobeniusError, SpectralParts, decimal, reconstruct_spectral};
 pub use write::{KnotWriter, encode_prefix};

@@ -47,6 +47,16 @@ pub mod keys {
     /// `STR_LIST`: row files (descriptor objects, strictly ascending) that
     /// have a runs object `<object>.runs` next to them (FORMAT.md 7b).
     pub const COLUMNAR_RUNS: &str = "columnar.runs";
+    /// `STR_LIST`: the quantized blocks (section 3.5) whose figures
+    /// follow, in table order.
+    pub const QUANT_BLOCKS: &str = "quant.blocks";
+    /// `STR_LIST`: per block of `quant.blocks`, the root mean square of the
+    /// difference between its dequantized values and the source tensor's,
+    /// as a decimal.
+    pub const QUANT_RMSE: &str = "quant.rmse";
+    /// `STR_LIST`: per block of `quant.blocks`, the largest absolute
+    /// difference between its dequantized values and the source tensor's.
+    pub const QUANT_MAX_ABS_ERROR: &str = "quant.max_abs_error";
     /// Prefix of the role keys: every `role.*` key is a `STR` naming a block.
     pub const ROLE_PREFIX: &str = "role.";
 }
@@ -108,6 +118,17 @@ pub struct SpectralFigure<'a> {
     pub rel_frobenius_error: f64,
     /// `Σ_{i<K} σ_i² / Σ σ_i²` of the source tensor.
     pub energy_kept: f64,
+}
+
+/// What the writer recorded about one quantized block (docs/FORMAT.md 3.5).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QuantFigure<'a> {
+    /// Block name.
+    pub block: &'a str,
+    /// Root mean square of source − dequantized.
+    pub rmse: f64,
+    /// Largest |source − dequantized|.
+    pub max_abs_error: f64,
 }
 
 /// Quantisation of spectral factors (docs/FORMAT.md section 5).
@@ -210,7 +231,7 @@ impl ColumnarDescriptor {
     /// A descriptor for a `[rows, cols]` tensor in `dtype`, with a zero digest
     /// (the writer fills it in), or `None` if the sizes overflow.
     pub fn for_shape(rows: u64, cols: u64, dtype: DType, object: String) -> Option<Self> {
-        let row_bytes = cols.checked_mul(dtype.itemsize())?;
+        let row_bytes = dtype.row_bytes(cols)?;
         let byte_len = rows.checked_mul(row_bytes)?;
         Some(ColumnarDescriptor {
             dtype,
@@ -356,21 +377,28 @@ impl Block {
     }
 }
 
-/// `product(shape) * itemsize`, or `None` on overflow. A shape with a zero
-/// dimension is 0 bytes (docs/FORMAT.md 3.2): nothing overflows.
+/// `product(shape) × itemsize`, or for a block type
+/// `product(shape[..n-1]) × row_bytes(shape[n-1])`; `None` on overflow, or
+/// when the last dimension is not a whole number of blocks. A shape with a
+/// zero dimension is 0 bytes (docs/FORMAT.md 3.2): nothing overflows.
 pub(crate) fn shape_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
     if shape.contains(&0) {
         return Some(0);
     }
-    shape
-        .iter()
-        .try_fold(dtype.itemsize(), |a, &d| a.checked_mul(d))
+    let (outer, last) = match shape.split_last() {
+        Some((&last, outer)) => (outer, last),
+        None if dtype.is_quantized() => return None,
+        None => return Some(dtype.itemsize()),
+    };
+    let row = dtype.row_bytes(last)?;
+    outer.iter().try_fold(row, |a, &d| a.checked_mul(d))
 }
 
 /// The fixed preamble (docs/FORMAT.md section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Preamble {
-    /// Layout version: 3 (written), or 2 (read; docs/FORMAT.md section 9a).
+    /// Layout version: 3 or 4 (written: 4 with a block type), or 2 (read;
+    /// docs/FORMAT.md section 9a).
     pub version: u32,
     /// Length of the header after the preamble.
     pub header_len: u64,
@@ -463,6 +491,29 @@ impl Header {
                     block: b,
                     rel_frobenius_error: e.parse().ok()?,
                     energy_kept: k.parse().ok()?,
+                })
+            })
+            .collect()
+    }
+
+    /// The recorded figures of the quantized blocks (`quant.blocks`,
+    /// `quant.rmse`, `quant.max_abs_error`), in order. Entries that do not
+    /// parse are skipped (a validated header has none).
+    pub fn quant_figures(&self) -> Vec<QuantFigure<'_>> {
+        let blocks = self.meta_list(keys::QUANT_BLOCKS).unwrap_or_default();
+        let rmse = self.meta_list(keys::QUANT_RMSE).unwrap_or_default();
+        let max = self
+            .meta_list(keys::QUANT_MAX_ABS_ERROR)
+            .unwrap_or_default();
+        blocks
+            .iter()
+            .zip(rmse)
+            .zip(max)
+            .filter_map(|((b, r), m)| {
+                Some(QuantFigure {
+                    block: b,
+                    rmse: r.parse().ok()?,
+                    max_abs_error: m.parse().ok()?,
                 })
             })
             .collect()

@@ -126,7 +126,7 @@ pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<Preamble> {
         return Err(Error::BadMagic { found: magic });
     }
     let version = c.u32("version")?;
-    if version != VERSION && version != VERSION_2 {
+    if !matches!(version, VERSION_2 | VERSION | VERSION_4) {
         return Err(Error::UnsupportedVersion { found: version });
     }
     let _reserved = c.u32("reserved")?;
@@ -260,6 +260,23 @@ fn parse_spectral(c: &mut Cursor<'_>, block: &str) -> Result<Encoding> {
     })
 }
 
+/// The dtype of `code` in a knot of `version` (of `block`, for messages):
+/// the block types exist from version 4 on.
+fn dtype_of(code: u8, block: &str, version: u32) -> Result<DType> {
+    let dtype = DType::from_code(code).ok_or_else(|| Error::UnknownDtype {
+        block: block.to_owned(),
+        code,
+    })?;
+    if dtype.since_version() > version {
+        return Err(Error::DtypeVersion {
+            block: block.to_owned(),
+            dtype,
+            version,
+        });
+    }
+    Ok(dtype)
+}
+
 /// One columnar descriptor of `block` (whose dtype is `dtype`).
 fn parse_descriptor(
     c: &mut Cursor<'_>,
@@ -268,10 +285,7 @@ fn parse_descriptor(
     dtype: DType,
 ) -> Result<ColumnarDescriptor> {
     let code = c.u8("descriptor dtype")?;
-    let ddtype = DType::from_code(code).ok_or_else(|| Error::UnknownDtype {
-        block: block.to_owned(),
-        code,
-    })?;
+    let ddtype = dtype_of(code, block, version)?;
     let mut d = ColumnarDescriptor {
         dtype: ddtype,
         rows: c.u64("descriptor rows")?,
@@ -305,10 +319,7 @@ fn parse_block(c: &mut Cursor<'_>, version: u32) -> Result<Block> {
     }
     let enc_tag = c.u8("block encoding")?;
     let dtype_code = c.u8("block dtype")?;
-    let dtype = DType::from_code(dtype_code).ok_or_else(|| Error::UnknownDtype {
-        block: name.clone(),
-        code: dtype_code,
-    })?;
+    let dtype = dtype_of(dtype_code, &name, version)?;
     let flags = c.u32("block flags")?;
     let ndim = c.u8("block ndim")?;
     limit("ndim", u64::from(ndim), u64::from(MAX_NDIM))?;

@@ -77,7 +77,7 @@ fn validate_metadata(h: &Header) -> Result<()> {
         }
     }
     validate_package_files(h)?;
-    validate_spectral_figures(h)?;
+    crate::figures::validate_figures(h)?;
     validate_runs(h)?;
     validate_roles(h)
 }
@@ -191,68 +191,6 @@ fn validate_package_files(h: &Header) -> Result<()> {
     Ok(())
 }
 
-/// `spectral.blocks`, `spectral.rel_frobenius_error`, `spectral.energy_kept`:
-/// all three or none, the same length; each block named once, a `SPECTRAL`
-/// block of the table; each figure a decimal, the energy at most 1.
-fn validate_spectral_figures(h: &Header) -> Result<()> {
-    let lists = [
-        keys::SPECTRAL_BLOCKS,
-        keys::SPECTRAL_REL_ERROR,
-        keys::SPECTRAL_ENERGY,
-    ]
-    .map(|k| (k, h.meta_list(k)));
-    let present: Vec<_> = lists.iter().filter(|(_, l)| l.is_some()).collect();
-    if present.is_empty() {
-        return Ok(());
-    }
-    if let Some((missing, _)) = lists.iter().find(|(_, l)| l.is_none()) {
-        return Err(Error::ListIncomplete {
-            present: present.first().map_or("", |(k, _)| k),
-            missing,
-        });
-    }
-    let [(_, Some(blocks)), (_, Some(errors)), (_, Some(energy))] = lists else {
-        return Ok(());
-    };
-    let bad = |key, reason: String| Error::SpectralMetadata { key, reason };
-    if errors.len() != blocks.len() || energy.len() != blocks.len() {
-        return Err(bad(
-            keys::SPECTRAL_BLOCKS,
-            format!(
-                "{} blocks but {} errors and {} energies",
-                blocks.len(),
-                errors.len(),
-                energy.len()
-            ),
-        ));
-    }
-    let mut previous: Option<usize> = None;
-    for ((name, e), k) in blocks.iter().zip(errors).zip(energy) {
-        let index = h
-            .blocks
-            .iter()
-            .position(|b| b.name == *name && matches!(b.encoding, Encoding::Spectral { .. }))
-            .ok_or_else(|| {
-                let reason = format!("{name:?} is not a spectral block of the knot");
-                bad(keys::SPECTRAL_BLOCKS, reason)
-            })?;
-        if previous.is_some_and(|p| p >= index) {
-            let reason = format!("{name:?} is listed twice or out of table order");
-            return Err(bad(keys::SPECTRAL_BLOCKS, reason));
-        }
-        previous = Some(index);
-        if !crate::spectral::is_figure(e, false) {
-            let reason = format!("{name:?}: {e:?} is not a decimal with a finite f64 value");
-            return Err(bad(keys::SPECTRAL_REL_ERROR, reason));
-        }
-        if !crate::spectral::is_figure(k, true) {
-            let reason = format!("{name:?}: {k:?} is not a decimal in [0, 1]");
-            return Err(bad(keys::SPECTRAL_ENERGY, reason));
-        }
-    }
-    Ok(())
-}
-
 /// Section 3.4's object-name rule: `[A-Za-z0-9._-]`, not starting with
 /// `.`, at most [`MAX_OBJECT_NAME_LEN`] bytes (so `NAME.proof` still fits
 /// in the 255 bytes a file system allows a name).
@@ -299,6 +237,18 @@ fn placement(b: &Block, reason: &'static str) -> Error {
 }
 
 fn validate_block(h: &Header, b: &Block, objects: &mut HashSet<String>) -> Result<()> {
+    if let Some((per, _)) = b.dtype.block() {
+        // section 3.5: rows of whole blocks (a scalar has no row)
+        let cols = b.shape.last().copied().unwrap_or(0);
+        if b.shape.is_empty() || (cols != 0 && !cols.is_multiple_of(per)) {
+            return Err(Error::BlockShape {
+                block: b.name.clone(),
+                dtype: b.dtype,
+                cols,
+                per,
+            });
+        }
+    }
     let bytes = shape_bytes(&b.shape, b.dtype).ok_or_else(|| Error::ShapeOverflow {
         block: b.name.clone(),
         shape: b.shape.clone(),
@@ -489,8 +439,21 @@ fn validate_descriptor(
             format!("{:#04x}", d.flags),
         ));
     }
+    // section 3.5: block-type values are never SOURCE_EXACT, and rows of a
+    // block type are BLOCK_EXACT only as the block's own
+    if d.dtype.is_quantized() && (d.is_source_exact() || (d.dtype != b.dtype && d.is_block_exact()))
+    {
+        let expected = if d.dtype == b.dtype {
+            "BLOCK_EXACT only (block-type values are never SOURCE_EXACT)"
+        } else {
+            "neither flag (rows of a block type of a float block are lossy)"
+        };
+        return Err(field("flags", expected.into(), format!("{:#04x}", d.flags)));
+    }
+    // section 3.4: rows of a float block in a float dtype or a block type
+    // (3.5); of any other block, in its own dtype
     let dtype_ok = if b.dtype.is_castable_float() {
-        d.dtype.is_castable_float()
+        d.dtype.is_castable_float() || d.dtype.is_quantized()
     } else {
         d.dtype == b.dtype
     };
@@ -505,7 +468,7 @@ fn validate_descriptor(
         return Err(field("rows", rows.to_string(), d.rows.to_string()));
     }
     let overflow = || field("row_bytes", "no overflow".into(), "overflow".into());
-    let row_bytes = cols.checked_mul(d.dtype.itemsize()).ok_or_else(overflow)?;
+    let row_bytes = d.dtype.row_bytes(cols).ok_or_else(overflow)?;
     if d.row_bytes != row_bytes {
         let found = d.row_bytes.to_string();
         return Err(field("row_bytes", row_bytes.to_string(), found));

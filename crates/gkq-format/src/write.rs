@@ -418,7 +418,7 @@ impl<W: Write + Seek> KnotWriter<W> {
             return Err(Error::Writer("header length changed while writing".into()));
         }
         let mut preamble = Preamble {
-            version: VERSION,
+            version: version_of(&self.header),
             header_len: self.header_len,
             data_offset: self.data_offset,
             file_len: self.pos.max(self.data_offset),
@@ -475,6 +475,16 @@ fn lay_out(header: &mut Header) -> Result<(u64, u64, u64)> {
     Ok((header_len, data_offset, cursor))
 }
 
+/// The version a knot of `header` is written as: 4 when a block or a
+/// descriptor has a block type (section 3.5), else 3.
+pub(crate) fn version_of(header: &Header) -> u32 {
+    let quantized = header
+        .blocks
+        .iter()
+        .any(|b| b.dtype.is_quantized() || b.columnar.iter().any(|d| d.dtype.is_quantized()));
+    if quantized { VERSION_4 } else { VERSION }
+}
+
 /// The first `72 + header_len` bytes of the knot `header` describes (its
 /// payloads laid out canonically from their lengths, digests as given),
 /// and its `file_len`: a knot described without writing its payloads, for
@@ -482,7 +492,7 @@ fn lay_out(header: &mut Header) -> Result<(u64, u64, u64)> {
 pub fn encode_prefix(mut header: Header) -> Result<(Vec<u8>, u64)> {
     let (header_len, data_offset, cursor) = lay_out(&mut header)?;
     let mut preamble = Preamble {
-        version: VERSION,
+        version: version_of(&header),
         header_len,
         data_offset,
         file_len: cursor,

@@ -102,6 +102,49 @@ pub enum PackError {
         /// Target dtype.
         to: String,
     },
+    /// A tensor whose rows are not whole blocks of a type that has no
+    /// fallback (the 32-value types).
+    #[error(
+        "tensor {tensor:?}: {cols} values per row are not a multiple of {per}, so it cannot be stored in {dtype}, which has no fallback (choose a K type, which falls back, or a float type)"
+    )]
+    QuantShape {
+        /// The tensor.
+        tensor: String,
+        /// The type.
+        dtype: gkq_format::DType,
+        /// Values per row.
+        cols: u64,
+        /// Values per block.
+        per: u64,
+    },
+    /// A tied model given two different role types.
+    #[error(
+        "tensor {tensor:?} is both the token embedding and the output (tied): --token-embedding-type {embedding} and --output-tensor-type {output} conflict; give one"
+    )]
+    TiedTypes {
+        /// The tensor.
+        tensor: String,
+        /// `--token-embedding-type`.
+        embedding: gkq_format::DType,
+        /// `--output-tensor-type`.
+        output: gkq_format::DType,
+    },
+    /// NaN or an infinity in a tensor being quantized.
+    #[error(
+        "tensor {tensor:?}, row {row}, column {col}: the value is {value}, which {to} cannot hold (pass --allow-nonfinite to quantize it anyway)"
+    )]
+    NonFinite {
+        /// The tensor.
+        tensor: String,
+        /// Row.
+        row: u64,
+        /// Column.
+        col: u64,
+        /// The value.
+        value: f32,
+        /// The type.
+        to: String,
+    },
     /// The output directory is inside the model directory.
     #[error("--out {out} is inside the model directory {model}; choose a directory outside it")]
     OutInsideModel {

@@ -9,8 +9,10 @@
 //!
 //! The stages, one module each, dependencies pointing down only:
 //! `options` → `roles` (which tensor plays which role) → `spectral` (the
-//! `--spectral` pre-pass) → `plan` (the header) → `run` (the pass, with
-//! `rows` for the row files and `companions` for the package files) →
+//! `--spectral` pre-pass) → `types` (the stored type of each tensor:
+//! `--quant`) → `plan` (the header) → `run` (the pass, with
+//! `rows` for the row files, `quantize` for rows converted to a block type,
+//! and `companions` for the package files) →
 //! `output` (the atomic commit); `report` is what comes back.
 
 mod analyze;
@@ -20,12 +22,15 @@ mod options;
 mod output;
 mod plan;
 mod prefetch;
+mod quantize;
 mod report;
 mod roles;
 mod rows;
 mod run;
 mod spectral;
 mod svd;
+mod types;
+mod writeback;
 
 use std::time::Instant;
 
@@ -39,8 +44,11 @@ pub use options::{COMPANION_FILES, PackOptions, TOOL};
 /// The points of the commit a test can stop a run at (`GKQ_PACK_CRASH_AT`).
 #[doc(hidden)]
 pub use output::CommitStep;
-pub use report::{CastSummary, ColumnarReport, CompanionReport, FileReport, KnotFile, PackReport};
+pub use report::{
+    CastSummary, ColumnarReport, CompanionReport, FileReport, KnotFile, PackReport, QuantReport,
+};
 pub use spectral::{SpectralReport, SpectralSpec, Target};
+pub use types::{Fallback, QuantOptions};
 
 use companions::{companion_reports, copy_companion, find_companions};
 use error::IoContext;
@@ -49,15 +57,20 @@ use output::{Output, check_out_outside};
 use report::peak_rss_bytes;
 use run::Run;
 
-/// Packs `opts.model_dir` into `opts.out_dir`.
-pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
-    let started = Instant::now();
-    let dtypes = check_dtypes(&opts.dtypes)?;
+/// The `--dtype` list, checked, once the output directory may be written.
+fn check_options(opts: &PackOptions) -> Result<Vec<gkq_format::DType>> {
     if opts.out_dir.exists() && !opts.force {
         return Err(PackError::OutDirExists {
             path: opts.out_dir.clone(),
         });
     }
+    check_dtypes(&opts.dtypes)
+}
+
+/// Packs `opts.model_dir` into `opts.out_dir`.
+pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
+    let started = Instant::now();
+    let dtypes = check_options(opts)?;
     let located = hub::locate(&opts.model_dir)?;
     check_out_outside(&located.dir, &opts.out_dir)?;
     let model_id = opts.model_id.clone().or(located.model_id);
@@ -70,13 +83,14 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         opts.embed_tensor.as_deref(),
         opts.lm_head_tensor.as_deref(),
     )?;
+    let types = types::decide(&opts.quant, &src, &roles)?;
     let companions = find_companions(&located.dir)?;
     let factored = spectral::factor_all(&src, &roles, &opts.spectral)?;
     let mut header = plan::plan(
         &cfg,
         &src,
         &roles,
-        &dtypes,
+        (&dtypes, &types),
         (model_id.as_deref(), revision.as_deref()),
         &companions,
         &factored,
@@ -120,6 +134,8 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         source_bytes: src.total_bytes(),
         seconds: started.elapsed().as_secs_f64(),
         casts: done.casts,
+        quantized: done.quantized,
+        fallbacks: types.fallbacks,
         spectral: spectral_reports,
         architecture: cfg.architecture,
         token_embd: roles.embed,

@@ -21,6 +21,8 @@ Examples:
   gkq-pack ./Qwen2.5-0.5B -o out/qwen                      f32 row files (the default)
   gkq-pack ./Qwen2.5-0.5B -o out/qwen --dtype f32 --dtype bf16
                                                            f32 blocks, f32 and bf16 row files
+  gkq-pack ./Qwen2.5-0.5B -o out/q4 --quant q4_0 --output-tensor-type q4_0
+                                                           4-bit weights, embedding and lm_head (ggml Q4_0)
   gkq-pack Qwen/Qwen2.5-0.5B -o out/qwen --force           from the local Hugging Face cache, replacing out/qwen
   gkq-pack ./model -o out/m --spectral 'model.layers.*.self_attn.k_proj.weight=rank:64'
   gkq-pack ./model --analyze                               which tensors are low-rank (writes nothing)
@@ -58,10 +60,34 @@ struct Args {
     #[arg(long, conflicts_with = "out", help_heading = "Low-rank blocks")]
     analyze: bool,
     /// Row file dtype, repeatable; the first is also the dtype of the
-    /// embedding's and lm_head's dense blocks. Accepted: f32, f16, bf16 (and
-    /// fp32, float32, fp16, float16, half, bfloat16). Default: f32.
-    #[arg(short, long = "dtype", value_name = "DTYPE", value_parser = parse_dtype)]
+    /// embedding's and lm_head's dense blocks unless a type below sets it.
+    /// Accepted: f32, f16, bf16 (and fp32, float32, fp16, float16, half,
+    /// bfloat16), or a block type (q8_0, q4_0, ...; rows of a float block in
+    /// a block type are lossy: a node takes them only when asked). Default:
+    /// f32, or with a block-type role only that type's rows.
+    #[arg(short, long = "dtype", value_name = "DTYPE", value_parser = DType::parse_row)]
     dtypes: Vec<DType>,
+    /// Store every 2-D float weight matrix in TYPE, one of ggml's block
+    /// types (FORMAT.md 3.5): q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
+    /// q6_k. 1-D tensors (norms, biases) stay as they are. Alone, it also
+    /// sets the two roles as llama-quantize does: the token embedding in
+    /// TYPE, the lm_head in q6_k (q8_0 when TYPE is q8_0); a tied
+    /// embedding is the lm_head, so q6_k. Rows that are not whole blocks of
+    /// a K type fall back to q5_0 / q5_1 / q8_0, then f16 (the report
+    /// names each); a 32-value type has no fallback.
+    #[arg(long, value_name = "TYPE", value_parser = DType::parse_quantized, help_heading = "Quantization")]
+    quant: Option<DType>,
+    /// The token embedding's type: a block type or f32, f16, bf16.
+    #[arg(long, value_name = "TYPE", value_parser = DType::parse_row, help_heading = "Quantization")]
+    token_embedding_type: Option<DType>,
+    /// The lm_head's type: a block type or f32, f16, bf16. In a tied model
+    /// it is the embedding's, and differing types are refused.
+    #[arg(long, value_name = "TYPE", value_parser = DType::parse_row, help_heading = "Quantization")]
+    output_tensor_type: Option<DType>,
+    /// Quantize tensors that hold NaN or infinities (refused by default,
+    /// naming the tensor, row and column).
+    #[arg(long, help_heading = "Quantization")]
+    allow_nonfinite: bool,
     /// Replace the contents of an existing output directory.
     #[arg(short, long)]
     force: bool,
@@ -108,10 +134,6 @@ struct Args {
     /// No human output and no progress bar.
     #[arg(short, long, help_heading = "Output")]
     quiet: bool,
-}
-
-fn parse_dtype(s: &str) -> Result<DType, String> {
-    DType::parse_float(s)
 }
 
 /// A row file's lines: the rows, the proof object, the runs object.
@@ -181,6 +203,18 @@ fn human(r: &PackReport) {
             c.path.display(),
             c.bytes,
             c.sha256
+        );
+    }
+    for q in &r.quantized {
+        eprintln!(
+            "  {} {}  {} bytes  rmse {:.3e}  max abs error {:.3e} (vs source)",
+            q.dtype, q.tensor, q.bytes, q.rmse, q.max_abs_error
+        );
+    }
+    for f in &r.fallbacks {
+        eprintln!(
+            "  fell back: {} in {}, not {}: {}",
+            f.tensor, f.stored, f.asked, f.reason
         );
     }
     for s in &r.spectral {
@@ -269,10 +303,12 @@ fn run(args: Args) -> anyhow::Result<()> {
     let opts = PackOptions {
         model_dir: args.model_dir,
         out_dir: args.out.context("--out is required")?,
-        dtypes: if args.dtypes.is_empty() {
-            vec![DType::F32]
-        } else {
-            args.dtypes
+        dtypes: args.dtypes,
+        quant: gkq_pack::QuantOptions {
+            weights: args.quant,
+            token_embedding: args.token_embedding_type,
+            output: args.output_tensor_type,
+            allow_nonfinite: args.allow_nonfinite,
         },
         embed_tensor: args.embed_tensor,
         lm_head_tensor: args.lm_head_tensor,

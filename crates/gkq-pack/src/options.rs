@@ -7,6 +7,7 @@ use gkq_format::DType;
 
 use crate::error::{PackError, Result};
 use crate::spectral;
+use crate::types::QuantOptions;
 
 /// The companion files copied into the package when the model has them
 /// (docs/FORMAT.md 3.1, `package.files`): what a node needs besides the
@@ -34,8 +35,13 @@ pub struct PackOptions {
     pub model_dir: PathBuf,
     /// The output directory.
     pub out_dir: PathBuf,
-    /// Row file dtypes; the first is also the dtype of the role blocks.
+    /// Row file dtypes (float or block types): the first is also the dtype
+    /// of a role block whose type `quant` does not set (f32 when empty);
+    /// the rows of a role block are always in its own type first.
     pub dtypes: Vec<DType>,
+    /// `--quant`, `--token-embedding-type`, `--output-tensor-type`,
+    /// `--allow-nonfinite` (see `types`).
+    pub quant: QuantOptions,
     /// Override of the embedding tensor name.
     pub embed_tensor: Option<String>,
     /// Override of the lm_head tensor name.
@@ -56,12 +62,13 @@ pub struct PackOptions {
 }
 
 impl PackOptions {
-    /// Defaults: f32 rows, no overrides.
+    /// Defaults: f32 blocks and rows, no overrides.
     pub fn new(model_dir: impl Into<PathBuf>, out_dir: impl Into<PathBuf>) -> PackOptions {
         PackOptions {
             model_dir: model_dir.into(),
             out_dir: out_dir.into(),
-            dtypes: vec![DType::F32],
+            dtypes: Vec::new(),
+            quant: QuantOptions::default(),
             embed_tensor: None,
             lm_head_tensor: None,
             force: false,
@@ -74,21 +81,20 @@ impl PackOptions {
     }
 }
 
+/// The `--dtype` list: float or block types, each once (empty: the role
+/// blocks' own types only, f32 where nothing sets one).
 pub(crate) fn check_dtypes(dtypes: &[DType]) -> Result<Vec<DType>> {
     let mut out: Vec<DType> = Vec::new();
     for &d in dtypes {
-        if !d.is_castable_float() {
+        if !d.is_castable_float() && !d.is_quantized() {
             return Err(PackError::Dtype(format!(
-                "{d} is not one of f32, f16, bf16"
+                "{d} is not a row dtype: f32, f16, bf16 or a block type (q8_0, q4_0, ...)"
             )));
         }
         if out.contains(&d) {
             return Err(PackError::Dtype(format!("{d} given twice")));
         }
         out.push(d);
-    }
-    if out.is_empty() {
-        out.push(DType::F32);
     }
     Ok(out)
 }

@@ -7,13 +7,15 @@ use gkq_format::{
     Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, DType, Encoding, Header, Metadata, Role, Value,
     keys, rows_object_name,
 };
-use gkq_source::{ModelConfig, SourceModel};
+use gkq_source::{ModelConfig, SourceModel, SourceTensor};
 
 use crate::companions::Companion;
 use crate::error::{PackError, Result};
 use crate::options::TOOL;
+use crate::quantize::figure;
 use crate::roles::RolePlan;
 use crate::spectral;
+use crate::types::TypePlan;
 
 /// Builds the knot header (payload lengths set; offsets and digests come
 /// from the writer).
@@ -21,7 +23,7 @@ pub(crate) fn plan(
     cfg: &ModelConfig,
     src: &SourceModel,
     roles: &RolePlan,
-    dtypes: &[DType],
+    (dtypes, types): (&[DType], &TypePlan),
     identity: (Option<&str>, Option<&str>),
     companions: &[Companion],
     factored: &[spectral::Factored],
@@ -44,7 +46,20 @@ pub(crate) fn plan(
             list(&|r| gkq_format::decimal(r.energy_kept)),
         );
     }
-    let blocks = plan_blocks(src, roles, dtypes, factored)?;
+    let blocks = plan_blocks(src, roles, dtypes, factored, types)?;
+    // quant.* (FORMAT.md 3.5): the figures are measured as the blocks are
+    // written; they are written at a fixed width, so plan with zeros
+    let quantized: Vec<String> = blocks
+        .iter()
+        .filter(|b| b.dtype.is_quantized() && matches!(b.encoding, Encoding::Dense(_)))
+        .map(|b| b.name.clone())
+        .collect();
+    if !quantized.is_empty() {
+        let zeros = Value::StrList(vec![figure(0.0); quantized.len()]);
+        metadata.insert(keys::QUANT_RMSE.into(), zeros.clone());
+        metadata.insert(keys::QUANT_MAX_ABS_ERROR.into(), zeros);
+        metadata.insert(keys::QUANT_BLOCKS.into(), Value::StrList(quantized));
+    }
     // the row file a node given the base URL fetches gets a runs object
     // (FORMAT.md 7b), if it has path records: the narrowest of those
     // certainly exact (the others would add storage no node reads)
@@ -76,16 +91,16 @@ fn certainly_exact(rows: DType, block: DType, source: DType) -> bool {
     rows == block || (holds(rows) && holds(block))
 }
 
-/// The block table: every tensor dense in its dtype, the role tensors in
-/// the first `--dtype` with their row files, a tied lm_head as an alias,
-/// the `--spectral` tensors as their factored blocks.
+/// The block table: every tensor dense in its stored type (its own, or the
+/// one `types` decides), the role tensors with their row files, a tied
+/// lm_head as an alias, the `--spectral` tensors as their factored blocks.
 fn plan_blocks(
     src: &SourceModel,
     roles: &RolePlan,
     dtypes: &[DType],
     factored: &[spectral::Factored],
+    types: &TypePlan,
 ) -> Result<Vec<Block>> {
-    let d0 = dtypes[0];
     let mut blocks = Vec::new();
     let mut embed_index = 0u32;
     for t in &src.tensors {
@@ -99,8 +114,9 @@ fn plan_blocks(
             continue;
         }
         if !(is_embed || is_lm) {
+            let dtype = types.of(&t.name).unwrap_or(t.dtype);
             blocks.push(
-                Block::dense(t.name.clone(), t.dtype, t.shape.clone()).ok_or_else(|| {
+                Block::dense(t.name.clone(), dtype, t.shape.clone()).ok_or_else(|| {
                     PackError::Source(gkq_source::SourceError::Safetensors {
                         path: src.file_of(t).path.clone(),
                         reason: format!("tensor {:?}: shape {:?} overflows", t.name, t.shape),
@@ -109,32 +125,15 @@ fn plan_blocks(
             );
             continue;
         }
-        if !t.dtype.is_castable_float() {
-            return Err(PackError::NotCastable {
-                tensor: t.name.clone(),
-                from: t.dtype.to_string(),
-                to: d0.to_string(),
-            });
+        if is_embed {
+            embed_index = u32::try_from(blocks.len()).expect("block count is limited");
         }
         let role = if is_embed {
             Role::TokenEmbd
         } else {
             Role::LmHead
         };
-        let mut b =
-            Block::dense(t.name.clone(), d0, t.shape.clone()).expect("2-D shape checked by roles");
-        b.flags = COLUMNAR_ELIGIBLE;
-        let (rows, cols) = (t.shape[0], t.shape[1]);
-        for &d in dtypes {
-            b.columnar.push(
-                ColumnarDescriptor::for_shape(rows, cols, d, rows_object_name(role, d))
-                    .expect("shape checked"),
-            );
-        }
-        if is_embed {
-            embed_index = u32::try_from(blocks.len()).expect("block count is limited");
-        }
-        blocks.push(b);
+        blocks.push(role_block(t, role, dtypes, types)?);
     }
     if let (true, Some(lm_head_block)) = (roles.tied, &roles.lm_head_block) {
         let e = &blocks[embed_index as usize];
@@ -150,6 +149,56 @@ fn plan_blocks(
         });
     }
     Ok(blocks)
+}
+
+/// The embedding's or lm_head's block: in its stored type (`types`, else
+/// the first `--dtype`, else f32), with a row file in that type first and
+/// one in each other `--dtype`. A block type's rows are its own blocks only
+/// (FORMAT.md 3.4).
+fn role_block(t: &SourceTensor, role: Role, dtypes: &[DType], types: &TypePlan) -> Result<Block> {
+    let dtype = types
+        .of(&t.name)
+        .or(dtypes.first().copied())
+        .unwrap_or(DType::F32);
+    if !t.dtype.is_castable_float() {
+        return Err(PackError::NotCastable {
+            tensor: t.name.clone(),
+            from: t.dtype.to_string(),
+            to: dtype.to_string(),
+        });
+    }
+    let others: Vec<DType> = dtypes.iter().copied().filter(|&d| d != dtype).collect();
+    if dtype.is_quantized()
+        && let Some(d) = others.first()
+    {
+        return Err(PackError::Dtype(format!(
+            "the {} {:?} is stored in {dtype}, whose rows are its own blocks: a {d} row file cannot be made of it (drop --dtype {d}, or give the role a float type)",
+            role.describe(),
+            t.name
+        )));
+    }
+    let (rows, cols) = (t.shape[0], t.shape[1]);
+    let mut b = Block::dense(t.name.clone(), dtype, t.shape.clone()).ok_or_else(|| {
+        let per = dtype.block().map_or(1, |b| b.0);
+        PackError::QuantShape {
+            tensor: t.name.clone(),
+            dtype,
+            cols,
+            per,
+        }
+    })?;
+    b.flags = COLUMNAR_ELIGIBLE;
+    for d in std::iter::once(dtype).chain(others) {
+        let descriptor = ColumnarDescriptor::for_shape(rows, cols, d, rows_object_name(role, d))
+            .ok_or_else(|| PackError::QuantShape {
+                tensor: t.name.clone(),
+                dtype: d,
+                cols,
+                per: d.block().map_or(1, |b| b.0),
+            })?;
+        b.columnar.push(descriptor);
+    }
+    Ok(b)
 }
 
 /// The metadata section (docs/FORMAT.md 3.1).

@@ -94,6 +94,22 @@ pub struct CastSummary {
     pub overflowed: bool,
 }
 
+/// A block stored in another type than its tensor's (`--quant` and the
+/// role types, or a fallback), for the report.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct QuantReport {
+    /// The tensor.
+    pub tensor: String,
+    /// The type it is stored in.
+    pub dtype: String,
+    /// Its payload's length.
+    pub bytes: u64,
+    /// Root mean square of `source - stored` (over finite values).
+    pub rmse: f64,
+    /// Largest `|source - stored|` (over finite values).
+    pub max_abs_error: f64,
+}
+
 /// What [`crate::pack`] produced (the `--json` output).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct PackReport {
@@ -120,6 +136,11 @@ pub struct PackReport {
     pub seconds: f64,
     /// Casts performed.
     pub casts: Vec<CastSummary>,
+    /// The blocks stored in another type (`--quant`, the role types), with
+    /// their figures (recorded in `quant.*` for the block types).
+    pub quantized: Vec<QuantReport>,
+    /// Tensors stored in another type than the one asked for, and why.
+    pub fallbacks: Vec<crate::types::Fallback>,
     /// The spectral blocks (`--spectral`), with their recorded figures.
     pub spectral: Vec<spectral::SpectralReport>,
     /// `config.json` architecture.

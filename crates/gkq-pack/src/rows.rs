@@ -57,13 +57,17 @@ fn leaves_of(bytes: &[u8], row_bytes: usize) -> Vec<Hash> {
         .collect()
 }
 
+/// Bytes of a row of `cols` values in `dtype` (whole blocks: checked by the plan).
+pub(crate) fn row_len(dtype: DType, cols: usize) -> usize {
+    dtype.row_bytes(cols as u64).unwrap_or(0) as usize
+}
+
 /// Whether every value of `values` (rows in `vd`) casts to `rd` giving the
 /// bits of `reference`, in parallel over groups of rows.
 fn casts_back_exactly(values: &[u8], vd: DType, reference: &[u8], rd: DType, cols: usize) -> bool {
-    let per = cols.max(1) * ROWS_PER_TASK;
     values
-        .par_chunks(per * vd.itemsize() as usize)
-        .zip(reference.par_chunks(per * rd.itemsize() as usize))
+        .par_chunks(row_len(vd, cols).max(1) * ROWS_PER_TASK)
+        .zip(reference.par_chunks(row_len(rd, cols).max(1) * ROWS_PER_TASK))
         .all(|(a, b)| gkq_format::first_inexact(a, vd, b, rd).is_none())
 }
 
@@ -77,7 +81,13 @@ impl RowSink {
         block: (&[u8], DType),
         cols: usize,
     ) -> Result<()> {
-        let row_bytes = cols * self.dtype.itemsize() as usize;
+        let row_bytes = row_len(self.dtype, cols);
+        // block-type values are never SOURCE_EXACT, and rows of a block
+        // type are BLOCK_EXACT only as the block's own (FORMAT.md 3.5)
+        if self.dtype.is_quantized() {
+            self.source_exact = false;
+            self.block_exact &= self.dtype == block.1;
+        }
         let (src_exact, (blk_exact, (vs, leaves))) = rayon::join(
             || self.source_exact && casts_back_exactly(bytes, self.dtype, chunk.0, chunk.1, cols),
             || {
@@ -88,15 +98,7 @@ impl RowSink {
                     },
                     || {
                         rayon::join(
-                            || {
-                                loss_vs_source(
-                                    chunk.0,
-                                    chunk.1,
-                                    bytes,
-                                    self.dtype,
-                                    cols * chunk.1.itemsize() as usize,
-                                )
-                            },
+                            || loss_vs_source(chunk.0, chunk.1, bytes, self.dtype, cols),
                             || leaves_of(bytes, row_bytes),
                         )
                     },
@@ -114,27 +116,22 @@ impl RowSink {
     }
 }
 
-/// Casts a chunk of whole rows in parallel. Returns the bytes and the merged report.
-pub(crate) fn cast_rows(
-    src: &[u8],
-    from: DType,
-    to: DType,
-    row_bytes: usize,
-) -> (Vec<u8>, CastReport) {
-    const ROWS_PER_TASK: usize = 256;
-    let per_task = row_bytes.max(1) * ROWS_PER_TASK;
+/// Casts a chunk of whole rows of `cols` values between float dtypes in
+/// parallel. Returns the bytes and the merged report.
+pub(crate) fn cast_rows(src: &[u8], from: DType, to: DType, cols: usize) -> (Vec<u8>, CastReport) {
+    let per_task = row_len(from, cols).max(1) * ROWS_PER_TASK;
     let parts: Vec<(Vec<u8>, CastReport)> = src
         .par_chunks(per_task)
         .map(|c| {
             let mut out =
-                Vec::with_capacity(c.len() / from.itemsize() as usize * to.itemsize() as usize);
+                Vec::with_capacity(c.len() / row_len(from, cols).max(1) * row_len(to, cols));
             let r = cast_row(c, from, to, &mut out).expect("role dtypes are castable floats");
             (out, r)
         })
         .collect();
     let mut report = CastReport::default();
     let mut bytes = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
-    let elems_per_task = per_task / from.itemsize() as usize;
+    let elems_per_task = cols * ROWS_PER_TASK;
     for (i, (b, r)) in parts.into_iter().enumerate() {
         report.merge(r, i * elems_per_task);
         bytes.extend_from_slice(&b);
@@ -255,13 +252,10 @@ fn write_runs(
 }
 
 /// Largest error of `out` (row file bytes, `to`) against `src` (source
-/// bytes, `from`), for whole rows of `src_row_bytes`, in parallel.
-fn loss_vs_source(src: &[u8], from: DType, out: &[u8], to: DType, src_row_bytes: usize) -> f64 {
-    const ROWS_PER_TASK: usize = 256;
-    let per = src_row_bytes.max(1) * ROWS_PER_TASK;
-    let out_per = per / from.itemsize() as usize * to.itemsize() as usize;
-    src.par_chunks(per)
-        .zip(out.par_chunks(out_per.max(1)))
+/// bytes, `from`), for whole rows of `cols` values, in parallel.
+fn loss_vs_source(src: &[u8], from: DType, out: &[u8], to: DType, cols: usize) -> f64 {
+    src.par_chunks(row_len(from, cols).max(1) * ROWS_PER_TASK)
+        .zip(out.par_chunks(row_len(to, cols).max(1) * ROWS_PER_TASK))
         .map(|(a, b)| gkq_format::max_abs_diff(a, from, b, to).unwrap_or(f64::NAN))
         .reduce(|| 0.0, f64::max)
 }

@@ -7,8 +7,6 @@
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
-use std::sync::mpsc::Sender;
-use std::thread::JoinHandle;
 
 use gkq_format::{CastReport, DType, Header, KNOT_NAME, KnotWriter, Role, Value};
 use gkq_source::{SourceModel, SourceTensor};
@@ -19,59 +17,14 @@ use crate::error::{IoContext, PackError, Result, format_err};
 use crate::options::PackOptions;
 use crate::output::{Output, flush_file};
 use crate::prefetch;
+use crate::quantize::{Measure, convert_rows, figure};
+use crate::report::QuantReport;
 use crate::report::{CastSummary, ColumnarReport, FileReport};
-use crate::rows::{RoleOut, RowSink, cast_rows, finish_row_file, overflow_error};
+use crate::rows::{RoleOut, RowSink, cast_rows, finish_row_file, overflow_error, row_len};
+use crate::writeback::Writeback;
 
 /// Bytes of source read per step.
 const CHUNK: usize = 8 << 20;
-/// Source bytes between two background writeback requests.
-const WRITEBACK_STEP: u64 = 128 << 20;
-
-/// Background writeback: every [`WRITEBACK_STEP`] bytes a thread syncs the
-/// files written so far, so the final fsync before commit has little left
-/// and disk writes overlap the CPU work. Errors here are not lost: the
-/// final sync reports them.
-struct Writeback {
-    knot: File,
-    tx: Sender<File>,
-    since: u64,
-    thread: JoinHandle<()>,
-}
-
-impl Writeback {
-    fn start(knot: File) -> Writeback {
-        let (tx, rx) = std::sync::mpsc::channel::<File>();
-        let thread = std::thread::spawn(move || {
-            for f in rx {
-                let _ = f.sync_data();
-            }
-        });
-        Writeback {
-            knot,
-            tx,
-            since: 0,
-            thread,
-        }
-    }
-
-    /// Counts `n` more bytes; at each step, asks for the knot and `also` to be synced.
-    fn advance(&mut self, n: u64, also: Option<&File>) {
-        self.since += n;
-        if self.since < WRITEBACK_STEP {
-            return;
-        }
-        self.since = 0;
-        let files = also.and_then(|f| f.try_clone().ok()).into_iter();
-        for f in files.chain(self.knot.try_clone().ok()) {
-            let _ = self.tx.send(f);
-        }
-    }
-
-    fn stop(self) {
-        drop(self.tx);
-        let _ = self.thread.join();
-    }
-}
 
 /// What the pass produced, before the final sync and commit.
 pub(crate) struct Finished {
@@ -80,6 +33,8 @@ pub(crate) struct Finished {
     pub(crate) tensors: usize,
     pub(crate) columnar: Vec<ColumnarReport>,
     pub(crate) casts: Vec<CastSummary>,
+    /// The blocks stored in another type, with their figures.
+    pub(crate) quantized: Vec<QuantReport>,
     /// Every file written, to sync before the commit (the knot last).
     pub(crate) files: Vec<(File, PathBuf)>,
 }
@@ -96,6 +51,28 @@ pub(crate) struct Run<'a> {
     /// The payloads of the spectral blocks, by name (computed before the
     /// knot was laid out; written when the pass reaches their tensor).
     pub(crate) spectral: std::collections::HashMap<String, Vec<u8>>,
+    /// What converting each block to its stored type measured, by block.
+    figures: std::collections::BTreeMap<usize, (DType, Measure)>,
+}
+
+/// Whether tensor `t`'s block `index` is a dense block stored in another
+/// type than the tensor's (converted row by row).
+fn converts(header: &Header, index: Option<usize>, t: &SourceTensor) -> bool {
+    index.is_some_and(|i| {
+        let b = &header.blocks[i];
+        b.dtype != t.dtype && matches!(b.encoding, gkq_format::Encoding::Dense(_))
+    })
+}
+
+/// Element `idx` of float bytes `bytes` (in `dtype`), for an error message.
+fn value_at(bytes: &[u8], dtype: DType, idx: u64) -> f32 {
+    let size = dtype.itemsize() as usize;
+    let i = idx as usize * size;
+    let mut v = Vec::new();
+    if let Some(b) = bytes.get(i..i + size) {
+        gkq_format::decode_f32(b, dtype, &mut v);
+    }
+    v.first().copied().unwrap_or(f32::NAN)
 }
 
 /// A cast's summary for the report.
@@ -194,6 +171,7 @@ impl<'a> Run<'a> {
             hashers,
             writeback,
             spectral: std::collections::HashMap::new(),
+            figures: std::collections::BTreeMap::new(),
         })
     }
 
@@ -222,8 +200,9 @@ impl<'a> Run<'a> {
             .iter()
             .zip(&targets)
             .enumerate()
-            .flat_map(|(ti, (t, (_, role)))| {
-                prefetch::plan(t, role.is_some(), CHUNK)
+            .flat_map(|(ti, (t, (index, role)))| {
+                let rows = role.is_some() || converts(header, *index, t);
+                prefetch::plan(t, rows, CHUNK)
                     .into_iter()
                     .map(move |(at, n)| (ti, at, n))
             })
@@ -242,7 +221,8 @@ impl<'a> Run<'a> {
 
     /// A plain block, a spectral block (its payload computed before: the
     /// tensor is read only for its source file's digest), or a tied lm_head
-    /// identical to the embedding (an alias: read only for the digest).
+    /// identical to the embedding (an alias: read only for the digest). A
+    /// block stored in another type is converted row by row.
     fn plain_tensor(
         &mut self,
         pf: &mut prefetch::Prefetch,
@@ -251,16 +231,27 @@ impl<'a> Run<'a> {
     ) -> Result<()> {
         let factors = index.and(self.spectral.remove(&t.name));
         let copy = if factors.is_some() { None } else { index };
-        for (_, n) in prefetch::plan(t, false, CHUNK) {
+        let to = converts(self.writer.header(), copy, t).then(|| self.dtype_of(copy));
+        for (at, n) in prefetch::plan(t, to.is_some(), CHUNK) {
             let buf = pf.next()?;
             let hasher = &mut self.hashers[t.file];
-            match copy {
-                Some(i) => {
+            match (copy, to) {
+                (Some(i), Some(to)) => {
+                    let ((bytes, m), ()) = rayon::join(
+                        || convert_rows(&buf, t.dtype, to, t.shape[1] as usize),
+                        || hasher.update(&buf),
+                    );
+                    self.measured(t, i, to, m, &buf, at)?;
+                    self.writer
+                        .write_chunk(i, &bytes)
+                        .map_err(|e| self.fmt_err(e))?;
+                }
+                (Some(i), None) => {
                     let (w, ()) =
                         rayon::join(|| self.writer.write_chunk(i, &buf), || hasher.update(&buf));
                     w.map_err(|e| format_err(&self.knot_tmp, e))?;
                 }
-                None => hasher.update(&buf),
+                (None, _) => hasher.update(&buf),
             }
             self.progress.advance(n as u64);
             self.writeback.advance(n as u64, None);
@@ -275,6 +266,56 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    fn dtype_of(&self, index: Option<usize>) -> DType {
+        index.map_or(DType::F32, |i| self.writer.header().blocks[i].dtype)
+    }
+
+    /// Records what converting rows of `t` (from byte `at`, `chunk` the
+    /// source bytes) to `to` for block `index` measured, and refuses a
+    /// NaN or infinity being quantized (unless `--allow-nonfinite`) and a
+    /// finite value that did not stay finite (unless `--allow-lossy`).
+    fn measured(
+        &mut self,
+        t: &SourceTensor,
+        index: usize,
+        to: DType,
+        m: Measure,
+        chunk: &[u8],
+        at: u64,
+    ) -> Result<()> {
+        let cols = t.shape[1];
+        let first_row = at / (cols * t.dtype.itemsize()).max(1);
+        let value = |idx: u64| value_at(chunk, t.dtype, idx);
+        let allow = self.opts.quant.allow_nonfinite;
+        if let (Some(idx), true, false) = (m.first_nonfinite, to.is_quantized(), allow) {
+            return Err(PackError::NonFinite {
+                tensor: t.name.clone(),
+                row: first_row + idx / cols,
+                col: idx % cols,
+                value: value(idx),
+                to: to.to_string(),
+            });
+        }
+        // a value's block holding NaN or an infinity is not finite either:
+        // accepted with the non-finite value
+        let accepted = self.opts.allow_lossy || (allow && m.first_nonfinite.is_some());
+        if let (Some(idx), false) = (m.first_overflow, accepted) {
+            return Err(PackError::CastOverflow {
+                tensor: t.name.clone(),
+                row: first_row + idx / cols,
+                col: idx % cols,
+                value: value(idx),
+                to: to.to_string(),
+            });
+        }
+        let entry = self
+            .figures
+            .entry(index)
+            .or_insert((to, Measure::default()));
+        entry.1.merge(m, 0);
+        Ok(())
+    }
+
     /// The embedding or lm_head: the block in its dtype, and every row file.
     fn role_tensor(
         &mut self,
@@ -284,12 +325,10 @@ impl<'a> Run<'a> {
         role: usize,
     ) -> Result<()> {
         let block_dtype = self.writer.header().blocks[index].dtype;
-        let row_bytes = (t.shape[1] * t.dtype.itemsize()) as usize;
         let mut block_report = CastReport::default();
         for (at, len) in prefetch::plan(t, true, CHUNK) {
             let buf = pf.next()?;
-            let first_row = at / row_bytes as u64;
-            block_report.merge(self.role_chunk(t, index, role, first_row, &buf)?, 0);
+            block_report.merge(self.role_chunk(t, (index, role), at, &buf)?, 0);
             self.progress.advance(len as u64);
             let also = self.roles[role].files.first().map(|f| f.w.get_ref());
             self.writeback.advance(len as u64, also);
@@ -299,7 +338,7 @@ impl<'a> Run<'a> {
             .end_payload(index)
             .map_err(|e| self.fmt_err(e))?;
         let r = &mut self.roles[role];
-        if t.dtype != block_dtype {
+        if t.dtype != block_dtype && !block_dtype.is_quantized() {
             r.casts
                 .push(summary(&t.name, t.dtype, block_dtype, &block_report));
         }
@@ -311,33 +350,45 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// One chunk of whole rows of a role tensor: cast to the block dtype,
-    /// written to the knot and to the row file of that dtype at once, then
-    /// cast to each other row file's dtype. Returns the block cast's report.
+    /// One chunk of whole rows of a role tensor (from byte `at`): converted
+    /// to the block's type, written to the knot and to the row file of that
+    /// type at once, then converted to each other row file's type. Returns
+    /// the block cast's report (empty for a block type: its figures are
+    /// measured instead).
     fn role_chunk(
         &mut self,
         t: &SourceTensor,
-        index: usize,
-        role: usize,
-        first_row: u64,
+        (index, role): (usize, usize),
+        at: u64,
         chunk: &[u8],
     ) -> Result<CastReport> {
         let block_dtype = self.writer.header().blocks[index].dtype;
         let cols = t.shape[1] as usize;
+        let first_row = at / row_len(t.dtype, cols) as u64;
         let hasher = &mut self.hashers[t.file];
         let ((block_bytes, r), ()) = rayon::join(
             || {
-                cast_rows(
-                    chunk,
-                    t.dtype,
-                    block_dtype,
-                    cols * t.dtype.itemsize() as usize,
-                )
+                if block_dtype.is_quantized() {
+                    let (b, m) = convert_rows(chunk, t.dtype, block_dtype, cols);
+                    (b, Err(m))
+                } else {
+                    let (b, r) = cast_rows(chunk, t.dtype, block_dtype, cols);
+                    (b, Ok(r))
+                }
             },
             || hasher.update(chunk),
         );
         let lossy = self.opts.allow_lossy;
-        check_overflow(lossy, t, &r, chunk, (t.dtype, block_dtype), first_row)?;
+        let r = match r {
+            Ok(r) => {
+                check_overflow(lossy, t, &r, chunk, (t.dtype, block_dtype), first_row)?;
+                r
+            }
+            Err(m) => {
+                self.measured(t, index, block_dtype, m, chunk, at)?;
+                CastReport::default()
+            }
+        };
         let src = (chunk, t.dtype);
         let blk = (&block_bytes[..], block_dtype);
         let (first, rest) = self.roles[role]
@@ -351,20 +402,7 @@ impl<'a> Run<'a> {
         );
         k.map_err(|e| format_err(&self.knot_tmp, e))?;
         w?;
-        let out_row_bytes = cols * block_dtype.itemsize() as usize;
-        for f in rest {
-            let (bytes, fr) = cast_rows(&block_bytes, block_dtype, f.dtype, out_row_bytes);
-            check_overflow(
-                lossy,
-                t,
-                &fr,
-                &block_bytes,
-                (block_dtype, f.dtype),
-                first_row,
-            )?;
-            f.cast.merge(fr, 0);
-            f.push(&bytes, src, blk, cols)?;
-        }
+        other_rows(self.opts, rest, t, (src, blk), (first_row, cols))?;
         Ok(r)
     }
 
@@ -409,6 +447,7 @@ impl<'a> Run<'a> {
             }
             casts.extend(r.casts);
         }
+        let quantized = self.record_figures();
         let tensors = self.writer.header().blocks.len();
         let Run {
             writer,
@@ -425,7 +464,93 @@ impl<'a> Run<'a> {
             tensors,
             columnar,
             casts,
+            quantized,
             files,
         })
     }
+
+    /// Writes the measured figures into `quant.rmse` and
+    /// `quant.max_abs_error` (in the order of `quant.blocks`), and returns
+    /// every converted block's report.
+    fn record_figures(&mut self) -> Vec<QuantReport> {
+        let header = self.writer.header();
+        let reports: Vec<QuantReport> = self
+            .figures
+            .iter()
+            .map(|(&i, (to, m))| {
+                let b = &header.blocks[i];
+                QuantReport {
+                    tensor: b.name.clone(),
+                    dtype: to.to_string(),
+                    bytes: b.encoding.payload().map_or(0, |p| p.len),
+                    rmse: m.rmse(),
+                    max_abs_error: m.max_abs,
+                }
+            })
+            .collect();
+        let names = header
+            .meta_list(gkq_format::keys::QUANT_BLOCKS)
+            .unwrap_or_default()
+            .to_vec();
+        let of = |name: &String| reports.iter().find(|r| r.tensor == *name);
+        let rmse: Vec<String> = names
+            .iter()
+            .map(|n| figure(of(n).map_or(0.0, |r| r.rmse)))
+            .collect();
+        let max: Vec<String> = names
+            .iter()
+            .map(|n| figure(of(n).map_or(0.0, |r| r.max_abs_error)))
+            .collect();
+        let md = self.writer.metadata_mut();
+        if !names.is_empty() {
+            md.insert(gkq_format::keys::QUANT_RMSE.into(), Value::StrList(rmse));
+            md.insert(
+                gkq_format::keys::QUANT_MAX_ABS_ERROR.into(),
+                Value::StrList(max),
+            );
+        }
+        reports
+    }
+}
+
+/// Bytes of whole rows, and their dtype.
+type Rows<'a> = (&'a [u8], DType);
+
+/// The rows of a chunk in each row file after the first: the block's rows
+/// (`blk`) cast to a float dtype or quantized to a block type, checked as
+/// the block cast is (overflow, and NaN or infinity being quantized).
+fn other_rows(
+    opts: &PackOptions,
+    rest: &mut [RowSink],
+    t: &SourceTensor,
+    (src, blk): (Rows<'_>, Rows<'_>),
+    (first_row, cols): (u64, usize),
+) -> Result<()> {
+    let (block_bytes, block_dtype) = blk;
+    for f in rest {
+        let (bytes, fr) = if f.dtype.is_quantized() {
+            let (bytes, m) = convert_rows(block_bytes, block_dtype, f.dtype, cols);
+            if let (Some(i), false) = (m.first_nonfinite, opts.quant.allow_nonfinite) {
+                return Err(PackError::NonFinite {
+                    tensor: t.name.clone(),
+                    row: first_row + i / cols as u64,
+                    col: i % cols as u64,
+                    value: value_at(block_bytes, block_dtype, i),
+                    to: f.dtype.to_string(),
+                });
+            }
+            let report = CastReport {
+                max_abs_error: m.max_abs,
+                first_overflow: m.first_overflow.map(|i| i as usize),
+            };
+            (bytes, report)
+        } else {
+            cast_rows(block_bytes, block_dtype, f.dtype, cols)
+        };
+        let pair = (block_dtype, f.dtype);
+        check_overflow(opts.allow_lossy, t, &fr, block_bytes, pair, first_row)?;
+        f.cast.merge(fr, 0);
+        f.push(&bytes, src, blk, cols)?;
+    }
+    Ok(())
 }

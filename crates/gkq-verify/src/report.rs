@@ -289,6 +289,28 @@ pub enum Note {
         /// `spectral.energy_kept` as recorded.
         energy: f64,
     },
+    /// A quantized block whose errors the knot does not record.
+    QuantUnrecorded {
+        /// The tensor.
+        tensor: String,
+        /// Its block type.
+        dtype: DType,
+        /// The root mean square error measured.
+        rmse: f64,
+        /// The largest absolute error measured.
+        max_abs_error: f64,
+    },
+    /// A quantized block, re-quantized to the same bytes, whose errors are as recorded.
+    QuantAsRecorded {
+        /// The tensor.
+        tensor: String,
+        /// Its block type.
+        dtype: DType,
+        /// The root mean square error measured.
+        rmse: f64,
+        /// The largest absolute error measured.
+        max_abs_error: f64,
+    },
 }
 
 impl std::fmt::Display for Note {
@@ -315,6 +337,24 @@ impl std::fmt::Display for Note {
             } => write!(
                 f,
                 "spectral block {tensor:?} (rank {rank}): relative Frobenius error {measured:.4e} against the source, as recorded; energy kept {energy}"
+            ),
+            Note::QuantUnrecorded {
+                tensor,
+                dtype,
+                rmse,
+                max_abs_error,
+            } => write!(
+                f,
+                "{dtype} block {tensor:?}: rmse {rmse:.4e}, max abs error {max_abs_error:.4e} against the source (the knot records none)"
+            ),
+            Note::QuantAsRecorded {
+                tensor,
+                dtype,
+                rmse,
+                max_abs_error,
+            } => write!(
+                f,
+                "{dtype} block {tensor:?}: rmse {rmse:.4e}, max abs error {max_abs_error:.4e} against the source, as recorded"
             ),
         }
     }

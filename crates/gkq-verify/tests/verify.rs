@@ -9,6 +9,9 @@ use std::time::Instant;
 
 use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions, Staller};
 
+#[path = "quant/mod.rs"]
+mod quant;
+
 struct Packed {
     _tmp: tempfile::TempDir,
     src: PathBuf,

@@ -204,7 +204,7 @@ fn rule_magic_and_version() {
     let mut g = golden();
     g[0] = b'X';
     assert!(matches!(err(&g), Error::BadMagic { .. }));
-    for v in [1u8, 4] {
+    for v in [1u8, 5] {
         let mut g = golden();
         g[8] = v;
         assert!(matches!(err(&g), Error::UnsupportedVersion { found } if found == u32::from(v)));

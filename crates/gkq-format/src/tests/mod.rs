@@ -18,6 +18,7 @@ mod decisions;
 mod header;
 mod proofs;
 mod props;
+mod quant;
 mod round4;
 mod spectral;
 

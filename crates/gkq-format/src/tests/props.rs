@@ -18,7 +18,16 @@ fn arb_block(i: usize) -> impl Strategy<Value = (Block, Vec<u8>)> {
         any::<bool>(),
         any::<u64>(),
     )
-        .prop_map(move |(dtype, shape, flags, columnar, seed)| {
+        .prop_map(move |(dtype, mut shape, flags, columnar, seed)| {
+            if let Some((per, _)) = dtype.block() {
+                // a block type: rows of whole blocks (section 3.5)
+                if shape.is_empty() {
+                    shape.push(1);
+                }
+                if let Some(last) = shape.last_mut() {
+                    *last *= per;
+                }
+            }
             let mut b = Block::dense(format!("blk{i}.weight"), dtype, shape.clone()).unwrap();
             b.flags = flags & !COLUMNAR_ELIGIBLE;
             if columnar && shape.len() == 2 && shape[0] > 0 && shape[1] > 0 {

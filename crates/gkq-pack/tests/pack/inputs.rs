@@ -328,7 +328,7 @@ fn dtype_aliases_and_help() {
         &src,
         &tmp.path().join("bad"),
         &["--dtype", "int8"],
-        &["\"int8\" is not one of f32, f16, bf16"],
+        &["\"int8\" is not a row dtype: f32, f16, bf16"],
     );
 }
 

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 mod inputs;
 mod package;
+mod quant;
 mod rows;
 mod spectral;
 

@@ -64,8 +64,8 @@ pub(crate) fn check_block(
     };
     let mut files = columnar::open_all(block, dir, &mut cols);
     let mut hasher = Sha256::new();
-    let src_row =
-        block.shape.get(1).copied().unwrap_or(1) as usize * block.dtype.itemsize() as usize;
+    let width = block.shape.get(1).copied().unwrap_or(1);
+    let src_row = block.dtype.row_bytes(width).unwrap_or(0) as usize;
     let step = CHUNK
         .checked_div(src_row)
         .map_or(CHUNK, |n| n.max(1) * src_row);

@@ -6,6 +6,7 @@
 pub(crate) mod columnar;
 pub(crate) mod knot;
 pub(crate) mod package;
+pub(crate) mod quant;
 pub(crate) mod remote;
 pub(crate) mod source;
 pub(crate) mod spectral;

@@ -10,6 +10,7 @@ use gkq_source::{SourceModel, SourceTensor};
 use sha2::{Digest, Sha256};
 
 use super::columnar::diff_rows;
+use super::quant::QuantCheck;
 use super::spectral::SpectralCheck;
 use crate::Progress;
 use crate::files::Pages;
@@ -26,7 +27,9 @@ struct TensorCheck<'k> {
     /// The dense block and its payload.
     target: Option<(&'k Block, &'k [u8])>,
     spectral: Option<SpectralCheck<'k>>,
-    /// Bytes per source row, and per block row.
+    quant: Option<QuantCheck<'k>>,
+    /// Bytes per source row, and per block row (a row is the last
+    /// dimension of a block-type tensor, else the second of a 2-D one).
     row: u64,
     out_row: u64,
     diff: u64,
@@ -57,10 +60,11 @@ impl<'k> TensorCheck<'k> {
                 },
             );
         }
+        let castable = |b: &Block| {
+            (b.dtype.is_castable_float() || b.dtype.is_quantized()) && t.dtype.is_castable_float()
+        };
         if let Some((b, _)) = target
-            && (b.shape != t.shape
-                || (b.dtype != t.dtype
-                    && !(b.dtype.is_castable_float() && t.dtype.is_castable_float())))
+            && (b.shape != t.shape || (b.dtype != t.dtype && !castable(b)))
         {
             acc.fail(
                 name,
@@ -74,13 +78,20 @@ impl<'k> TensorCheck<'k> {
                 },
             );
         }
-        let cols = t.shape.get(1).copied().unwrap_or(1).max(1);
+        let quantized = target.filter(|(b, _)| b.dtype.is_quantized() && b.shape == t.shape);
+        let cols = match quantized {
+            Some(_) => t.shape.last(),
+            None => t.shape.get(1),
+        };
+        let cols = cols.copied().unwrap_or(1).max(1);
+        let out_row = target.map_or(Some(1), |(b, _)| b.dtype.row_bytes(cols));
         TensorCheck {
             t,
             target,
             spectral,
+            quant: quantized.and_then(|(b, _)| QuantCheck::new(b)),
             row: cols * t.dtype.itemsize(),
-            out_row: cols * target.map_or(1, |(b, _)| b.dtype.itemsize()),
+            out_row: out_row.unwrap_or(1),
             diff: 0,
             listed: Vec::new(),
             not_source_exact: Vec::new(),
@@ -89,13 +100,18 @@ impl<'k> TensorCheck<'k> {
         }
     }
 
-    /// Bytes of the tensor per read: whole rows of a 2-D tensor.
+    /// Bytes of the tensor per read: whole rows of a 2-D or block-type tensor.
     fn step(&self) -> u64 {
-        if self.t.shape.len() == 2 {
+        if self.by_rows() {
             (CHUNK as u64 / self.row).max(1) * self.row
         } else {
             CHUNK as u64
         }
+    }
+
+    /// Whether the tensor is compared row by row.
+    fn by_rows(&self) -> bool {
+        self.t.shape.len() == 2 || self.quant.is_some()
     }
 
     /// Compares `chunk` (the tensor's bytes from `at`) with the block;
@@ -117,13 +133,18 @@ impl<'k> TensorCheck<'k> {
             }
             &self.converted
         };
-        // the chunk starts at element at/itemsize, whatever the shape
+        // the chunk starts at element at/itemsize, whatever the shape (at
+        // row at/row of a block type's)
         let first_elem = at / t.dtype.itemsize();
-        let start = (first_elem * b.dtype.itemsize()) as usize;
+        let start = if self.quant.is_some() {
+            (at / self.row * self.out_row) as usize
+        } else {
+            (first_elem * b.dtype.itemsize()) as usize
+        };
         let got = payload
             .get(start..start + expected.len())
             .unwrap_or_default();
-        let (rb, first_row) = if t.shape.len() == 2 {
+        let (rb, first_row) = if self.by_rows() {
             (self.out_row as usize, at / self.row)
         } else {
             // element offsets for tensors that are not 2-D
@@ -131,7 +152,9 @@ impl<'k> TensorCheck<'k> {
         };
         self.diff += diff_rows(expected, got, rb, first_row, &mut self.listed, MAX_LISTED);
         self.check_source_exact(b, chunk, got, first_elem);
-        if b.dtype != t.dtype
+        if let Some(q) = &mut self.quant {
+            q.add(chunk, t.dtype, got);
+        } else if b.dtype != t.dtype
             && b.dtype.itemsize() < t.dtype.itemsize()
             && let Some(e) = gkq_format::max_abs_diff(chunk, t.dtype, got, b.dtype)
         {
@@ -177,8 +200,12 @@ impl<'k> TensorCheck<'k> {
     /// exactness claims that failed, rows that differ.
     fn finish(self, knot: &Knot<'_>, name: &str, acc: &mut Acc) {
         let t = self.t;
+        let by_rows = self.by_rows();
         if let Some(sc) = self.spectral {
             sc.finish(knot, &t.name, name, acc);
+        }
+        if let Some(q) = self.quant {
+            q.finish(knot, name, acc);
         }
         if let Some(max_error) = self.loss {
             let block = self
@@ -209,7 +236,7 @@ impl<'k> TensorCheck<'k> {
             acc.fail(name, e);
         }
         if self.diff > 0 {
-            let differ = if t.shape.len() == 2 {
+            let differ = if by_rows {
                 Differ::Rows {
                     listed: self.listed,
                     total: self.diff,

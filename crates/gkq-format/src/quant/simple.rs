@@ -1,0 +1,172 @@
+//! The 32-element types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. Each quantizer is
+//! ggml's `quantize_row_*_ref` as gguf-py's `gguf.quants` evaluates it
+//! (values truncated then clipped to the type's range); each dequantizer
+//! its `dequantize_row_*`.
+
+use super::{QK, half, unhalf};
+
+/// The value of largest magnitude (the first of them), as ggml finds it.
+fn signed_max(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
+fn inverse(d: f32) -> f32 {
+    if d != 0.0 { 1.0 / d } else { 0.0 }
+}
+
+/// `trunc(v)` as an unsigned code, clipped to `0..=hi`.
+fn code(v: f32, hi: u8) -> u8 {
+    (v.trunc() as u8).min(hi)
+}
+
+/// Two nibbles: value `j` low, value `j + 16` high.
+fn nibbles(q: &[u8; QK], qs: &mut [u8]) {
+    for j in 0..QK / 2 {
+        qs[j] = (q[j] & 0x0F) | (q[j + QK / 2] << 4);
+    }
+}
+
+/// The fifth bits, value `j` in bit `j`.
+fn high_bits(q: &[u8; QK]) -> [u8; 4] {
+    let mut qh = 0u32;
+    for (j, &v) in q.iter().enumerate() {
+        qh |= u32::from(v >> 4) << j;
+    }
+    qh.to_le_bytes()
+}
+
+pub(super) fn quant_q4_0(x: &[f32], b: &mut [u8]) {
+    let d = signed_max(x) / -8.0;
+    let id = inverse(d);
+    let mut q = [0u8; QK];
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = code(v * id + 8.5, 15);
+    }
+    b[..2].copy_from_slice(&half(d));
+    nibbles(&q, &mut b[2..]);
+}
+
+pub(super) fn quant_q4_1(x: &[f32], b: &mut [u8]) {
+    let (min, max) = min_max(x);
+    let d = (max - min) / 15.0;
+    let id = inverse(d);
+    let mut q = [0u8; QK];
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = code((v - min) * id + 0.5, 15);
+    }
+    b[..2].copy_from_slice(&half(d));
+    b[2..4].copy_from_slice(&half(min));
+    nibbles(&q, &mut b[4..]);
+}
+
+pub(super) fn quant_q5_0(x: &[f32], b: &mut [u8]) {
+    let d = signed_max(x) / -16.0;
+    let id = inverse(d);
+    let mut q = [0u8; QK];
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = code(v * id + 16.5, 31);
+    }
+    b[..2].copy_from_slice(&half(d));
+    b[2..6].copy_from_slice(&high_bits(&q));
+    nibbles(&q, &mut b[6..]);
+}
+
+pub(super) fn quant_q5_1(x: &[f32], b: &mut [u8]) {
+    let (min, max) = min_max(x);
+    let d = (max - min) / 31.0;
+    let id = inverse(d);
+    let mut q = [0u8; QK];
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = code((v - min) * id + 0.5, 31);
+    }
+    b[..2].copy_from_slice(&half(d));
+    b[2..4].copy_from_slice(&half(min));
+    b[4..8].copy_from_slice(&high_bits(&q));
+    nibbles(&q, &mut b[8..]);
+}
+
+pub(super) fn quant_q8_0(x: &[f32], b: &mut [u8]) {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = inverse(d);
+    b[..2].copy_from_slice(&half(d));
+    for (o, &v) in b[2..].iter_mut().zip(x) {
+        // round half away from zero, then the int8's bits
+        *o = ((v * id).round() as i8) as u8;
+    }
+}
+
+/// The 4-bit codes of a block's 16 packed bytes, value order.
+fn unpack4(qs: &[u8]) -> [u8; QK] {
+    let mut q = [0u8; QK];
+    for j in 0..QK / 2 {
+        q[j] = qs[j] & 0x0F;
+        q[j + QK / 2] = qs[j] >> 4;
+    }
+    q
+}
+
+/// The 5-bit codes of a block: the low nibbles and the bits of `qh`.
+fn unpack5(qh: &[u8], qs: &[u8]) -> [u8; QK] {
+    let h = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    let mut q = unpack4(qs);
+    for (j, v) in q.iter_mut().enumerate() {
+        *v |= (((h >> j) & 1) as u8) << 4;
+    }
+    q
+}
+
+pub(super) fn dequant_q4_0(b: &[u8], y: &mut [f32]) {
+    let d = unhalf([b[0], b[1]]);
+    for (o, q) in y.iter_mut().zip(unpack4(&b[2..18])) {
+        *o = d * (i32::from(q) - 8) as f32;
+    }
+}
+
+pub(super) fn dequant_q4_1(b: &[u8], y: &mut [f32]) {
+    let (d, m) = (unhalf([b[0], b[1]]), unhalf([b[2], b[3]]));
+    for (o, q) in y.iter_mut().zip(unpack4(&b[4..20])) {
+        *o = d * f32::from(q) + m;
+    }
+}
+
+pub(super) fn dequant_q5_0(b: &[u8], y: &mut [f32]) {
+    let d = unhalf([b[0], b[1]]);
+    for (o, q) in y.iter_mut().zip(unpack5(&b[2..6], &b[6..22])) {
+        *o = d * (i32::from(q) - 16) as f32;
+    }
+}
+
+pub(super) fn dequant_q5_1(b: &[u8], y: &mut [f32]) {
+    let (d, m) = (unhalf([b[0], b[1]]), unhalf([b[2], b[3]]));
+    for (o, q) in y.iter_mut().zip(unpack5(&b[4..8], &b[8..24])) {
+        *o = d * f32::from(q) + m;
+    }
+}
+
+pub(super) fn dequant_q8_0(b: &[u8], y: &mut [f32]) {
+    let d = unhalf([b[0], b[1]]);
+    for (o, &q) in y.iter_mut().zip(&b[2..34]) {
+        *o = f32::from(q as i8) * d;
+    }
+}

@@ -1,0 +1,103 @@
+//! Round trips and error bounds of every block type (the bytes against
+//! gguf-py are `tests/gguf_py.rs`; the golden vectors are in FORMAT.md 3.5).
+
+use super::*;
+use crate::dtype::QUANTIZED;
+
+fn ramp(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
+        .collect()
+}
+
+#[test]
+fn every_type_round_trips_within_its_step() {
+    let x = ramp(512);
+    for dtype in QUANTIZED {
+        let (n, size) = layout(dtype).expect("a block type");
+        let mut b = Vec::new();
+        assert!(quantize(&x, dtype, &mut b), "{dtype}");
+        assert_eq!(b.len(), x.len() / n * size, "{dtype}");
+        let mut y = Vec::new();
+        assert!(dequantize(&b, dtype, &mut y), "{dtype}");
+        assert_eq!(y.len(), x.len());
+        let max_err = x
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        // half a step of the coarsest type (4 bits over [-0.8, 0.8]), and a margin
+        assert!(max_err < 0.12, "{dtype}: {max_err}");
+    }
+}
+
+#[test]
+fn wrong_lengths_and_other_dtypes_are_refused() {
+    let mut v = Vec::new();
+    assert!(!dequantize(&[0u8; 33], DType::Q8_0, &mut v));
+    assert!(!dequantize(&[0u8; 8], DType::F32, &mut v));
+    let mut b = Vec::new();
+    assert!(!quantize(&[0.0; 31], DType::Q4_0, &mut b));
+    assert!(!quantize(&[0.0; 32], DType::Q4_K, &mut b));
+    assert!(!quantize(&[0.0; 32], DType::BF16, &mut b));
+}
+
+#[test]
+fn any_bytes_dequantize_without_panicking() {
+    let mut state = 7u32;
+    for dtype in QUANTIZED {
+        let (_, size) = layout(dtype).expect("block");
+        let bytes: Vec<u8> = (0..size * 3)
+            .map(|_| {
+                state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                (state >> 16) as u8
+            })
+            .collect();
+        let mut y = Vec::new();
+        assert!(dequantize(&bytes, dtype, &mut y), "{dtype}");
+    }
+}
+
+/// The golden vectors of FORMAT.md 3.5, read from the document: for each
+/// type, the blocks of the ramp `x[i] = ((37·i mod 101) − 50) / 64`,
+/// `i < 256` (their SHA-256, and the first block in hex), and the
+/// dequantized values' SHA-256 (little-endian f32).
+#[test]
+fn golden_vectors_are_the_documents() {
+    use sha2::{Digest, Sha256};
+    let doc = include_str!("../../../../docs/FORMAT.md");
+    let start = doc.find("QUANT-GOLDEN-BEGIN").expect("marker") + "QUANT-GOLDEN-BEGIN".len();
+    let end = doc.find("QUANT-GOLDEN-END").expect("marker");
+    let lines: Vec<&str> = doc[start..end]
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let x = ramp(256);
+    let mut seen = 0;
+    for line in lines {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [name, blocks_sha, values_sha, first] = f[..] else {
+            panic!("a golden line is `type blocks-sha256 values-sha256 first-block-hex`: {line}");
+        };
+        let dtype: DType = name.parse().expect("a type");
+        let mut b = Vec::new();
+        assert!(quantize(&x, dtype, &mut b));
+        let mut y = Vec::new();
+        assert!(dequantize(&b, dtype, &mut y));
+        let yb: Vec<u8> = y.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let size = layout(dtype).expect("block").1;
+        assert_eq!(
+            crate::hex(&Sha256::digest(&b)),
+            blocks_sha,
+            "{dtype} blocks"
+        );
+        assert_eq!(
+            crate::hex(&Sha256::digest(&yb)),
+            values_sha,
+            "{dtype} values"
+        );
+        assert_eq!(crate::hex(&b[..size]), first, "{dtype} first block");
+        seen += 1;
+    }
+    assert_eq!(seen, QUANTIZED.len());
+}
