@@ -258,12 +258,21 @@ pub fn quant(data: &[u8]) {
     assert_eq!(values.len(), whole.len() / size * per);
     let mut again = Vec::new();
     assert!(gkq_format::decode_f32(whole, dtype, &mut again));
-    assert!(values.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(
+        values
+            .iter()
+            .zip(&again)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    );
     let mut requantized = Vec::new();
-    assert!(gkq_format::quant::quantize(&values, dtype, &mut requantized));
+    assert!(gkq_format::quant::quantize(
+        &values,
+        dtype,
+        &mut requantized
+    ));
     assert_eq!(requantized.len(), whole.len());
     // a length that is not whole blocks is refused, not read past
-    if blocks.len() % size != 0 {
+    if !blocks.len().is_multiple_of(size) {
         assert!(!gkq_format::quant::dequantize(blocks, dtype, &mut values));
     }
 }

@@ -378,6 +378,9 @@ pub struct Generation {
     pub stage_bytes: Vec<RoleBytes>,
     /// The resolution of each role.
     pub resolutions: Vec<RoleResolution>,
+    /// The logits of the first step (after the prompt), for `--logits-out`.
+    #[serde(skip)]
+    pub first_logits: Vec<f32>,
 }
 
 fn digest(logits: &Tensor) -> Result<String> {
@@ -456,6 +459,7 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
     let mut digests = Vec::with_capacity(max_new.min(1 << 12));
     let mut ttft = 0.0;
     let mut prefill = 0.0;
+    let mut first_logits = Vec::new();
     let mut ids = prompt.to_vec();
     for n in 0..max_new {
         let logits = step(stages, &ids)?;
@@ -464,6 +468,7 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
         if n == 0 {
             prefill = start.elapsed().as_secs_f64() * 1e3;
             ttft = opened.elapsed().as_secs_f64() * 1e3;
+            first_logits = logits.to_vec1()?;
         }
         tokens.push(next);
         ids = vec![next];
@@ -500,6 +505,7 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
         bytes,
         stage_bytes,
         resolutions,
+        first_logits,
     })
 }
 

@@ -17,7 +17,7 @@ use gkq_reader::{BlockingPull, Pulled};
 
 use crate::config::Config;
 use crate::error::{DecodeError, Result};
-use crate::model::{Layer, Linear, layer_block_names, tensor_from_block};
+use crate::model::{Layer, Linear, Weight, layer_block_names, tensor_from_block};
 
 /// What a stage has loaded so far.
 #[derive(Default)]
@@ -45,6 +45,16 @@ fn tensor(
     got: &mut HashMap<String, (Block, Bytes)>,
     shape: &[usize],
 ) -> Result<Tensor> {
+    let (block, bytes) = take(name, got, shape)?;
+    tensor_from_block(&bytes, block.dtype, shape)
+}
+
+/// A pulled block, removed from `got`, its shape checked.
+fn take(
+    name: &str,
+    got: &mut HashMap<String, (Block, Bytes)>,
+    shape: &[usize],
+) -> Result<(Block, Bytes)> {
     let (block, bytes) = got
         .remove(name)
         .ok_or_else(|| DecodeError::Weights(format!("block {name} was not pulled")))?;
@@ -54,7 +64,18 @@ fn tensor(
             "block {name} has shape {have:?}, config.json implies {shape:?}"
         )));
     }
-    tensor_from_block(&bytes, block.dtype, shape)
+    Ok((block, bytes))
+}
+
+/// The weight matrix of a pulled block (quantized for a block type), its
+/// shape checked.
+fn weight(
+    name: &str,
+    got: &mut HashMap<String, (Block, Bytes)>,
+    shape: &[usize],
+) -> Result<Weight> {
+    let (block, bytes) = take(name, got, shape)?;
+    Weight::of(&bytes, block.dtype, shape)
 }
 
 /// Builds layer `l` from its pulled blocks.
@@ -66,37 +87,31 @@ fn layer(cfg: &Config, l: usize, got: &mut HashMap<String, (Block, Bytes)>) -> R
         cfg.kv_heads * cfg.head_dim,
         cfg.intermediate,
     );
+    let mut w = |k: usize, shape: &[usize]| weight(&n[k], got, shape);
+    let q_w = w(1, &[q, h])?;
+    let k_w = w(2, &[kv, h])?;
+    let v_w = w(3, &[kv, h])?;
+    let o_w = w(4, &[h, q])?;
+    let gate = w(6, &[i, h])?;
+    let up = w(7, &[i, h])?;
+    let down = w(8, &[h, i])?;
     let mut t = |k: usize, shape: &[usize]| tensor(&n[k], got, shape);
-    let q_w = t(1, &[q, h])?;
-    let k_w = t(2, &[kv, h])?;
-    let v_w = t(3, &[kv, h])?;
     let (qb, kb, vb) = if n.len() > 9 {
         (Some(t(9, &[q])?), Some(t(10, &[kv])?), Some(t(11, &[kv])?))
     } else {
         (None, None, None)
     };
+    let plain = |w| Linear { w, b: None };
     Ok(Layer {
         input_norm: t(0, &[h])?,
         q: Linear { w: q_w, b: qb },
         k: Linear { w: k_w, b: kb },
         v: Linear { w: v_w, b: vb },
-        o: Linear {
-            w: t(4, &[h, q])?,
-            b: None,
-        },
+        o: plain(o_w),
         post_norm: t(5, &[h])?,
-        gate: Linear {
-            w: t(6, &[i, h])?,
-            b: None,
-        },
-        up: Linear {
-            w: t(7, &[i, h])?,
-            b: None,
-        },
-        down: Linear {
-            w: t(8, &[h, i])?,
-            b: None,
-        },
+        gate: plain(gate),
+        up: plain(up),
+        down: plain(down),
     })
 }
 
@@ -143,7 +158,7 @@ impl Loaded {
                     got.insert(name, (block, bytes));
                 }
                 (_, Pulled::LmHead(m)) => {
-                    m.weights()?; // the f32 tensor, made now rather than at the first logits
+                    m.prepare()?; // the f32 tensor or the quantized matmul, made now rather than at the first logits
                     lock(&self.slots).lm_head = true;
                 }
                 (item, _) => {

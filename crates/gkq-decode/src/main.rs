@@ -91,6 +91,10 @@ struct Args {
     /// One JSON object on stdout instead of text.
     #[arg(long, short = 'j')]
     json: bool,
+    /// Write the first step's logits (after the prompt; f32 little-endian,
+    /// one per vocabulary entry) to FILE, to compare two packages' outputs.
+    #[arg(long = "logits-out", value_name = "FILE")]
+    logits_out: Option<PathBuf>,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -304,8 +308,17 @@ fn report(a: &Args, g: Generation) -> anyhow::Result<()> {
     for (i, d) in g.logits_sha256.iter().enumerate() {
         text.push_str(&format!("\nstep {i} logits sha256 {d}"));
     }
+    if let Some(path) = &a.logits_out {
+        let bytes: Vec<u8> = g
+            .first_logits
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    }
     let mut v = serde_json::to_value(&g)?;
     v["time_to_first_token_from_start_ms"] = serde_json::json!(from_start);
+    v["peak_rss_bytes"] = serde_json::json!(gkq_cli::peak_rss_bytes());
     emit(a, v, text)
 }
 

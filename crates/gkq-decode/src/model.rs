@@ -1,7 +1,8 @@
 //! The decoder layers, written on candle-core ops in f32: RMSNorm, rotary
 //! positions ("rotate half", as Hugging Face's Llama/Qwen2), grouped-query
 //! attention with a KV cache, SwiGLU MLP. Weights are the knot's blocks
-//! widened exactly to f32.
+//! widened exactly to f32, or for a block type kept quantized and run
+//! through ggml's quantized matmul (candle's `quantized` module).
 
 use candle_core::{D, DType as CDType, Device, Tensor};
 use gkq_format::DType;
@@ -24,15 +25,38 @@ pub(crate) fn tensor_from_block(bytes: &[u8], dtype: DType, shape: &[usize]) -> 
     Ok(Tensor::from_raw_buffer(bytes, d, shape, &Device::Cpu)?.to_dtype(CDType::F32)?)
 }
 
+/// A weight matrix `[out, in]`: f32, or a block type kept in its blocks
+/// and multiplied by ggml's quantized kernels (candle's `QMatMul`).
+pub(crate) enum Weight {
+    Float(Tensor),
+    Quant(candle_core::quantized::QMatMul),
+}
+
+impl Weight {
+    /// The weight of a block's bytes: quantized for a block type, else
+    /// widened exactly to f32.
+    pub(crate) fn of(bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Weight> {
+        match (dtype.is_quantized(), shape) {
+            (true, &[rows, cols]) => Ok(Weight::Quant(gkq_reader::qmatmul(
+                bytes, dtype, rows, cols,
+            )?)),
+            _ => Ok(Weight::Float(tensor_from_block(bytes, dtype, shape)?)),
+        }
+    }
+}
+
 /// A linear layer `x @ w^T + b`.
 pub(crate) struct Linear {
-    pub(crate) w: Tensor,
+    pub(crate) w: Weight,
     pub(crate) b: Option<Tensor>,
 }
 
 impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.w.t()?)?;
+        let y = match &self.w {
+            Weight::Float(w) => x.matmul(&w.t()?)?,
+            Weight::Quant(q) => candle_core::Module::forward(q, x)?,
+        };
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,
             None => y,

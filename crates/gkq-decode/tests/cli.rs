@@ -53,8 +53,37 @@ fn json_report_text_prompt_and_two_process_pipeline() {
         assert!(v["bytes"][k].is_u64(), "{k}");
     }
     assert!(v["time_to_first_token_ms"].as_f64().expect("ttft") > 0.0);
+    assert!(v["tokens_per_second"].as_f64().expect("tok/s") > 0.0);
+    assert!(v["peak_rss_bytes"].as_u64().expect("peak RSS") > 1 << 20);
     assert_eq!(v["resolutions"][0]["role"], "token_embd");
     assert_eq!(v["resolutions"][1]["path"], "resident");
+
+    // --logits-out: the first step's logits, whose digest the report gives
+    let logits = tmp.path().join("logits.f32");
+    let l = json(&decode(&[
+        &knot,
+        "--prompt-ids",
+        "5,17,300",
+        "--max-new-tokens",
+        "1",
+        "--logits-out",
+        logits.to_str().expect("utf8"),
+        "--json",
+    ]));
+    let bytes = std::fs::read(&logits).expect("logits file");
+    assert_eq!(bytes.len(), 1024 * 4, "one f32 per vocabulary entry");
+    assert_eq!(
+        gkq_format::hex(&sha2::Sha256::digest(&bytes)),
+        l["logits_sha256"][0].as_str().expect("digest")
+    );
+    let values: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let argmax = (0..values.len())
+        .max_by(|&a, &b| values[a].total_cmp(&values[b]))
+        .expect("a logit");
+    assert_eq!(argmax as u64, tokens[0]);
 
     // a word-level tokenizer.json: "hello world" is ids 5, 17
     let tok = tmp.path().join("tokenizer.json");

@@ -26,10 +26,14 @@ impl Served {
 }
 
 fn serve(src: &Path, dtypes: &[DType]) -> Served {
+    serve_with(src, |o| o.dtypes = dtypes.to_vec())
+}
+
+fn serve_with(src: &Path, edit: impl FnOnce(&mut gkq_pack::PackOptions)) -> Served {
     let tmp = tempfile::tempdir().expect("tmp");
     let out = tmp.path().join("www/m");
     let mut opts = gkq_pack::PackOptions::new(src, &out);
-    opts.dtypes = dtypes.to_vec();
+    edit(&mut opts);
     gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     let nginx = Nginx::start(
         &tmp.path().join("www"),
@@ -145,6 +149,35 @@ fn untied_llama_is_bit_identical_for_every_row_file() {
         assert_same(&d, &cold, &format!("{want:?}, cold"));
         assert_same(&d, &warm, &format!("{want:?}, warm"));
     }
+}
+
+/// Issue 29: a quantized package (q4_k weights, a q8_0 embedding, the
+/// default q6_k lm_head) loads as a bf16 one does, pipelined, verified and
+/// cached: the same tokens and logits bits dense and columnar, cold and
+/// warm, the quantized blocks run through the quantized matmul, the
+/// lm_head pulled in its blocks.
+#[test]
+fn a_quantized_package_decodes_alike_dense_and_columnar() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = fixture(tmp.path(), "llama-tiny-k");
+    let s = serve_with(&src, |o| {
+        o.quant.weights = Some(DType::Q4_K);
+        o.quant.token_embedding = Some(DType::Q8_0);
+    });
+    let d = dense(&s);
+    let (cold, warm) = columnar(&s, None);
+    assert!(
+        cold.resolutions[0].reason.contains("token_embd.q8_0.rows"),
+        "{:?}",
+        cold.resolutions
+    );
+    assert_same(&d, &cold, "quantized, cold");
+    assert_same(&d, &warm, "quantized, warm");
+    // the lm_head moved as its q6_k blocks: 512 rows of one 210-byte super-block
+    assert_eq!(cold.bytes.lm_head, 512 * 210);
+    // and the quantized blocks are not the f32 model's: the logits differ
+    let f = serve(&src, &[DType::F32]);
+    assert_ne!(dense(&f).logits_sha256, d.logits_sha256);
 }
 
 #[test]

@@ -535,10 +535,19 @@ impl Header {
 }
 
 /// The proof height a writer picks for a row file: the largest `h` whose
-/// path record (`32 × h` bytes) is at most 12 % of a row, capped at
+/// path record (`32 × h` bytes) is at most 12 % of a row, raised to the
+/// smallest `h` whose chunk table is at most 2,048 roots
+/// (64 KiB, fetched once per node: narrow rows, such as a block type's,
+/// would otherwise make the table dominate a session), capped at
 /// `ceil(log2(rows))` (a taller chunk than the tree is useless) and at 16.
 pub fn default_proof_height(rows: u64, row_bytes: u64) -> u8 {
     let by_budget = row_bytes.saturating_mul(12) / (100 * 32);
+    let by_table = (0..16u64)
+        .find(|&h| rows.div_ceil(1u64 << h) <= MAX_TABLE_ROOTS)
+        .unwrap_or(16);
     let by_rows = u64::from(64u32.saturating_sub(rows.saturating_sub(1).leading_zeros()));
-    u8::try_from(by_budget.min(by_rows).min(16)).unwrap_or(16)
+    u8::try_from(by_budget.max(by_table).min(by_rows).min(16)).unwrap_or(16)
 }
+
+/// The chunk table a writer aims to stay within: 2,048 roots (64 KiB).
+pub(crate) const MAX_TABLE_ROOTS: u64 = 2048;

@@ -54,7 +54,6 @@ use companions::{companion_reports, copy_companion, find_companions};
 use error::IoContext;
 use options::check_dtypes;
 use output::{Output, check_out_outside};
-use report::peak_rss_bytes;
 use run::Run;
 
 /// The `--dtype` list, checked, once the output directory may be written.
@@ -142,6 +141,6 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         lm_head: roles.lm_head_block,
         model_id,
         revision,
-        peak_rss_bytes: peak_rss_bytes(),
+        peak_rss_bytes: gkq_cli::peak_rss_bytes(),
     })
 }

@@ -156,11 +156,3 @@ pub struct PackReport {
     /// Peak resident set size of this process (Linux `VmHWM`), when known.
     pub peak_rss_bytes: Option<u64>,
 }
-
-/// Peak resident set size of this process, from `/proc/self/status`.
-pub(crate) fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}

@@ -181,7 +181,7 @@ impl AsyncLmHead<'_> {
     #[cfg(feature = "candle")]
     pub async fn logits(&self, hidden: &candle_core::Tensor) -> Result<candle_core::Tensor> {
         let m = self.matrix().await?;
-        crate::rows::logits_with(m.weights()?, hidden)
+        m.logits(hidden)
     }
 
     /// The argmax token of each row of `hidden` (feature `candle`).

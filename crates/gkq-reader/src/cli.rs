@@ -26,11 +26,11 @@ pub struct NodeArgs {
     /// Fail instead of falling back to downloading the whole dense embedding when the row file cannot be used.
     #[arg(long = "require-columnar", help_heading = "Row store")]
     pub require_columnar: bool,
-    /// Row file to fetch from a base URL: f32, f16 or bf16 (or fp32, float16, half, bfloat16…) [default: the narrowest one whose values widen to the knot's block exactly].
-    #[arg(long = "embed-dtype", value_name = "DTYPE", value_parser = DType::parse_float, help_heading = "Row store")]
+    /// Row file to fetch from a base URL: f32, f16 or bf16 (or fp32, float16, half, bfloat16…), or a block type (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k: lossy rows of a float block, taken only when asked for) [default: the narrowest one whose values widen to the knot's block exactly; for a quantized block, its own blocks].
+    #[arg(long = "embed-dtype", value_name = "DTYPE", value_parser = DType::parse_row, help_heading = "Row store")]
     pub embed_dtype: Option<DType>,
-    /// Row file to pull the lm_head from [default: the narrowest exact one with fewer bytes per row than the block, else the block].
-    #[arg(long = "lm-head-dtype", value_name = "DTYPE", value_parser = DType::parse_float, help_heading = "Row store")]
+    /// Row file to pull the lm_head from, a float or block type as --embed-dtype [default: the narrowest exact one with fewer bytes per row than the block, else the block; a quantized block stays quantized].
+    #[arg(long = "lm-head-dtype", value_name = "DTYPE", value_parser = DType::parse_row, help_heading = "Row store")]
     pub lm_head_dtype: Option<DType>,
     /// In-memory row cache size, in rows.
     #[arg(long = "embed-cache-rows", value_name = "N", default_value_t = DEFAULT_CACHE_ROWS, help_heading = "Row store")]

@@ -436,7 +436,7 @@ impl EmbeddingCore {
         ids: &[u64],
     ) -> Result<Rows> {
         let cols = self.cols();
-        let rb = cols * dtype.itemsize() as usize;
+        let rb = dtype.row_bytes(cols as u64).unwrap_or(0) as usize;
         let rows = ids
             .iter()
             .map(|&id| {

@@ -113,4 +113,7 @@ pub use resolve::{
 };
 pub use rows::Rows;
 #[cfg(feature = "candle")]
-pub use {candle_core, rows::logits_with};
+pub use {
+    candle_core,
+    rows::{logits_with, qmatmul},
+};

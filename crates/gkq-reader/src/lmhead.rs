@@ -38,6 +38,8 @@ pub struct Matrix {
     exact: bool,
     #[cfg(feature = "candle")]
     weights: std::sync::OnceLock<candle_core::Tensor>,
+    #[cfg(feature = "candle")]
+    logits: std::sync::OnceLock<crate::rows::Weights>,
 }
 
 impl Matrix {
@@ -50,6 +52,8 @@ impl Matrix {
             exact,
             #[cfg(feature = "candle")]
             weights: std::sync::OnceLock::new(),
+            #[cfg(feature = "candle")]
+            logits: std::sync::OnceLock::new(),
         }
     }
 
@@ -92,14 +96,51 @@ impl Matrix {
         }
     }
 
-    /// The same values as an f32 `[rows, cols]` tensor, made once (feature `candle`).
+    /// The same values as an f32 `[rows, cols]` tensor, made once (feature
+    /// `candle`). A block type is dequantized for it (4 bytes a value);
+    /// [`Matrix::logits`] keeps it in its blocks.
     #[cfg(feature = "candle")]
     pub fn weights(&self) -> Result<&candle_core::Tensor> {
         if let Some(w) = self.weights.get() {
             return Ok(w);
         }
-        let w = crate::rows::tensor_f32(&self.bytes, self.dtype, self.rows, self.cols)?;
+        let w = if self.dtype.is_quantized() {
+            candle_core::Tensor::from_vec(
+                self.to_f32()?,
+                (self.rows, self.cols),
+                &candle_core::Device::Cpu,
+            )?
+        } else {
+            crate::rows::tensor_f32(&self.bytes, self.dtype, self.rows, self.cols)?
+        };
         Ok(self.weights.get_or_init(|| w))
+    }
+
+    /// Makes what [`Matrix::logits`] computes with, once: the f32 tensor of
+    /// a float matrix, candle's quantized matmul of a block type (feature
+    /// `candle`).
+    #[cfg(feature = "candle")]
+    pub fn prepare(&self) -> Result<()> {
+        if self.logits.get().is_none() {
+            let w = if self.dtype.is_quantized() {
+                let q = crate::rows::qmatmul(&self.bytes, self.dtype, self.rows, self.cols)?;
+                crate::rows::Weights::Quant(q)
+            } else {
+                // the one f32 tensor (a clone shares its storage)
+                crate::rows::Weights::Float(self.weights()?.clone())
+            };
+            let _ = self.logits.set(w);
+        }
+        Ok(())
+    }
+
+    /// `hidden [n, cols] @ self^T` → `[n, rows]`: an f32 matmul, or for a
+    /// block type ggml's quantized kernels on the blocks as pulled, never
+    /// widened (feature `candle`).
+    #[cfg(feature = "candle")]
+    pub fn logits(&self, hidden: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+        self.prepare()?;
+        self.logits.get().expect("prepared above").logits(hidden)
     }
 }
 

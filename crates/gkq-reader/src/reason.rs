@@ -24,10 +24,16 @@ pub(crate) fn render(r: &Resolution) -> String {
 }
 
 fn exactness(d: &ColumnarDescriptor, block_dtype: gkq_format::DType) -> String {
-    if d.is_block_exact() {
-        format!("its values widen to the {block_dtype} block exactly")
-    } else {
-        format!("NOT exact: its values differ from the {block_dtype} block's (no BLOCK_EXACT)")
+    match (d.is_block_exact(), d.dtype.is_quantized()) {
+        (true, true) => format!("the {block_dtype} block's own quantized blocks"),
+        (true, false) => format!("its values widen to the {block_dtype} block exactly"),
+        (false, true) => format!(
+            "lossy: the {block_dtype} block's values quantized to {} (no BLOCK_EXACT), taken because it was asked for",
+            d.dtype
+        ),
+        (false, false) => {
+            format!("NOT exact: its values differ from the {block_dtype} block's (no BLOCK_EXACT)")
+        }
     }
 }
 
@@ -58,6 +64,10 @@ fn choice(c: &ColumnarPath) -> String {
                 d.dtype, d.row_bytes
             )
         }
+        Choice::Narrowest { block_dtype, .. } if d.dtype.is_quantized() => format!(
+            "{} rows: the block itself is {block_dtype}, so its rows are its own quantized blocks, scales inline ({} B/row)",
+            d.dtype, d.row_bytes
+        ),
         Choice::Narrowest { block_dtype, .. } => format!(
             "{} rows are the narrowest exact row file of the {block_dtype} block ({} B/row)",
             d.dtype, d.row_bytes
@@ -168,7 +178,16 @@ fn dense(cause: &DenseCause, used: Use) -> String {
         } => format!(
             "{url}: Content-Length {len} ≠ expected {expected} ({rows} rows × {row_bytes} bytes)"
         ),
-        DenseCause::Block { block, block_row } => format!(
+        DenseCause::Block {
+            block,
+            dtype,
+            block_row,
+        } if dtype.is_quantized() => format!(
+            "block {block} pulled once, sha256-checked, and kept resident in its quantized form ({dtype}, {block_row} B/row; no exact row file is narrower), not widened"
+        ),
+        DenseCause::Block {
+            block, block_row, ..
+        } => format!(
             "block {block} pulled once, sha256-checked, and kept resident (no exact row file narrower than its {block_row} B/row)"
         ),
         DenseCause::FellBack { error } => format!("fell back to the dense block: {error}"),

@@ -217,6 +217,8 @@ pub enum DenseCause {
     Block {
         /// The block.
         block: String,
+        /// Its dtype (a block type stays quantized on the node).
+        dtype: DType,
         /// Bytes per row of the block.
         block_row: u64,
     },
@@ -451,7 +453,8 @@ fn pick_resident<'d>(
     base: Option<&str>,
     dtype: Option<(DType, &'static str)>,
 ) -> std::result::Result<(String, &'d ColumnarDescriptor, Choice), DenseCause> {
-    let block_row = block.shape.get(1).copied().unwrap_or(0) * block.dtype.itemsize();
+    let cols = block.shape.get(1).copied().unwrap_or(0);
+    let block_row = block.dtype.row_bytes(cols).unwrap_or(0);
     let (d, choice) = match dtype {
         Some((want, flag)) => forced(block, want, flag)?,
         None => {
@@ -462,6 +465,7 @@ fn pick_resident<'d>(
                 .min_by_key(|d| d.row_bytes)
                 .ok_or_else(|| DenseCause::Block {
                     block: block.name.clone(),
+                    dtype: block.dtype,
                     block_row,
                 })?;
             (

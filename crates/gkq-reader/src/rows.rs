@@ -39,12 +39,14 @@ impl Rows {
         self.cols
     }
 
-    /// Row `i` as stored.
+    /// Row `i` as stored: its values, or for a block type its raw blocks,
+    /// scales inline (FORMAT.md 3.5).
     pub fn bytes(&self, i: usize) -> Option<&[u8]> {
         self.rows.get(i).map(|r| &r[..])
     }
 
-    /// All rows as f32, row-major (f16/bf16 widened exactly with `half`).
+    /// All rows as f32, row-major (f16/bf16 widened exactly with `half`, a
+    /// block type dequantized as FORMAT.md 3.5 defines).
     pub fn to_f32(&self) -> Result<Vec<f32>> {
         let mut out = Vec::with_capacity(self.rows.len() * self.cols);
         let mut tmp = Vec::new();
@@ -92,6 +94,77 @@ pub(crate) fn tensor_f32(
     let t =
         candle_core::Tensor::from_raw_buffer(bytes, d, &[rows, cols], &candle_core::Device::Cpu)?;
     Ok(t.to_dtype(candle_core::DType::F32)?)
+}
+
+/// ggml's type for a block type (candle's `quantized` module).
+#[cfg(feature = "candle")]
+fn ggml_dtype(dtype: DType) -> Option<candle_core::quantized::GgmlDType> {
+    use candle_core::quantized::GgmlDType as G;
+    Some(match dtype {
+        DType::Q4_0 => G::Q4_0,
+        DType::Q4_1 => G::Q4_1,
+        DType::Q5_0 => G::Q5_0,
+        DType::Q5_1 => G::Q5_1,
+        DType::Q8_0 => G::Q8_0,
+        DType::Q4_K => G::Q4K,
+        DType::Q5_K => G::Q5K,
+        DType::Q6_K => G::Q6K,
+        _ => return None,
+    })
+}
+
+/// A `[rows, cols]` matrix of a block type as candle's quantized matmul
+/// (ggml's CPU kernels), kept in its blocks: `forward(x)` is `x @ w^T`
+/// without widening the weights (feature `candle`).
+#[cfg(feature = "candle")]
+pub fn qmatmul(
+    bytes: &[u8],
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+) -> Result<candle_core::quantized::QMatMul> {
+    let g = ggml_dtype(dtype)
+        .ok_or_else(|| ReaderError::Compute(format!("{dtype} is not one of ggml's block types")))?;
+    let want = dtype.row_bytes(cols as u64).map(|r| r as usize * rows);
+    if want != Some(bytes.len()) {
+        return Err(ReaderError::Compute(format!(
+            "a [{rows}, {cols}] {dtype} matrix is not {} bytes",
+            bytes.len()
+        )));
+    }
+    // candle views the bytes as blocks in place (their f16 scales want an
+    // even address): copy them to an 8-aligned place first
+    let mut buf = vec![0u8; bytes.len() + 8];
+    let at = buf.as_ptr().align_offset(8).min(8);
+    let view = &mut buf[at..at + bytes.len()];
+    view.copy_from_slice(bytes);
+    let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
+        g,
+        view,
+        vec![rows, cols],
+        &candle_core::Device::Cpu,
+    )?;
+    Ok(candle_core::quantized::QMatMul::from_qtensor(t)?)
+}
+
+/// The weights logits are computed with: f32, or a block type's blocks.
+#[cfg(feature = "candle")]
+#[derive(Debug)]
+pub(crate) enum Weights {
+    Float(candle_core::Tensor),
+    Quant(candle_core::quantized::QMatMul),
+}
+
+#[cfg(feature = "candle")]
+impl Weights {
+    /// `hidden [n, cols] @ w^T` → `[n, rows]`.
+    pub(crate) fn logits(&self, hidden: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+        use candle_core::Module;
+        match self {
+            Weights::Float(w) => logits_with(w, hidden),
+            Weights::Quant(q) => Ok(q.forward(&hidden.to_dtype(candle_core::DType::F32)?)?),
+        }
+    }
 }
 
 /// The argmax of each row of `logits` `[n, vocab]` (feature `candle`).

@@ -17,6 +17,9 @@ use gkq_reader::{
 
 use fixtures::knots::dense_row;
 
+#[path = "quant/mod.rs"]
+mod quant;
+
 struct Served {
     _tmp: tempfile::TempDir,
     out: PathBuf,

@@ -31,12 +31,12 @@ const PART: u64 = 8 << 20;
 
 /// A link and the object store's per-response cap.
 #[derive(Clone, Copy)]
-struct Net {
+pub(super) struct Net {
     per_response: &'static str,
     link: u64,
 }
 
-const SLOW: Net = Net {
+pub(super) const SLOW: Net = Net {
     per_response: "25m",
     link: 100_000_000,
 };
@@ -46,15 +46,15 @@ const FAST: Net = Net {
 };
 
 /// One measured process.
-struct Measured {
-    wall: f64,
-    rss_mib: f64,
-    json: Value,
-    wire: WireStats,
+pub(super) struct Measured {
+    pub(super) wall: f64,
+    pub(super) rss_mib: f64,
+    pub(super) json: Value,
+    pub(super) wire: WireStats,
 }
 
 impl Measured {
-    fn ttft_s(&self) -> f64 {
+    pub(super) fn ttft_s(&self) -> f64 {
         self.json["time_to_first_token_from_start_ms"]
             .as_f64()
             .unwrap_or(self.wall * 1e3)
@@ -65,15 +65,21 @@ impl Measured {
     }
 }
 
-fn prompt() -> String {
+/// 32 prompt ids spread over the vocabulary (below 32,000, so that the
+/// Llama-shaped preset of `bench quant` takes them too).
+pub(super) fn prompt() -> String {
     (0..PROMPT_TOKENS)
-        .map(|i| ((i * 4_729 + 17) % 151_936).to_string())
+        .map(|i| ((i * 4_729 + 17) % 32_000).to_string())
         .collect::<Vec<_>>()
         .join(",")
 }
 
 /// Runs `gkq-decode` on `knot` with `args`, under `/usr/bin/time`.
-fn decode(knot: &str, args: &[&str], wire: impl Fn() -> WireStats) -> anyhow::Result<Measured> {
+pub(super) fn decode(
+    knot: &str,
+    args: &[&str],
+    wire: impl Fn() -> WireStats,
+) -> anyhow::Result<Measured> {
     let mut all: Vec<&OsStr> = vec![OsStr::new(knot)];
     all.extend(args.iter().map(OsStr::new));
     let (wall, kib, stdout) = timed_rss(&release_bin("gkq-decode"), &all)?;
@@ -91,12 +97,12 @@ fn decode(knot: &str, args: &[&str], wire: impl Fn() -> WireStats) -> anyhow::Re
 }
 
 /// The servers: nginx over TLS + h2 with `limit_rate`, and the test CA.
-struct Site {
+pub(super) struct Site {
     ca: TestCa,
     nginx: Nginx,
 }
 
-fn site(net: Net) -> anyhow::Result<Site> {
+pub(super) fn site(net: Net) -> anyhow::Result<Site> {
     let ca = TestCa::generate(&bench_dir().join("tls-ca"))?;
     let nginx = Nginx::start(
         &bench_dir(),
@@ -112,7 +118,12 @@ fn site(net: Net) -> anyhow::Result<Site> {
 }
 
 /// A remote decode of `pack` through a fresh proxy with `extra` flags.
-fn remote(site: &Site, net: Net, pack: &str, extra: &[&str]) -> anyhow::Result<Measured> {
+pub(super) fn remote(
+    site: &Site,
+    net: Net,
+    pack: &str,
+    extra: &[&str],
+) -> anyhow::Result<Measured> {
     let proxy = WireProxy::start_link(
         site.nginx.port(),
         Link {
@@ -183,7 +194,7 @@ fn bulk_ranges(pack: &Path) -> anyhow::Result<Vec<(String, u64, u64)>> {
     );
     let lm = lm.context("lm_head block")?;
     let data = h.resolve(lm).context("lm_head data")?;
-    let row = data.shape[1] * data.dtype.itemsize();
+    let row = data.dtype.row_bytes(data.shape[1]).unwrap_or(0);
     let narrow = data
         .columnar
         .iter()

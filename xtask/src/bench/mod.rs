@@ -7,6 +7,7 @@ mod coldstart;
 mod common;
 mod decode;
 mod pack;
+mod quant;
 mod reader;
 mod spectral;
 mod verify;
@@ -30,6 +31,8 @@ pub(crate) enum Which {
     Decode,
     /// `--analyze` and `--spectral` times on the qwen2.5-0.5b shapes, and the preset with spectral k_proj against dense.
     Spectral,
+    /// Quantized packages (qwen2.5-0.5b bf16, q8_0, q4_0; a Llama shape bf16 and q4_k) on the coldstart setup: wire bytes, TTFT, peak RSS, tokens/s, lm_head bytes, session bytes, logits error; RMSE per type on real MiniLM.
+    Quant,
     /// A cold node ready at link speed: decode from a package behind a 100 MB/s link with 25 MB/s per response, against the sequential pull, curl --parallel and a local-file decode; warm restarts.
     Coldstart,
 }
@@ -50,5 +53,6 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Spectral => spectral::run(reps),
         Which::Big => big::run(),
         Which::Coldstart => coldstart::run(),
+        Which::Quant => quant::run(),
     }
 }

@@ -182,7 +182,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     let sessions = fixtures::sessions::dir();
     let s = |n: &str| sessions.join(n).display().to_string();
     println!(
-        "bench reader: qwen2.5-0.5b preset (bf16 source) packed with --dtype f32 --dtype bf16, served by nginx on 127.0.0.1; the reader gets the base URL and picks the bf16 rows (exact: 1792 B/row instead of 3584), each verified with its Merkle proof (height 6: 192 B per row, and a 75,968 B chunk table once); dense f32 embedding = 544,538,624 B = 519.31 MB (MiB, as in the proposal); KB = 1024 B"
+        "bench reader: qwen2.5-0.5b preset (bf16 source) packed with --dtype f32 --dtype bf16, served by nginx on 127.0.0.1; the reader gets the base URL and picks the bf16 rows (exact: 1792 B/row instead of 3584), each verified with its Merkle proof (height 7: 224 B per row, and a 37,984 B chunk table once); dense f32 embedding = 544,538,624 B = 519.31 MB (MiB, as in the proposal); KB = 1024 B"
     );
     println!();
     let header = cold(&base, &s)?;

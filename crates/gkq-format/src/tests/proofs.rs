@@ -104,10 +104,17 @@ proptest! {
 }
 
 #[test]
-fn default_proof_height_keeps_records_within_twelve_percent() {
+fn default_proof_height_keeps_records_within_twelve_percent_and_the_table_within_64_kib() {
     // Qwen2.5-0.5B: 151,936 rows of 896 values
-    assert_eq!(merkle::default_proof_height(151_936, 1792), 6); // bf16: 192 B per row, 10.7 %
     assert_eq!(merkle::default_proof_height(151_936, 3584), 13); // f32: 416 B, 11.6 %
+    // bf16 (12 % would be h = 6, a 75,968-byte table): h = 7, 224 B per
+    // row and 1,187 roots; q8_0 (952-byte rows) and q4_0 (504) the same
+    for row_bytes in [1792, 952, 504] {
+        assert_eq!(merkle::default_proof_height(151_936, row_bytes), 7);
+    }
+    assert_eq!(151_936u64.div_ceil(1 << 7), 1187);
+    // a small vocabulary keeps the 12 % rule
+    assert_eq!(merkle::default_proof_height(1024, 256), 0);
     assert_eq!(merkle::default_proof_height(2, 12), 0);
     assert_eq!(merkle::default_proof_height(1, 1 << 20), 0); // one row: no path
     assert_eq!(merkle::default_proof_height(100, 1 << 20), 7); // ceil(log2 100)
