@@ -276,3 +276,23 @@ pub fn quant(data: &[u8]) {
         assert!(!gkq_format::quant::dequantize(blocks, dtype, &mut values));
     }
 }
+
+/// The GGUF parser (issue 30): never a panic; what it accepts has every
+/// tensor inside the file, and its key/values re-encode to the very bytes
+/// they were read from (the metadata travels losslessly).
+pub fn gguf(data: &[u8]) {
+    let Ok(g) = gkq_format::gguf::Gguf::parse(data) else {
+        return;
+    };
+    for t in &g.tensors {
+        let end = t.offset.checked_add(t.len).expect("checked by the parser");
+        assert!(end <= data.len() as u64, "{} ends past the file", t.name);
+    }
+    let (s, e) = g.kv_bytes;
+    let raw = data.get(s as usize..e as usize).expect("within the file");
+    assert_eq!(
+        gkq_format::gguf::encode_kv(&g.kv),
+        raw,
+        "key/values re-encode to their bytes"
+    );
+}

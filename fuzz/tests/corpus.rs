@@ -53,3 +53,8 @@ fn spectral_corpus() {
 fn quant_corpus() {
     replay("quant", gkq_fuzz::quant);
 }
+
+#[test]
+fn gguf_corpus() {
+    replay("gguf", gkq_fuzz::gguf);
+}

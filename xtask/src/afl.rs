@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use crate::{cargo, root, run};
 
 /// Every target of `fuzz/src/lib.rs`.
-pub(crate) const TARGETS: [&str; 7] = [
+pub(crate) const TARGETS: [&str; 8] = [
     "knot",
     "merkle",
     "runs",
@@ -22,6 +22,7 @@ pub(crate) const TARGETS: [&str; 7] = [
     "safetensors",
     "spectral",
     "quant",
+    "gguf",
 ];
 
 fn out_dir(target: &str) -> PathBuf {

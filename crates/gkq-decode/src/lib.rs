@@ -129,7 +129,7 @@ impl Stage {
         };
         let reader = Reader::open(location, config, serve)?;
         let header_bytes = reader.net_stats().payload_bytes;
-        let cfg = Config::from_json(&reader.package_file("config.json")?)?;
+        let cfg = Config::from_json(&config_json(&reader)?)?;
         cfg.check(reader.knot().header().header())?;
         let layers = match layers {
             None => 0..cfg.layers,
@@ -150,7 +150,7 @@ impl Stage {
         }
         let output = roles != StageRoles::Input;
         if output {
-            plan = plan.block("model.norm.weight").lm_head();
+            plan = plan.block(cfg.norm_name()).lm_head();
         }
         let loaded = load::Loaded::start(
             reader.pull(plan),
@@ -340,6 +340,30 @@ impl Stage {
         }
         Ok(out)
     }
+}
+
+/// The package's `config.json`; for a knot packed from a GGUF of an
+/// architecture it derived none for, the error says which.
+fn config_json(reader: &Reader) -> Result<bytes::Bytes> {
+    let files = reader
+        .knot()
+        .header()
+        .header()
+        .meta_list(gkq_format::keys::PACKAGE_FILES)
+        .unwrap_or_default()
+        .to_vec();
+    if !files.iter().any(|f| f == "config.json") && files.iter().any(|f| f == "metadata.gguf") {
+        let meta = reader.package_file("metadata.gguf")?;
+        let arch = gkq_format::gguf::Gguf::parse(&meta)
+            .ok()
+            .and_then(|g| g.architecture().map(str::to_owned))
+            .unwrap_or_else(|| "?".into());
+        return Err(DecodeError::Config(format!(
+            "the knot was packed from a GGUF of architecture {arch:?}, which gkq-decode does not run (it runs {}), so the package has no config.json: its hyper-parameters and tensor layout are not known here",
+            config::SUPPORTED
+        )));
+    }
+    Ok(reader.package_file("config.json")?)
 }
 
 /// Memory a stage's pull may hold beyond its f32 weights: bytes in flight

@@ -177,8 +177,9 @@ impl Loaded {
                 next += 1;
                 self.cv.notify_all();
             }
-            if plan.norm && got.contains_key("model.norm.weight") {
-                let norm = tensor("model.norm.weight", &mut got, &[plan.cfg.hidden])?;
+            let norm_name = plan.cfg.norm_name();
+            if plan.norm && got.contains_key(norm_name) {
+                let norm = tensor(norm_name, &mut got, &[plan.cfg.hidden])?;
                 lock(&self.slots).norm = Some(norm);
                 self.cv.notify_all();
             }

@@ -80,22 +80,28 @@ pub(crate) struct Layer {
 /// The names of a layer's blocks, in the order [`Layer`] takes them; the
 /// three biases are present for Qwen2 only.
 pub(crate) fn layer_block_names(cfg: &Config, l: usize) -> Vec<String> {
-    let p = format!("model.layers.{l}");
-    let mut v = vec![
-        format!("{p}.input_layernorm.weight"),
-        format!("{p}.self_attn.q_proj.weight"),
-        format!("{p}.self_attn.k_proj.weight"),
-        format!("{p}.self_attn.v_proj.weight"),
-        format!("{p}.self_attn.o_proj.weight"),
-        format!("{p}.post_attention_layernorm.weight"),
-        format!("{p}.mlp.gate_proj.weight"),
-        format!("{p}.mlp.up_proj.weight"),
-        format!("{p}.mlp.down_proj.weight"),
-    ];
+    let mut v: Vec<String> = [
+        "input_layernorm.weight",
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight",
+        "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",
+        "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+    ]
+    .iter()
+    .map(|n| cfg.layer_block(l, n))
+    .collect();
     if cfg.arch == Family::Qwen2 {
-        v.push(format!("{p}.self_attn.q_proj.bias"));
-        v.push(format!("{p}.self_attn.k_proj.bias"));
-        v.push(format!("{p}.self_attn.v_proj.bias"));
+        for b in [
+            "self_attn.q_proj.bias",
+            "self_attn.k_proj.bias",
+            "self_attn.v_proj.bias",
+        ] {
+            v.push(cfg.layer_block(l, b));
+        }
     }
     v
 }
@@ -121,6 +127,21 @@ fn rope_tables(cfg: &Config, pos: usize, t: usize) -> Result<(Tensor, Tensor)> {
     }
     let a = Tensor::from_vec(angles, (t, cfg.head_dim), &Device::Cpu)?;
     Ok((a.cos()?, a.sin()?))
+}
+
+/// Applies rotary positions to `x: [t, heads, head_dim]` whose pairs are
+/// adjacent dimensions `(2i, 2i + 1)` (llama.cpp's Llama layout); `cos` and
+/// `sin` are the "rotate half" tables, whose halves are equal.
+fn rope_interleaved(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let (t, heads, hd) = x.dims3()?;
+    let pairs = x.reshape((t, heads, hd / 2, 2))?;
+    let (even, odd) = (pairs.narrow(3, 0, 1)?, pairs.narrow(3, 1, 1)?);
+    let half =
+        |m: &Tensor| -> Result<Tensor> { Ok(m.narrow(1, 0, hd / 2)?.unsqueeze(1)?.unsqueeze(3)?) };
+    let (c, s) = (half(cos)?, half(sin)?);
+    let a = (even.broadcast_mul(&c)? - odd.broadcast_mul(&s)?)?;
+    let b = (even.broadcast_mul(&s)? + odd.broadcast_mul(&c)?)?;
+    Ok(Tensor::cat(&[&a, &b], 3)?.reshape((t, heads, hd))?)
 }
 
 /// Applies rotary positions to `x: [t, heads, head_dim]`.
@@ -165,8 +186,13 @@ impl Layer {
         let k = self.k.forward(&h)?.reshape((t, nkv, hd))?;
         let v = self.v.forward(&h)?.reshape((t, nkv, hd))?;
         let (cos, sin) = rope_tables(cfg, pos, t)?;
-        let q = rope(&q, &cos, &sin)?;
-        let k = rope(&k, &cos, &sin)?;
+        let rotate = if cfg.rope_interleaved() {
+            rope_interleaved
+        } else {
+            rope
+        };
+        let q = rotate(&q, &cos, &sin)?;
+        let k = rotate(&k, &cos, &sin)?;
         let k = match &cache.k {
             Some(prev) => Tensor::cat(&[prev, &k], 0)?,
             None => k,

@@ -180,6 +180,70 @@ fn a_quantized_package_decodes_alike_dense_and_columnar() {
     assert_ne!(dense(&f).logits_sha256, d.logits_sha256);
 }
 
+/// Issue 30: a knot packed from a GGUF (gguf-py's conversion: llama.cpp's
+/// names, Llama's q/k rows permuted for its rotary layout) decodes to the
+/// tokens of the same model packed from safetensors and quantized the
+/// same way, its embedding rows fetched over nginx and verified; a GGUF
+/// of an architecture gkq-decode does not run packs, and decode says why.
+#[test]
+fn a_gguf_born_knot_decodes_as_its_safetensors_twin() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    for (preset, kind, q) in [
+        ("llama-tiny-f32", "q4_0", DType::Q4_0),
+        ("qwen2-tiny-f32", "q8_0", DType::Q8_0),
+        ("llama-tiny-f16", "f16", DType::F16),
+    ] {
+        let src = fixture(tmp.path(), preset);
+        let file = tmp.path().join(format!("{preset}-{kind}.gguf"));
+        fixtures::gguf::write(&src, &file, kind, None).expect("gguf-py");
+        let g = serve_with(&file, |_| {});
+        let twin = serve_with(&src, |o| {
+            if q.is_quantized() {
+                o.quant.weights = Some(q);
+                o.quant.output = Some(q);
+            } else {
+                o.dtypes = vec![q];
+            }
+        });
+        let (cold, warm) = columnar(&g, None);
+        assert!(
+            cold.resolutions[0]
+                .reason
+                .contains(&format!("token_embd.{}.rows", q.name())),
+            "{:?}",
+            cold.resolutions
+        );
+        let d = dense(&twin);
+        assert_eq!(
+            cold.tokens, d.tokens,
+            "{preset} {kind}: GGUF-born against the safetensors twin"
+        );
+        assert_eq!(warm.tokens, d.tokens, "{preset} {kind}: warm");
+    }
+    // phi2: packs, and decode names the architecture
+    let src = fixture(tmp.path(), "llama-tiny-f32");
+    let file = tmp.path().join("llama.gguf");
+    fixtures::gguf::write(&src, &file, "q8_0", None).expect("gguf-py");
+    let phi = fixtures::gguf::with_architecture(&std::fs::read(&file).expect("gguf"), "phi2")
+        .expect("phi2");
+    let phi_file = tmp.path().join("phi2.gguf");
+    std::fs::write(&phi_file, phi).expect("write");
+    let s = serve_with(&phi_file, |_| {});
+    let Err(err) = Stage::open(
+        s.out.join("model.knot").to_str().expect("utf8"),
+        ReaderConfig::default(),
+        StageRoles::All,
+        None,
+    ) else {
+        panic!("phi2 is not decoded");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("GGUF of architecture \"phi2\", which gkq-decode does not run"),
+        "{err}"
+    );
+}
+
 #[test]
 fn an_input_stage_and_an_output_stage_equal_one_stage() {
     let tmp = tempfile::tempdir().expect("tmp");

@@ -66,6 +66,31 @@ pub enum Error {
         /// How many.
         extra: u64,
     },
+    /// A GGUF file whose header is not one (magic, version, counts,
+    /// truncation).
+    #[error("GGUF header, byte {at}: {reason}")]
+    Gguf {
+        /// Where in the file.
+        at: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A GGUF metadata key whose value cannot be read.
+    #[error("GGUF metadata key {key:?}: {reason}")]
+    GgufKey {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A GGUF tensor info or tensor data that cannot be used.
+    #[error("GGUF tensor {tensor:?}: {reason}")]
+    GgufTensor {
+        /// The tensor.
+        tensor: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A block type (section 3.5) in a knot of a version before 4.
     #[error("block {block:?}: dtype {dtype} needs knot version 4, this knot is version {version}")]
     DtypeVersion {

@@ -20,6 +20,7 @@ mod cast;
 mod dtype;
 mod error;
 mod figures;
+pub mod gguf;
 mod id;
 mod knot;
 pub mod layout;
@@ -49,7 +50,7 @@ pub use knot::{
 pub use model::{
     BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME,
     Metadata, Payload, Preamble, Quant, QuantFigure, Role, RowProof, SOURCE_EXACT, SpectralFigure,
-    Value, keys, rows_object_name,
+    Value, keys, rows_object_name, shape_bytes,
 };
 pub use spectral::{FrobeniusError, SpectralParts, decimal, reconstruct_spectral};
 pub use write::{KnotWriter, encode_prefix};

@@ -381,7 +381,7 @@ impl Block {
 /// `product(shape[..n-1]) × row_bytes(shape[n-1])`; `None` on overflow, or
 /// when the last dimension is not a whole number of blocks. A shape with a
 /// zero dimension is 0 bytes (docs/FORMAT.md 3.2): nothing overflows.
-pub(crate) fn shape_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
+pub fn shape_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
     if shape.contains(&0) {
         return Some(0);
     }

@@ -1,6 +1,9 @@
-//! The node tools `gkq-rows` and `gkq-inspect` (see `src/bin/`): read rows
-//! and look inside a published knot the way a node does. Their flags are the
-//! reader's `NodeArgs`/`NetArgs`; what surrounds `main` is `gkq-cli`'s.
+//! The node tools `gkq-rows`, `gkq-inspect` and `gkq-export` (see
+//! `src/bin/`): read rows, look inside a published knot, and write it as a
+//! GGUF (`export`), the way a node does. Their flags are the reader's
+//! `NodeArgs`/`NetArgs`; what surrounds `main` is `gkq-cli`'s.
+
+pub mod export;
 
 /// The `--version` line: the version and this build's features.
 pub fn version() -> &'static str {

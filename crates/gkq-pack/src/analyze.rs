@@ -135,11 +135,11 @@ pub(crate) fn analyze_spectrum(
 pub(crate) use crate::svd::singular_values;
 
 /// Analyzes every 2-D float tensor of the model in `model_dir` (a
-/// directory or an `ORG/NAME` in the local Hugging Face cache).
+/// directory, a GGUF file, or an `ORG/NAME` in the local Hugging Face cache).
 pub fn analyze(model_dir: &Path, progress: &dyn crate::Progress) -> Result<AnalyzeReport> {
     let located = hub::locate(model_dir)?;
-    let cfg = gkq_source::ModelConfig::read(&located.dir)?;
-    let src = SourceModel::open(&located.dir)?;
+    let src = SourceModel::open(&located.source)?;
+    let cfg = crate::model_config(&located, &src)?;
     let roles = roles::decide(&cfg, &src, None, None).ok();
     let chosen: Vec<_> = src
         .tensors

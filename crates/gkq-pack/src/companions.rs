@@ -16,12 +16,53 @@ use crate::report::CompanionReport;
 /// Bytes read per step.
 const CHUNK: usize = 8 << 20;
 
-/// A companion file of the model directory.
+/// A companion file of the model directory, or one made from the source
+/// (a GGUF's `metadata.gguf` and derived `config.json`).
 pub(crate) struct Companion {
     pub(crate) name: String,
     path: PathBuf,
     bytes: u64,
     pub(crate) sha256: String,
+    made: Option<Vec<u8>>,
+}
+
+impl Companion {
+    /// A companion made by the packer: `name` with `bytes`.
+    pub(crate) fn made(name: &str, bytes: Vec<u8>) -> Companion {
+        Companion {
+            name: name.to_owned(),
+            path: PathBuf::from(name),
+            bytes: bytes.len() as u64,
+            sha256: gkq_format::hex(&Sha256::digest(&bytes)),
+            made: Some(bytes),
+        }
+    }
+}
+
+/// The companions of a GGUF source: its metadata as `metadata.gguf`, and
+/// the `config.json` derived from it (replacing one found in the
+/// directory) for the architectures gkq-decode runs; `package.files` in
+/// name order.
+pub(crate) fn gguf_companions(
+    src: &gkq_source::SourceModel,
+    roles: &crate::roles::RolePlan,
+    found: &mut Vec<Companion>,
+) -> Result<()> {
+    let Some(g) = &src.gguf else {
+        return Ok(());
+    };
+    found.push(Companion::made("metadata.gguf", g.metadata_file()));
+    let embed = src
+        .tensor(&roles.embed)
+        .map(|t| t.shape.clone())
+        .unwrap_or_default();
+    if let Some(cfg) = g.derived_config(&embed, roles.tied)? {
+        found.retain(|c| c.name != "config.json");
+        let text = serde_json::to_string_pretty(&cfg).expect("a JSON value") + "\n";
+        found.push(Companion::made("config.json", text.into_bytes()));
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(())
 }
 
 /// The companion files present in `dir` (regular files only), hashed.
@@ -38,6 +79,7 @@ pub(crate) fn find_companions(dir: &Path) -> Result<Vec<Companion>> {
                     path,
                     bytes,
                     sha256,
+                    made: None,
                 });
             }
             _ => {}
@@ -50,6 +92,10 @@ pub(crate) fn find_companions(dir: &Path) -> Result<Vec<Companion>> {
 /// change since it was hashed for the header.
 pub(crate) fn copy_companion(out: &mut Output, c: &Companion) -> Result<(File, PathBuf)> {
     let (path, mut w) = out.create(&c.name)?;
+    if let Some(bytes) = &c.made {
+        write_all(&mut w, bytes, &path)?;
+        return Ok((flush_file(w, &path)?, path));
+    }
     let mut src = File::open(&c.path).at(&c.path)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];

@@ -56,6 +56,19 @@ use options::check_dtypes;
 use output::{Output, check_out_outside};
 use run::Run;
 
+/// The model's config: `config.json`, or for a GGUF what its metadata and
+/// tensor names say.
+pub(crate) fn model_config(located: &hub::Located, src: &SourceModel) -> Result<ModelConfig> {
+    match &src.gguf {
+        Some(g) => {
+            let embed = src.tensor("token_embd.weight").map(|t| t.shape.as_slice());
+            let tied = src.tensor("output.weight").is_none();
+            Ok(g.model_config(&located.source, embed, tied))
+        }
+        None => Ok(ModelConfig::read(&located.dir)?),
+    }
+}
+
 /// The `--dtype` list, checked, once the output directory may be written.
 fn check_options(opts: &PackOptions) -> Result<Vec<gkq_format::DType>> {
     if opts.out_dir.exists() && !opts.force {
@@ -71,11 +84,11 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     let started = Instant::now();
     let dtypes = check_options(opts)?;
     let located = hub::locate(&opts.model_dir)?;
-    check_out_outside(&located.dir, &opts.out_dir)?;
+    check_out_outside(&located.source, &opts.out_dir)?;
+    let src = SourceModel::open(&located.source)?;
+    let cfg = model_config(&located, &src)?;
     let model_id = opts.model_id.clone().or(located.model_id);
     let revision = opts.revision.clone().or(located.revision);
-    let cfg = ModelConfig::read(&located.dir)?;
-    let src = SourceModel::open(&located.dir)?;
     let roles = roles::decide(
         &cfg,
         &src,
@@ -83,7 +96,8 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         opts.lm_head_tensor.as_deref(),
     )?;
     let types = types::decide(&opts.quant, &src, &roles)?;
-    let companions = find_companions(&located.dir)?;
+    let mut companions = find_companions(&located.dir)?;
+    companions::gguf_companions(&src, &roles, &mut companions)?;
     let factored = spectral::factor_all(&src, &roles, &opts.spectral)?;
     let mut header = plan::plan(
         &cfg,

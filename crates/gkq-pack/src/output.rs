@@ -278,6 +278,16 @@ pub(crate) fn check_out_outside(model: &Path, out: &Path) -> Result<()> {
         })
     };
     let (m, o) = (abs(model), abs(out));
+    if model.is_file() {
+        // a GGUF file: the package may sit beside it, not around it
+        if m.starts_with(&o) {
+            return Err(PackError::OutInsideModel {
+                out: out.to_path_buf(),
+                model: model.to_path_buf(),
+            });
+        }
+        return Ok(());
+    }
     // `out` may not exist yet: compare its nearest existing ancestor too
     let o_parent = out
         .ancestors()

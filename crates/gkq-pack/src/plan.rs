@@ -52,6 +52,8 @@ pub(crate) fn plan(
     let quantized: Vec<String> = blocks
         .iter()
         .filter(|b| b.dtype.is_quantized() && matches!(b.encoding, Encoding::Dense(_)))
+        // quantized here: a GGUF's own blocks are its source's bytes
+        .filter(|b| src.tensor(&b.name).is_some_and(|t| t.dtype != b.dtype))
         .map(|b| b.name.clone())
         .collect();
     if !quantized.is_empty() {
@@ -133,7 +135,9 @@ fn plan_blocks(
         } else {
             Role::LmHead
         };
-        blocks.push(role_block(t, role, dtypes, types)?);
+        // a GGUF's tensors keep their types: its role blocks too, unless asked
+        let default = src.gguf.as_ref().map(|_| t.dtype);
+        blocks.push(role_block(t, role, (dtypes, default), types)?);
     }
     if let (true, Some(lm_head_block)) = (roles.tied, &roles.lm_head_block) {
         let e = &blocks[embed_index as usize];
@@ -152,15 +156,22 @@ fn plan_blocks(
 }
 
 /// The embedding's or lm_head's block: in its stored type (`types`, else
-/// the first `--dtype`, else f32), with a row file in that type first and
+/// `default` when no `--dtype` is given, else the first `--dtype`, else
+/// f32), with a row file in that type first and
 /// one in each other `--dtype`. A block type's rows are its own blocks only
 /// (FORMAT.md 3.4).
-fn role_block(t: &SourceTensor, role: Role, dtypes: &[DType], types: &TypePlan) -> Result<Block> {
+fn role_block(
+    t: &SourceTensor,
+    role: Role,
+    (dtypes, default): (&[DType], Option<DType>),
+    types: &TypePlan,
+) -> Result<Block> {
     let dtype = types
         .of(&t.name)
+        .or(default.filter(|_| dtypes.is_empty()))
         .or(dtypes.first().copied())
         .unwrap_or(DType::F32);
-    if !t.dtype.is_castable_float() {
+    if dtype != t.dtype && !t.dtype.is_castable_float() {
         return Err(PackError::NotCastable {
             tensor: t.name.clone(),
             from: t.dtype.to_string(),

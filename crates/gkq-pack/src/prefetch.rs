@@ -10,11 +10,12 @@ use gkq_source::{SourceModel, SourceTensor};
 /// Chunks read ahead.
 const DEPTH: usize = 2;
 
-/// Bytes per step: whole rows for a 2-D role tensor, `chunk` otherwise.
+/// Bytes per step: whole rows for a 2-D role tensor (or one converted row
+/// by row), `chunk` otherwise.
 pub(crate) fn plan(t: &SourceTensor, whole_rows: bool, chunk: usize) -> Vec<(u64, usize)> {
     let step = match (whole_rows, t.shape.get(1)) {
         (true, Some(&cols)) => {
-            let rb = (cols * t.dtype.itemsize()).max(1) as usize;
+            let rb = t.dtype.row_bytes(cols).unwrap_or(0).max(1) as usize;
             (chunk / rb).max(1) * rb
         }
         _ => chunk,

@@ -214,6 +214,11 @@ impl<'a> Run<'a> {
                     (Some(index), Some(role)) => self.role_tensor(pf, t, index, role)?,
                     (index, _) => self.plain_tensor(pf, t, index)?,
                 }
+                if t.pad > 0 {
+                    // the bytes between tensors (a GGUF's padding), for the file's digest
+                    self.hashers[t.file].update(src.read_pad(t)?);
+                    self.progress.advance(t.pad);
+                }
             }
             Ok(())
         })
@@ -368,7 +373,7 @@ impl<'a> Run<'a> {
         let hasher = &mut self.hashers[t.file];
         let ((block_bytes, r), ()) = rayon::join(
             || {
-                if block_dtype.is_quantized() {
+                if block_dtype.is_quantized() && t.dtype != block_dtype {
                     let (b, m) = convert_rows(chunk, t.dtype, block_dtype, cols);
                     (b, Err(m))
                 } else {

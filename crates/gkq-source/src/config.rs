@@ -17,6 +17,8 @@ pub enum Family {
     Bert,
     /// RoBERTa.
     Roberta,
+    /// A GGUF file: llama.cpp's tensor names, whatever the architecture.
+    Gguf,
 }
 
 impl Family {
@@ -33,6 +35,7 @@ impl Family {
                 "roberta.embeddings.word_embeddings.weight",
                 "embeddings.word_embeddings.weight",
             ],
+            Family::Gguf => &["token_embd.weight"],
         }
     }
 
@@ -42,13 +45,14 @@ impl Family {
             Family::Decoder | Family::Gpt2 => &["lm_head.weight"],
             Family::Bert => &["cls.predictions.decoder.weight"],
             Family::Roberta => &["lm_head.decoder.weight"],
+            Family::Gguf => &["output.weight"],
         }
     }
 
     /// `tie_word_embeddings` when the config does not say.
     fn default_tied(self, model_type: &str) -> bool {
         match self {
-            Family::Gpt2 | Family::Bert | Family::Roberta => true,
+            Family::Gpt2 | Family::Bert | Family::Roberta | Family::Gguf => true,
             Family::Decoder => model_type.starts_with("gemma"),
         }
     }
@@ -87,9 +91,12 @@ const HEAD_ARCHITECTURES: &[&str] = &[
 impl ModelConfig {
     /// Whether the architecture has an lm_head (tied or not).
     pub fn has_lm_head(&self) -> bool {
-        HEAD_ARCHITECTURES
-            .iter()
-            .any(|s| self.architecture.ends_with(s))
+        // a GGUF is a llama.cpp language model: its output is output.weight,
+        // or the embedding when there is none
+        self.family == Some(Family::Gguf)
+            || HEAD_ARCHITECTURES
+                .iter()
+                .any(|s| self.architecture.ends_with(s))
     }
 }
 

@@ -88,6 +88,14 @@ pub enum SourceError {
         /// The shard.
         shard: String,
     },
+    /// A GGUF file (or set of shards) that cannot be packed.
+    #[error("{path}: {reason}")]
+    Gguf {
+        /// The file, or the directory.
+        path: PathBuf,
+        /// What is wrong (the key or tensor named).
+        reason: String,
+    },
     /// Not a valid safetensors file.
     #[error("{path}: corrupt safetensors file: {reason}")]
     Safetensors {
@@ -127,7 +135,7 @@ pub enum SourceError {
     },
     /// MODEL_DIR is a file.
     #[error(
-        "{path} is a file, not a model directory (give the directory that holds config.json and the safetensors files)"
+        "{path} is a file, not a model directory (give the directory that holds config.json and the safetensors files, or a .gguf file)"
     )]
     NotADirectory {
         /// The path given.

@@ -10,8 +10,11 @@ use crate::error::{Result, SourceError};
 /// A located model directory and what its location says about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Located {
-    /// The directory holding `config.json` and the safetensors files.
+    /// The directory holding `config.json` and the safetensors files (or
+    /// the GGUF file and its tokenizer files).
     pub dir: PathBuf,
+    /// What to open: the directory, or the `.gguf` file given.
+    pub source: PathBuf,
     /// `ORG/NAME` when the directory is a Hugging Face cache snapshot.
     pub model_id: Option<String>,
     /// The snapshot's revision (commit hash) when it is one.
@@ -70,6 +73,18 @@ fn looks_like_id(arg: &str) -> bool {
 
 /// Resolves the `MODEL_DIR` argument.
 pub fn locate(arg: &Path) -> Result<Located> {
+    if arg.is_file() && crate::gguf::is_gguf(arg) {
+        let dir = arg
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        return Ok(Located {
+            dir: dir.to_path_buf(),
+            source: arg.to_path_buf(),
+            model_id: None,
+            revision: None,
+        });
+    }
     if arg.is_dir() {
         let canonical = arg.canonicalize().unwrap_or_else(|_| arg.to_path_buf());
         let (model_id, revision) = match snapshot_identity(&canonical) {
@@ -78,6 +93,7 @@ pub fn locate(arg: &Path) -> Result<Located> {
         };
         return Ok(Located {
             dir: arg.to_path_buf(),
+            source: arg.to_path_buf(),
             model_id,
             revision,
         });
@@ -112,6 +128,7 @@ pub fn locate(arg: &Path) -> Result<Located> {
         )));
     }
     Ok(Located {
+        source: dir.clone(),
         dir,
         model_id: Some(id.to_owned()),
         revision: Some(rev),

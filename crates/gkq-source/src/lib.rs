@@ -1,6 +1,7 @@
 //! `gkq-source`: reads a Hugging Face model directory — `config.json`, one
 //! `model.safetensors` or shards listed in `model.safetensors.index.json` —
-//! and finds models in the local Hugging Face cache.
+//! or a GGUF file (or its shards), and finds models in the local Hugging
+//! Face cache.
 //!
 //! Shared by `gkq-pack` (which converts the model) and `gkq-verify` (which
 //! checks a package against it), so that the release gate does not reuse the
@@ -8,6 +9,7 @@
 
 pub mod config;
 mod error;
+pub mod gguf;
 pub mod hub;
 pub mod source;
 

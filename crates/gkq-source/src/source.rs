@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{IoContext, Result, SourceError};
 
-/// One safetensors file.
+/// One weights file (safetensors or GGUF).
 #[derive(Debug)]
 pub struct SourceFile {
     /// File name relative to the model directory.
@@ -27,8 +27,21 @@ pub struct SourceFile {
     file: File,
     /// File length.
     pub len: u64,
-    /// `8 + header length`: where tensor data starts.
+    /// Where tensor data starts: `8 + header length` in safetensors, the
+    /// first tensor's offset in GGUF (the bytes before are the header).
     pub data_start: u64,
+}
+
+impl SourceFile {
+    pub(crate) fn new(name: String, path: PathBuf, file: File, len: u64, data_start: u64) -> Self {
+        SourceFile {
+            name,
+            path,
+            file,
+            len,
+            data_start,
+        }
+    }
 }
 
 /// One tensor of the source model.
@@ -46,6 +59,10 @@ pub struct SourceTensor {
     pub offset: u64,
     /// Byte length.
     pub len: u64,
+    /// Bytes after it that belong to no tensor, up to the next tensor or
+    /// the end of the file (a GGUF's alignment padding; 0 in safetensors,
+    /// whose tensors are contiguous). A file's digest covers them.
+    pub pad: u64,
 }
 
 /// The model's safetensors files and their tensors.
@@ -53,8 +70,10 @@ pub struct SourceTensor {
 pub struct SourceModel {
     /// The model directory.
     pub dir: PathBuf,
-    /// Files in name order.
+    /// Files in name order (a GGUF's shards in shard order).
     pub files: Vec<SourceFile>,
+    /// The GGUF headers, when the model is GGUF.
+    pub gguf: Option<crate::gguf::GgufModel>,
     /// Tensors in file order, then offset order: the order of their bytes.
     pub tensors: Vec<SourceTensor>,
     by_name: HashMap<String, usize>,
@@ -111,6 +130,7 @@ fn parse_header(path: &Path, bytes: &[u8]) -> Result<(u64, Vec<SourceTensor>)> {
             shape: info.shape.iter().map(|&d| d as u64).collect(),
             offset: data_start.saturating_add(s as u64),
             len: e.saturating_sub(s) as u64,
+            pad: 0,
         });
     }
     tensors.sort_by_key(|t| t.offset);
@@ -216,8 +236,50 @@ fn no_weights(dir: &Path) -> SourceError {
 }
 
 impl SourceModel {
+    /// Opens and validates a model: `path` is a directory of safetensors
+    /// files (or, without them, of one GGUF or its shards), or a `.gguf`
+    /// file (with its shards, when it is one).
+    pub fn open(path: &Path) -> Result<SourceModel> {
+        let safetensors = path.is_dir()
+            && (path.join("model.safetensors").is_file()
+                || path.join("model.safetensors.index.json").exists());
+        if !safetensors && let Some((dir, names)) = crate::gguf::files_of(path)? {
+            return SourceModel::open_gguf(&dir, &names);
+        }
+        SourceModel::open_safetensors(path)
+    }
+
+    /// Opens GGUF files `names` of `dir`, in shard order.
+    fn open_gguf(dir: &Path, names: &[String]) -> Result<SourceModel> {
+        let mut files = Vec::new();
+        let mut tensors: Vec<SourceTensor> = Vec::new();
+        let mut headers = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        for (i, name) in names.iter().enumerate() {
+            let (f, ts, g) = crate::gguf::open_gguf(dir, name, i)?;
+            for t in ts {
+                if by_name.insert(t.name.clone(), tensors.len()).is_some() {
+                    return Err(SourceError::Gguf {
+                        path: f.path.clone(),
+                        reason: format!("tensor {:?} is in two shards", t.name),
+                    });
+                }
+                tensors.push(t);
+            }
+            files.push(f);
+            headers.push(g);
+        }
+        Ok(SourceModel {
+            dir: dir.to_path_buf(),
+            files,
+            gguf: Some(crate::gguf::GgufModel { headers }),
+            tensors,
+            by_name,
+        })
+    }
+
     /// Opens and validates every safetensors file of `dir`.
-    pub fn open(dir: &Path) -> Result<SourceModel> {
+    fn open_safetensors(dir: &Path) -> Result<SourceModel> {
         let index_path = dir.join("model.safetensors.index.json");
         let mut expected: Option<BTreeMap<String, String>> = None;
         let names: Vec<String> = if index_path.exists() {
@@ -272,6 +334,7 @@ impl SourceModel {
         Ok(SourceModel {
             dir: dir.to_path_buf(),
             files,
+            gguf: None,
             tensors,
             by_name,
         })
@@ -302,7 +365,17 @@ impl SourceModel {
             .at(&f.path)
     }
 
-    /// Reads the first `data_start` bytes of file `i` (length + JSON header).
+    /// Reads the bytes after `t` that belong to no tensor (`t.pad`).
+    pub fn read_pad(&self, t: &SourceTensor) -> Result<Vec<u8>> {
+        let f = self.file_of(t);
+        let mut buf = vec![0u8; usize::try_from(t.pad).unwrap_or(0)];
+        f.file
+            .read_exact_at(&mut buf, t.offset.saturating_add(t.len))
+            .at(&f.path)?;
+        Ok(buf)
+    }
+
+    /// Reads the first `data_start` bytes of file `i` (its header).
     pub fn read_header(&self, i: usize) -> Result<Vec<u8>> {
         let f = self.files.get(i).expect("file index in range");
         let mut buf = vec![0u8; usize::try_from(f.data_start).expect("header fits in memory")];

@@ -9,6 +9,8 @@ use std::time::Instant;
 
 use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions, Staller};
 
+#[path = "gguf/mod.rs"]
+mod gguf;
 #[path = "quant/mod.rs"]
 mod quant;
 

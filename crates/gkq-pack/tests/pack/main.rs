@@ -11,6 +11,7 @@ use half::{bf16, f16};
 use safetensors::SafeTensors;
 use sha2::{Digest, Sha256};
 
+mod gguf;
 mod inputs;
 mod package;
 mod quant;

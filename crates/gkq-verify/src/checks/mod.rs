@@ -40,13 +40,13 @@ pub(crate) struct Setup {
 }
 
 impl Setup {
-    /// `--source` (a directory, or ORG/NAME in the local Hugging Face
-    /// cache) and `--url` (http(s), with its client).
+    /// `--source` (a directory, a `.gguf` file, or ORG/NAME in the local
+    /// Hugging Face cache) and `--url` (http(s), with its client).
     pub(crate) fn new(opts: &VerifyOptions) -> Result<Setup> {
         let source_dir = match &opts.source {
             Some(s) if s.is_dir() => Some(s.clone()),
             Some(s) => match gkq_source::hub::locate(s) {
-                Ok(l) => Some(l.dir),
+                Ok(l) => Some(l.source),
                 Err(_) => return Err(VerifyError::SourceNotDir { path: s.clone() }),
             },
             None => None,

@@ -28,6 +28,8 @@ struct TensorCheck<'k> {
     target: Option<(&'k Block, &'k [u8])>,
     spectral: Option<SpectralCheck<'k>>,
     quant: Option<QuantCheck<'k>>,
+    /// A block type on either side: compared row by row.
+    blocky: bool,
     /// Bytes per source row, and per block row (a row is the last
     /// dimension of a block-type tensor, else the second of a 2-D one).
     row: u64,
@@ -78,19 +80,26 @@ impl<'k> TensorCheck<'k> {
                 },
             );
         }
-        let quantized = target.filter(|(b, _)| b.dtype.is_quantized() && b.shape == t.shape);
-        let cols = match quantized {
-            Some(_) => t.shape.last(),
-            None => t.shape.get(1),
+        // a block type on either side (a quantized block, or a GGUF's
+        // tensor) is compared row by row, a row being the last dimension
+        let blocky = t.dtype.is_quantized() || target.is_some_and(|(b, _)| b.dtype.is_quantized());
+        let cols = if blocky {
+            t.shape.last()
+        } else {
+            t.shape.get(1)
         };
         let cols = cols.copied().unwrap_or(1).max(1);
         let out_row = target.map_or(Some(1), |(b, _)| b.dtype.row_bytes(cols));
+        // figures of a block quantized by the packer (not of a GGUF's own)
+        let quantized = target
+            .filter(|(b, _)| b.dtype.is_quantized() && b.dtype != t.dtype && b.shape == t.shape);
         TensorCheck {
             t,
             target,
             spectral,
             quant: quantized.and_then(|(b, _)| QuantCheck::new(b)),
-            row: cols * t.dtype.itemsize(),
+            blocky,
+            row: t.dtype.row_bytes(cols).unwrap_or(1).max(1),
             out_row: out_row.unwrap_or(1),
             diff: 0,
             listed: Vec::new(),
@@ -111,7 +120,7 @@ impl<'k> TensorCheck<'k> {
 
     /// Whether the tensor is compared row by row.
     fn by_rows(&self) -> bool {
-        self.t.shape.len() == 2 || self.quant.is_some()
+        self.t.shape.len() == 2 || self.blocky
     }
 
     /// Compares `chunk` (the tensor's bytes from `at`) with the block;
@@ -135,8 +144,8 @@ impl<'k> TensorCheck<'k> {
         };
         // the chunk starts at element at/itemsize, whatever the shape (at
         // row at/row of a block type's)
-        let first_elem = at / t.dtype.itemsize();
-        let start = if self.quant.is_some() {
+        let first_elem = at.checked_div(t.dtype.itemsize()).unwrap_or(0);
+        let start = if self.blocky {
             (at / self.row * self.out_row) as usize
         } else {
             (first_elem * b.dtype.itemsize()) as usize
@@ -304,6 +313,14 @@ pub(crate) fn check_file(
             at += n as u64;
         }
         tc.finish(knot, &name, &mut acc);
+        // the bytes between tensors (a GGUF's padding) are part of the file
+        match src.read_pad(t) {
+            Ok(pad) => hasher.update(&pad),
+            Err(e) => {
+                acc.fail(name, e);
+                return acc;
+            }
+        }
     }
     check_file_digest(
         knot,

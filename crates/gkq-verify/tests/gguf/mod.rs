@@ -1,0 +1,46 @@
+//! `gkq-verify --source MODEL.gguf` (issue 30): every block against the
+//! GGUF's tensor bytes, every file's digest (its padding included); a
+//! changed tensor in the GGUF is named.
+
+use std::fs;
+
+use super::{fails_with, passes, s, verify};
+
+#[test]
+fn a_gguf_born_package_checks_against_its_gguf() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    fixtures::write_model(&src, &fixtures::preset("llama-tiny-f32").expect("preset"))
+        .expect("fixture");
+    for (kind, split) in [("q4_0", None), ("f16", Some(7))] {
+        let dir = tmp.path().join(format!("gguf-{kind}"));
+        fs::create_dir_all(&dir).expect("dir");
+        let files =
+            fixtures::gguf::write(&src, &dir.join("model.gguf"), kind, split).expect("gguf-py");
+        let arg = if split.is_some() {
+            dir.clone()
+        } else {
+            files[0].clone()
+        };
+        let out = tmp.path().join(format!("out-{kind}"));
+        gkq_pack::pack(
+            &gkq_pack::PackOptions::new(&arg, &out),
+            &gkq_pack::NoProgress,
+        )
+        .expect("pack");
+        passes(&verify(&[s(&out), "--source", s(&arg)]));
+        // one byte of a tensor changed after packing: the tensor, and the file
+        let g = gkq_format::gguf::Gguf::parse(&fs::read(&files[0]).expect("gguf")).expect("parse");
+        let t = g
+            .tensor("blk.0.ffn_up.weight")
+            .or_else(|| g.tensors.first())
+            .expect("a tensor");
+        let mut bytes = fs::read(&files[0]).expect("gguf");
+        bytes[t.offset as usize + 3] ^= 0x01;
+        fs::write(&files[0], bytes).expect("write");
+        fails_with(
+            &verify(&[s(&out), "--source", s(&arg)]),
+            &[&t.name, "sha256"],
+        );
+    }
+}
