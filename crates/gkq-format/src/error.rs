@@ -91,6 +91,10 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A signature object (section 7c) that does not sign this package
+    /// with a trusted key, or a key that cannot be one.
+    #[error("{0}")]
+    Signature(crate::sig::SigFailure),
     /// A block type (section 3.5) in a knot of a version before 4.
     #[error("block {block:?}: dtype {dtype} needs knot version 4, this knot is version {version}")]
     DtypeVersion {

@@ -61,10 +61,25 @@ pub enum Prefix {
 /// Extra bytes after the header are ignored. The result is fully validated
 /// except for payload bytes, padding and the real file length.
 pub fn parse_prefix(prefix: &[u8]) -> Result<Prefix> {
+    let preamble = match prefix_id(prefix)? {
+        Err(total) => return Ok(Prefix::NeedBytes { total }),
+        Ok(_) => parse_preamble(prefix)?,
+    };
+    let header_bytes = prefix
+        .get(PREAMBLE_LEN as usize..PREAMBLE_LEN.saturating_add(preamble.header_len) as usize)
+        .unwrap_or_default();
+    let header = decode_header(header_bytes, preamble.version)?;
+    validate(&preamble, &header)?;
+    Ok(Prefix::Complete(Box::new(KnotHeader { preamble, header })))
+}
+
+/// The knot id of a prefix, from the preamble and the header checksum
+/// alone (no header field is decoded): `Ok(Err(total))` when the prefix is
+/// shorter than `total`, the bytes the checksum covers. What a node checks
+/// a signature against before it decodes anything else (section 7c).
+pub fn prefix_id(prefix: &[u8]) -> Result<Result<crate::KnotId, u64>> {
     if (prefix.len() as u64) < PREAMBLE_LEN {
-        return Ok(Prefix::NeedBytes {
-            total: PREAMBLE_LEN,
-        });
+        return Ok(Err(PREAMBLE_LEN));
     }
     let preamble = parse_preamble(prefix)?;
     let total = PREAMBLE_LEN.saturating_add(preamble.header_len);
@@ -75,7 +90,7 @@ pub fn parse_prefix(prefix: &[u8]) -> Result<Prefix> {
         });
     };
     let Some(header_bytes) = prefix.get(start..end) else {
-        return Ok(Prefix::NeedBytes { total });
+        return Ok(Err(total));
     };
     let computed = header_digest(prefix, header_bytes);
     if computed != preamble.header_sha256 {
@@ -84,9 +99,7 @@ pub fn parse_prefix(prefix: &[u8]) -> Result<Prefix> {
             computed: crate::hex(&computed),
         });
     }
-    let header = decode_header(header_bytes, preamble.version)?;
-    validate(&preamble, &header)?;
-    Ok(Prefix::Complete(Box::new(KnotHeader { preamble, header })))
+    Ok(Ok(crate::KnotId::from_digest(computed)))
 }
 
 /// A whole knot in memory (typically an mmap), validated, with borrowed payloads.

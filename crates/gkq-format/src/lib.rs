@@ -30,6 +30,7 @@ mod parse;
 pub mod progress;
 pub mod quant;
 pub mod runs;
+pub mod sig;
 mod spectral;
 mod validate;
 mod write;
@@ -45,7 +46,7 @@ pub use error::{Error, Result, error_chain, root_cause};
 pub use id::KnotId;
 pub use knot::{
     Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,
-    parse_prefix,
+    parse_prefix, prefix_id,
 };
 pub use model::{
     BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME,

@@ -19,29 +19,9 @@ use std::path::{Path, PathBuf};
 use gkq_format::gguf::{self, Gguf, GgufTensorOut, GgufValue};
 use gkq_format::{Block, Encoding};
 use gkq_reader::{PullPlan, Pulled, Reader};
-use serde::Serialize;
 
-/// Why an export failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ExportError {
-    /// Reading the knot failed.
-    #[error(transparent)]
-    Reader(#[from] gkq_reader::ReaderError),
-    /// The GGUF cannot be laid out (or the package's metadata.gguf is bad).
-    #[error(transparent)]
-    Format(#[from] gkq_format::Error),
-    /// Writing the file.
-    #[error("{path}: {error}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        error: std::io::Error,
-    },
-    /// A knot this export cannot turn into a GGUF.
-    #[error("{0}")]
-    Unsupported(String),
-}
+use crate::NodeError;
+use serde::Serialize;
 
 /// What was written.
 #[derive(Clone, Debug, Serialize)]
@@ -71,8 +51,8 @@ struct Planned {
     permute_heads: Option<usize>,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
-    move |error| ExportError::Io {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> NodeError + '_ {
+    move |error| NodeError::Io {
         path: path.to_path_buf(),
         error,
     }
@@ -134,19 +114,17 @@ fn permute_rows(bytes: &[u8], rows: usize, heads: usize) -> Option<Vec<u8>> {
 
 /// The GGUF metadata of a knot packed from safetensors: the
 /// hyper-parameters gguf-py writes for llama and qwen2.
-fn derived_kv(
-    config: &serde_json::Value,
-) -> Result<(String, Vec<(String, GgufValue)>), ExportError> {
+fn derived_kv(config: &serde_json::Value) -> Result<(String, Vec<(String, GgufValue)>), NodeError> {
     let arch = config["model_type"].as_str().unwrap_or_default().to_owned();
     if !matches!(arch.as_str(), "llama" | "qwen2") {
-        return Err(ExportError::Unsupported(format!(
+        return Err(NodeError::Unsupported(format!(
             "the knot came from safetensors of model_type {arch:?}: gkq-export maps llama and qwen2 to llama.cpp's names (and any knot packed from a GGUF back to it)"
         )));
     }
     let u = |k: &str| config[k].as_u64().map(|v| GgufValue::U32(v as u32));
     let f = |k: &str, d: f64| GgufValue::F32(config[k].as_f64().unwrap_or(d) as f32);
     let need =
-        |k: &str| u(k).ok_or_else(|| ExportError::Unsupported(format!("config.json has no {k}")));
+        |k: &str| u(k).ok_or_else(|| NodeError::Unsupported(format!("config.json has no {k}")));
     let heads = need("num_attention_heads")?;
     let kv = vec![
         (
@@ -179,7 +157,7 @@ fn derived_kv(
 }
 
 /// The metadata and the tensors to write, from the package.
-fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), ExportError> {
+fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), NodeError> {
     let header = r.knot().header().header().clone();
     let blocks: Vec<&Block> = header
         .blocks
@@ -208,7 +186,7 @@ fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), ExportError> {
         ));
     }
     let config: serde_json::Value = serde_json::from_slice(&r.package_file("config.json")?)
-        .map_err(|e| ExportError::Unsupported(format!("config.json: {e}")))?;
+        .map_err(|e| NodeError::Unsupported(format!("config.json: {e}")))?;
     let (arch, kv) = derived_kv(&config)?;
     let heads = config["num_attention_heads"].as_u64().unwrap_or(1) as usize;
     let kv_heads = config["num_key_value_heads"]
@@ -217,7 +195,7 @@ fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), ExportError> {
     let mut tensors = Vec::new();
     for b in blocks {
         let name = gguf_name(&b.name).ok_or_else(|| {
-            ExportError::Unsupported(format!("tensor {:?} has no llama.cpp name", b.name))
+            NodeError::Unsupported(format!("tensor {:?} has no llama.cpp name", b.name))
         })?;
         let permute_heads = match (arch.as_str(), b.name.rsplit('.').nth(1)) {
             ("llama", Some("q_proj")) => Some(heads),
@@ -242,7 +220,7 @@ fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), ExportError> {
 }
 
 /// Writes the knot `r` reads as the GGUF `out`.
-pub fn export_gguf(r: &Reader, out: &Path) -> Result<ExportReport, ExportError> {
+pub fn export_gguf(r: &Reader, out: &Path) -> Result<ExportReport, NodeError> {
     let (meta, planned, from) = plan(r)?;
     let header = r.knot().header().header();
     let mut infos = Vec::new();
@@ -250,7 +228,7 @@ pub fn export_gguf(r: &Reader, out: &Path) -> Result<ExportReport, ExportError> 
         let b = header.block(&p.block).expect("planned from the table");
         let dtype = b.dtype;
         if gguf::ggml_of_dtype(dtype).is_none() {
-            return Err(ExportError::Unsupported(format!(
+            return Err(NodeError::Unsupported(format!(
                 "tensor {:?} is {dtype}, which GGUF has no type for",
                 b.name
             )));
@@ -307,7 +285,7 @@ fn write_file(
     head: &[u8],
     planned: &[Planned],
     alignment: u64,
-) -> Result<u64, ExportError> {
+) -> Result<u64, NodeError> {
     let file = std::fs::File::create(tmp).map_err(io(tmp))?;
     let mut w = std::io::BufWriter::with_capacity(8 << 20, file);
     w.write_all(head).map_err(io(tmp))?;
@@ -319,13 +297,13 @@ fn write_file(
         });
     for (p, item) in planned.iter().zip(r.pull(plan)) {
         let Pulled::Block { block, bytes } = item?.1 else {
-            return Err(ExportError::Unsupported("the pull gave an lm_head".into()));
+            return Err(NodeError::Unsupported("the pull gave an lm_head".into()));
         };
         let data = match p.permute_heads {
             Some(heads) => {
                 let rows = block.shape.first().copied().unwrap_or(1) as usize;
                 permute_rows(&bytes, rows, heads).ok_or_else(|| {
-                    ExportError::Unsupported(format!(
+                    NodeError::Unsupported(format!(
                         "tensor {:?}: {rows} rows are not whole pairs of {heads} heads",
                         block.name
                     ))

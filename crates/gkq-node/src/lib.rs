@@ -3,7 +3,11 @@
 //! GGUF (`export`), the way a node does. Their flags are the reader's
 //! `NodeArgs`/`NetArgs`; what surrounds `main` is `gkq-cli`'s.
 
+mod error;
 pub mod export;
+pub mod mirror;
+
+pub use error::NodeError;
 
 /// The `--version` line: the version and this build's features.
 pub fn version() -> &'static str {

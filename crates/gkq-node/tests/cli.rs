@@ -413,3 +413,160 @@ fn the_first_knot_read_is_sized_and_its_overfetch_reported() {
         "{warm}"
     );
 }
+
+/// `--trust-key` on the node tools (issue 31): the signer in the report,
+/// an unsigned package refused with exit 1, a key in the wrong format
+/// refused before any request.
+#[test]
+fn node_tools_trust_signed_packages_only() {
+    use p256::pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
+    use sha2::Digest;
+    let (tmp, nginx, out) = served("qwen2-tiny-f32", &[]);
+    let k = p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
+    let public = tmp.path().join("pub.pem");
+    let private = tmp.path().join("key.pem");
+    fs::write(
+        &public,
+        k.verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .expect("pem"),
+    )
+    .expect("write");
+    fs::write(
+        &private,
+        k.to_pkcs8_pem(LineEnding::LF).expect("pem").as_bytes(),
+    )
+    .expect("write");
+    let url = format!("{}/m/model.knot", nginx.url());
+    let rows = |key: &std::path::Path| {
+        fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
+            .args([url.as_str(), "--tokens", "1,2", "--json", "--trust-key"])
+            .arg(key)
+            .output()
+            .expect("run gkq-rows")
+    };
+    let o = rows(&public);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no signature object") && err.contains("/m/model.sig"),
+        "{err}"
+    );
+    let signed = gkq_sign::sign_package(&out, &k).expect("sign");
+    let o = rows(&public);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["open"]["trusted"]["by"], "signed");
+    assert_eq!(v["open"]["trusted"]["signer"], signed.signer.as_str());
+    let o = fixtures::tool(env!("CARGO_BIN_EXE_gkq-inspect"))
+        .arg(&url)
+        .arg("--trust-key")
+        .arg(&public)
+        .output()
+        .expect("run gkq-inspect");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&format!("trust: signed by key {}", signed.signer)),
+        "{text}"
+    );
+    let o = rows(&private);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("this is a private key"),
+        "{err}"
+    );
+    assert!(!err.contains("MIGHAgEA"), "no key material: {err}");
+}
+
+/// `gkq-mirror` (issue 32): a verified copy that another nginx serves to
+/// a node with `--trust-key`; a second run keeps what is there; an origin
+/// serving a wrong row file is refused with both digests, and no knot is
+/// left in the copy.
+#[test]
+fn gkq_mirror_makes_a_verified_servable_copy() {
+    use p256::pkcs8::{EncodePublicKey, LineEnding};
+    use sha2::Digest;
+    let (tmp, nginx, out) = served("qwen2-tiny-f32", &[]);
+    let k = p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
+    gkq_sign::sign_package(&out, &k).expect("sign");
+    let public = tmp.path().join("pub.pem");
+    fs::write(
+        &public,
+        k.verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .expect("pem"),
+    )
+    .expect("write");
+    let mirror = tmp.path().join("site/m");
+    let url = format!("{}/m/model.knot", nginx.url());
+    let run = |dir: &std::path::Path| {
+        fixtures::tool(env!("CARGO_BIN_EXE_gkq-mirror"))
+            .args([url.as_str()])
+            .arg(dir)
+            .args(["--json", "--trust-key"])
+            .arg(&public)
+            .output()
+            .expect("run gkq-mirror")
+    };
+    let o = run(&mirror);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["trusted"]["by"], "signed");
+    let names: Vec<&str> = v["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .filter_map(|o| o["name"].as_str())
+        .collect();
+    assert_eq!(names.last(), Some(&"model.sig"), "{names:?}");
+    for name in &names {
+        assert_eq!(
+            fs::read(out.join(name)).expect("origin"),
+            fs::read(mirror.join(name)).expect("copy"),
+            "{name}"
+        );
+    }
+    let again: serde_json::Value = serde_json::from_slice(&run(&mirror).stdout).expect("json");
+    let fetched: Vec<&str> = again["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .filter(|o| o["status"] == "fetched")
+        .filter_map(|o| o["name"].as_str())
+        .collect();
+    assert_eq!(fetched, ["model.sig"], "everything else kept");
+    // the copy, served by another nginx, opens on a node that trusts the key
+    let site = Nginx::start(
+        &tmp.path().join("site"),
+        &tmp.path().join("nginx-site"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let o = fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
+        .arg(format!("{}/m/model.knot", site.url()))
+        .args(["--tokens", "1,2", "--json", "--trust-key"])
+        .arg(&public)
+        .arg("--columnar-embed")
+        .arg(format!("{}/m/", site.url()))
+        .output()
+        .expect("gkq-rows");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // an origin whose row file is another one: refused, with both digests
+    let rows = out.join("token_embd.f32.rows");
+    let mut bytes = fs::read(&rows).expect("rows");
+    bytes[100] ^= 1;
+    fs::write(&rows, bytes).expect("tamper");
+    let fresh = tmp.path().join("site2/m");
+    let o = run(&fresh);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("token_embd.f32.rows: sha256")
+            && err.contains("but the knot records"),
+        "{err}"
+    );
+    assert!(
+        !fresh.join("model.knot").exists(),
+        "an unfinished copy has no knot"
+    );
+}

@@ -46,6 +46,9 @@ pub struct NetArgs {
     /// Refuse any knot whose id (hex of its header_sha256, as gkq-pack and the upload print it) is not this one; with a warm cache, a pinned knot opens with no request.
     #[arg(long = "knot-id", value_name = "HEX", value_parser = parse_knot_id, help_heading = "Network")]
     pub knot_id: Option<gkq_format::KnotId>,
+    /// Use a package only if its model.sig is signed by this ECDSA P-256 public key (PEM; repeatable: any one of them, for key rotation), or its id is the pinned --knot-id; an unsigned or wrongly signed package is refused.
+    #[arg(long = "trust-key", value_name = "PUB.pem", help_heading = "Network")]
+    pub trust_keys: Vec<PathBuf>,
     /// A PEM file of CA certificates to trust besides the system store (repeatable; for a private CA, a mirror, a test server). SSL_CERT_FILE replaces the system store.
     #[arg(long = "ca-cert", value_name = "FILE", help_heading = "Network")]
     pub ca_certs: Vec<PathBuf>,
@@ -97,6 +100,19 @@ fn parse_knot_id(s: &str) -> Result<gkq_format::KnotId, String> {
     gkq_format::KnotId::parse(s).map_err(|e| e.to_string())
 }
 
+/// `--trust-key`: each file one public key, refused before anything is opened.
+fn trust_keys(paths: &[PathBuf]) -> Result<Vec<gkq_format::sig::PublicKey>, String> {
+    paths
+        .iter()
+        .map(|p| {
+            let pem = std::fs::read_to_string(p)
+                .map_err(|e| format!("--trust-key {}: {e}", p.display()))?;
+            gkq_format::sig::PublicKey::from_pem(&pem)
+                .map_err(|e| format!("--trust-key {}: {e}", p.display()))
+        })
+        .collect()
+}
+
 /// `1000`, `512K`, `64M`, `16G`, `1T` (binary multiples).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -134,6 +150,7 @@ impl TryFrom<NetArgs> for ReaderConfig {
     fn try_from(a: NetArgs) -> Result<Self, String> {
         let mut c = ReaderConfig {
             knot_id: a.knot_id,
+            trust: trust_keys(&a.trust_keys)?,
             cache: CacheConfig {
                 dir: if a.no_cache {
                     None

@@ -66,6 +66,12 @@ pub struct ReaderConfig {
     /// (`--knot-id`). With the disk cache, a pinned knot whose header is
     /// cached opens with no request at all.
     pub knot_id: Option<gkq_format::KnotId>,
+    /// The publishers this node trusts (`--trust-key`, repeatable for key
+    /// rotation): when not empty, a package is used only if its signature
+    /// object (`model.sig`, FORMAT.md section 7c) signs its knot id with
+    /// one of these keys, or its id is the pinned `knot_id`; an unsigned or
+    /// wrongly signed package is refused, whatever the URL or TLS said.
+    pub trust: Vec<gkq_format::sig::PublicKey>,
     /// The row file dtype to fetch when `columnar_embed` is a base URL
     /// (`--embed-dtype`). Default: the narrowest row file the knot marks
     /// `BLOCK_EXACT`, widened on the node, which gives the dense values.

@@ -58,6 +58,24 @@ pub enum ReaderError {
         /// The knot's id.
         found: String,
     },
+    /// A trust policy is set and the package has no signature object.
+    #[error(
+        "{url}: no signature object, and this node trusts only packages signed by {keys} (--trust-key): refusing the package (sign it with gkq-sign, or pin its --knot-id)"
+    )]
+    Unsigned {
+        /// The signature object's URL or path.
+        url: String,
+        /// The trusted keys' fingerprints.
+        keys: String,
+    },
+    /// A signature object that does not sign this knot with a trusted key.
+    #[error("{url}: {error}: refusing the package")]
+    Signature {
+        /// The signature object's URL or path.
+        url: String,
+        /// The rule it breaks.
+        error: Box<gkq_format::Error>,
+    },
     /// A token id past the vocabulary.
     #[error("token id {} is out of range: the vocabulary has {} rows (ids 0 to {})", thousands(*id), thousands(*vocab), thousands(vocab.saturating_sub(1)))]
     TokenOutOfRange {

@@ -110,20 +110,11 @@ impl Inner {
         }
         let store = Arc::new(Store::new(config.store.clone())?);
         let disk = open_cache(&config.cache)?;
-        let pin = config.knot_id;
-        let knot = KnotHandle::open(location, &*store, disk.as_deref(), pin).await?;
-        if let Some(want) = pin {
-            // the header checksum was verified by the parser: this id
-            // authenticates everything the knot names
-            let found = knot.id();
-            if found != want {
-                return Err(ReaderError::KnotId {
-                    location: knot.location().to_owned(),
-                    expected: want.to_string(),
-                    found: found.to_string(),
-                });
-            }
-        }
+        let policy = crate::knot::Policy {
+            pin: config.knot_id,
+            keys: &config.trust,
+        };
+        let knot = KnotHandle::open(location, &*store, disk.as_deref(), &policy).await?;
         let mut inner = Inner {
             knot,
             store,

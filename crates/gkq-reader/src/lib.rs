@@ -105,7 +105,7 @@ pub use columnar::{CacheStats, ColumnarEmbedBackend, FetchConfig};
 pub use config::{DEFAULT_CACHE_ROWS, ReaderConfig, Serve, with_timeout};
 pub use error::{ReaderError, Result};
 pub use gkq_store::{NetStats, StoreConfig};
-pub use knot::{FIRST_FETCH, KnotHandle, is_url};
+pub use knot::{FIRST_FETCH, KnotHandle, Trusted, is_url};
 pub use lmhead::Matrix;
 pub use pull::{DEFAULT_PULL_BUDGET, Pull, PullItem, PullPlan, Pulled};
 pub use resolve::{

@@ -54,4 +54,10 @@ pub enum VerifyError {
         /// Why.
         reason: &'static str,
     },
+    /// A `--trust-key` that cannot be read or is not a P-256 public key.
+    #[error("--trust-key {error}")]
+    TrustKey {
+        /// Which file, and why.
+        error: gkq_sign::SignError,
+    },
 }

@@ -60,6 +60,9 @@ pub struct VerifyOptions {
     pub min_throughput: u64,
     /// Extra CA certificate files (PEM) to trust for `--url` (`--ca-cert`).
     pub ca_certs: Vec<PathBuf>,
+    /// Public keys (PEM) of the publishers trusted to sign the package
+    /// (`--trust-key`): with any, the `signature` check runs.
+    pub trust_keys: Vec<PathBuf>,
 }
 
 /// Rows sampled per row file with `--url` by default (besides the first and last).
@@ -79,6 +82,7 @@ impl VerifyOptions {
             timeout: gkq_store::DEFAULT_TIMEOUT,
             min_throughput: gkq_store::DEFAULT_MIN_THROUGHPUT,
             ca_certs: Vec::new(),
+            trust_keys: Vec::new(),
         }
     }
 }
@@ -115,6 +119,7 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
             .as_deref()
             .map(gkq_source::SourceModel::open),
         http: setup.http,
+        trusted: setup.trusted,
     };
     cx.verify(progress, started)
 }

@@ -19,6 +19,7 @@ Examples:
   gkq-verify out/ --source ./Qwen2.5-0.5B           and every tensor against the source model
   gkq-verify out/ --url https://models.example/qwen/v1 --timeout 5
                                                     and the published objects over HTTP(S)
+  gkq-verify out/ --trust-key publisher.pub.pem     and its signature (model.sig), file by file
 
 Output: one tab-separated line per check, CHECK<TAB>PASS|FAIL|NOTE<TAB>detail, then result<TAB>PASS|FAIL; --json prints one object.
 
@@ -76,6 +77,9 @@ struct Args {
         help_heading = "Remote (--url)"
     )]
     min_throughput: u64,
+    /// Check the package's model.sig (and, with --url, the published one) against this ECDSA P-256 public key (PEM; repeatable: any one of them). Accepts signatures made by gkq-sign and by `model_signing sign key`.
+    #[arg(long = "trust-key", value_name = "PUB.pem", help_heading = "Signature")]
+    trust_keys: Vec<PathBuf>,
     /// Print one JSON object.
     #[arg(long, help_heading = "Output")]
     json: bool,
@@ -148,6 +152,7 @@ fn main() -> ExitCode {
         timeout: Duration::from_secs_f64(args.timeout),
         min_throughput: args.min_throughput,
         ca_certs: args.ca_certs,
+        trust_keys: args.trust_keys,
     };
     let bar = gkq_cli::Bar::new("verify ", !args.json && !args.quiet);
     let result = gkq_verify::verify_with(&opts, &bar);

@@ -27,6 +27,8 @@ pub enum CheckName {
     Source,
     /// The published objects over HTTP(S) (`--url`).
     Remote,
+    /// The signature object against the trusted keys (`--trust-key`).
+    Signature,
 }
 
 impl CheckName {
@@ -38,6 +40,7 @@ impl CheckName {
             CheckName::Package => "package",
             CheckName::Source => "source",
             CheckName::Remote => "remote",
+            CheckName::Signature => "signature",
         }
     }
 }
@@ -115,6 +118,9 @@ pub enum Finding {
     /// Reading a file failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The package is not signed as `--trust-key` requires.
+    #[error(transparent)]
+    Signature(#[from] gkq_sign::SignError),
     /// A row file that cannot be opened.
     #[error("row file of block {block:?} ({dtype} rows): {error}")]
     RowFileUnreadable {

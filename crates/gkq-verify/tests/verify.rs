@@ -13,6 +13,8 @@ use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions, Staller};
 mod gguf;
 #[path = "quant/mod.rs"]
 mod quant;
+#[path = "signature/mod.rs"]
+mod signature;
 
 struct Packed {
     _tmp: tempfile::TempDir,

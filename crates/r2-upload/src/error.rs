@@ -29,6 +29,25 @@ pub enum UploadError {
         #[source]
         source: Box<gkq_format::Error>,
     },
+    /// `model.sig` signs another knot (or none): nothing was uploaded.
+    #[error("refusing to upload: {} signs {signed}, but the knot is {knot}: re-sign the package (gkq-sign) after packing it", path.display())]
+    StaleSignature {
+        /// The signature object.
+        path: PathBuf,
+        /// The knot's id.
+        knot: String,
+        /// What the signature names.
+        signed: String,
+    },
+    /// `model.sig` is not a signature object: nothing was uploaded.
+    #[error("refusing to upload: {}: {source}", path.display())]
+    BadSignature {
+        /// The signature object.
+        path: PathBuf,
+        /// What the parser found.
+        #[source]
+        source: Box<gkq_format::Error>,
+    },
     /// The local package failed the gkq-verify checks: nothing was uploaded.
     #[error("refusing to upload {dir}: the local package fails verification:\n{}", failures.join("\n"))]
     LocalCheck {

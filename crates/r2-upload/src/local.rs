@@ -155,7 +155,45 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
         sha256: knot_sha?,
         kind: ObjectKind::Knot,
     });
+    if let Some(sig) = signature_object(&dir, &knot, prefix)? {
+        out.push(sig);
+    }
     Ok(out)
+}
+
+/// `model.sig` when the package has one, last: refused when its statement
+/// names another knot (a signature left over from an earlier pack).
+fn signature_object(dir: &Path, knot: &Knot<'_>, prefix: &str) -> Result<Option<LocalObject>> {
+    let path = dir.join(gkq_format::sig::SIGNATURE_NAME);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(UploadError::Io { path, error }),
+    };
+    let id = knot.header().id();
+    match gkq_format::sig::claimed_knot(&bytes) {
+        Ok(Some(signed)) if signed == id => {}
+        Ok(claimed) => {
+            return Err(UploadError::StaleSignature {
+                path,
+                knot: id.to_string(),
+                signed: claimed.map_or_else(|| "no knot id".to_owned(), |k| k.to_string()),
+            });
+        }
+        Err(e) => {
+            return Err(UploadError::BadSignature {
+                path,
+                source: Box::new(e),
+            });
+        }
+    }
+    Ok(Some(LocalObject {
+        key: key(prefix, gkq_format::sig::SIGNATURE_NAME),
+        bytes: bytes.len() as u64,
+        sha256: hex(&Sha256::digest(&bytes)),
+        path,
+        kind: ObjectKind::Signature,
+    }))
 }
 
 /// The knot id of the package in `out_dir`: hex of its preamble's

@@ -188,3 +188,66 @@ fn upload_errors_are_one_line() {
         assert!(text.contains(m), "{m:?} missing from --help:\n{text}");
     }
 }
+
+/// A signed package (issue 31): model.sig is published after the knot, so
+/// a node never sees a signature before the package it signs; a signature
+/// left over from an earlier pack is refused before anything is sent.
+#[test]
+fn the_signature_is_published_last_and_a_stale_one_refused() {
+    use sha2::Digest;
+    let (tmp, out, s3) = packed_and_s3();
+    let k = p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
+    gkq_sign::sign_package(&out, &k).expect("sign");
+    let upload = |prefix: &str| {
+        Command::new(env!("CARGO_BIN_EXE_r2-upload"))
+            .arg(&out)
+            .args([
+                "--bucket",
+                "models",
+                "--prefix",
+                prefix,
+                "--endpoint",
+                &s3.url(),
+                "--json",
+            ])
+            .env("R2_ACCESS_KEY_ID", S3_ACCESS_KEY)
+            .env("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY)
+            .output()
+            .expect("run r2-upload")
+    };
+    let o = upload("tiny/v1");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let keys: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["key"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        keys[keys.len() - 2..],
+        ["tiny/v1/model.knot", "tiny/v1/model.sig"],
+        "{keys:?}"
+    );
+    let published = s3.data().join("models/tiny/v1/model.sig");
+    assert_eq!(
+        std::fs::read(published).expect("sig"),
+        std::fs::read(out.join("model.sig")).expect("sig")
+    );
+    // re-pack over the signed package (another knot id), keep the old model.sig
+    let sig = std::fs::read(out.join("model.sig")).expect("sig");
+    let mut opts = gkq_pack::PackOptions::new(fixtures::committed_tiny(), &out);
+    opts.dtypes = vec![gkq_format::DType::F16];
+    opts.force = true;
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("repack");
+    std::fs::write(out.join("model.sig"), sig).expect("stale sig");
+    let o = upload("tiny/v2");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("re-sign the package"),
+        "{err}"
+    );
+    assert!(
+        !s3.data().join("models/tiny/v2").exists(),
+        "nothing uploaded"
+    );
+    drop(tmp);
+}

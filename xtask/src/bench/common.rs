@@ -50,6 +50,8 @@ pub(crate) fn build() -> anyhow::Result<()> {
         "-p",
         "gkq-verify",
         "-p",
+        "gkq-sign",
+        "-p",
         "fixtures",
         "-p",
         "gkq-node",

@@ -77,6 +77,17 @@ struct Session {
 
 impl Setup<'_> {
     fn session(&self, nginx: &Nginx, pack: &str, name: &str) -> anyhow::Result<Session> {
+        self.session_with(nginx, pack, name, &["--no-cache"])
+    }
+
+    /// A session with `extra` flags (the cache, a trust key).
+    fn session_with(
+        &self,
+        nginx: &Nginx,
+        pack: &str,
+        name: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Session> {
         let proxy = WireProxy::start(nginx.port(), Duration::from_millis(10))?;
         let base = format!("https://127.0.0.1:{}/{pack}", proxy.port());
         let t = Instant::now();
@@ -88,7 +99,8 @@ impl Setup<'_> {
             .arg(format!("{base}/"))
             .arg("--sessions-file")
             .arg(fixtures::sessions::dir().join(format!("{name}.jsonl")))
-            .args(["--json", "--no-cache"])
+            .arg("--json")
+            .args(extra)
             .output()
             .context("running gkq-rows")?;
         let wall = t.elapsed().as_secs_f64() * 1e3;
@@ -212,5 +224,120 @@ pub(crate) fn run() -> anyhow::Result<()> {
         "long_context, TLS + HTTP/2 (target ≤ 9.5 RTT): {}",
         verdict.join("; ")
     );
+    signed(&ca, header, table)
+}
+
+/// Signs the runs-objects package with a throwaway key made here, as a
+/// publisher would make one: (the public key's file, the key).
+fn sign_bench_package() -> anyhow::Result<(std::path::PathBuf, gkq_format::sig::PublicKey)> {
+    let dir = bench_dir().join(PACK);
+    let key = bench_dir().join("bench-signing-key.pem");
+    let public = bench_dir().join("bench-signing-key.pub.pem");
+    let sec1 = bench_dir().join("bench-signing-key.sec1.pem");
+    let openssl = |args: &[&str], files: &[&std::path::Path]| {
+        crate::run(Command::new("openssl").args(args).args(files))
+    };
+    openssl(
+        &[
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+        ],
+        &[&sec1],
+    )?;
+    crate::run(
+        Command::new("openssl")
+            .args(["pkcs8", "-topk8", "-nocrypt", "-in"])
+            .arg(&sec1)
+            .arg("-out")
+            .arg(&key),
+    )?;
+    crate::run(
+        Command::new("openssl")
+            .args(["ec", "-pubout", "-in"])
+            .arg(&sec1)
+            .arg("-out")
+            .arg(&public),
+    )?;
+    crate::run(
+        Command::new(release_bin("gkq-sign"))
+            .arg(&dir)
+            .arg("--key")
+            .arg(&key),
+    )?;
+    let k = gkq_format::sig::PublicKey::from_pem(&std::fs::read_to_string(&public)?)?;
+    Ok((public, k))
+}
+
+/// The price of a trust policy (issue 31): the runs-objects package signed
+/// with gkq-sign, one workload over TLS + HTTP/2 behind the proxy, opened
+/// without a policy, with `--trust-key` cold (an empty disk cache) and
+/// warm (the same cache, the signature in it).
+fn signed(ca: &TestCa, header: u64, table: u64) -> anyhow::Result<()> {
+    let (public, k) = sign_bench_package()?;
+    let opts = NginxOptions {
+        tls: Some(ca.server.clone()),
+        http2: true,
+        ..NginxOptions::default()
+    };
+    let nginx = Nginx::start(&bench_dir(), &bench_dir().join("nginx-wire-signed"), &opts)?;
+    let setup = Setup {
+        label: "TLS + HTTP/2",
+        http2: true,
+        header,
+        table,
+        ca,
+    };
+    let cache = bench_dir().join("wire-signed-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let c = cache.to_str().context("utf8")?;
+    let p = public.to_str().context("utf8")?;
+    let name = "long_context";
+    let plain_cold = setup.session_with(&nginx, PACK, name, &["--cache-dir", c])?;
+    let plain_warm = setup.session_with(&nginx, PACK, name, &["--cache-dir", c])?;
+    let _ = std::fs::remove_dir_all(&cache);
+    let cold = setup.session_with(&nginx, PACK, name, &["--cache-dir", c, "--trust-key", p])?;
+    let warm = setup.session_with(&nginx, PACK, name, &["--cache-dir", c, "--trust-key", p])?;
+    let requests = |s: &Session| {
+        s.v["requests"].as_u64().unwrap_or(0) + s.v["open"]["requests"].as_u64().unwrap_or(0)
+    };
+    println!();
+    println!(
+        "signed package (gkq-sign, key {}), {name}, TLS + HTTP/2, disk cache on: requests of the process and bytes at the proxy",
+        k.hint()
+    );
+    println!();
+    println!("| open | trust | requests | wire B | wall ms | added requests | target | met |");
+    println!("|---|---|---:|---:|---:|---:|---:|---|");
+    for (open, plain, trusted, target) in [
+        ("cold", &plain_cold, &cold, 1),
+        ("warm", &plain_warm, &warm, 0),
+    ] {
+        for (label, s) in [("none", plain), ("--trust-key", trusted)] {
+            let added = requests(s) as i64 - requests(plain) as i64;
+            let met = if label == "none" {
+                ""
+            } else if added <= target {
+                "yes"
+            } else {
+                "no"
+            };
+            println!(
+                "| {open} | {label} | {} | {} | {:.1} | {added} | ≤ {target} | {met} |",
+                requests(s),
+                s.wire,
+                s.wall
+            );
+        }
+        if trusted.v["open"]["trusted"]["by"] != "signed" {
+            bail!(
+                "the {open} open was not checked against the signature: {}",
+                trusted.v["open"]
+            );
+        }
+    }
     Ok(())
 }

@@ -211,6 +211,7 @@ fn run(a: &Args) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if a.json {
         let mut v = report(&a.knot, knot.header());
+        v["trusted"] = json!(knot.trusted());
         if is_url(&a.knot) {
             let s = reader.net_stats();
             v["fetched"] = json!({"requests": s.requests, "payload_bytes": s.payload_bytes, "beyond_header": knot.beyond_header()});
@@ -218,6 +219,7 @@ fn run(a: &Args) -> anyhow::Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
         human(&mut out, &a.knot, knot.header())?;
+        writeln!(out, "trust: {}", knot.trusted())?;
         if is_url(&a.knot) {
             let s = reader.net_stats();
             writeln!(

@@ -103,9 +103,18 @@ pub(crate) enum Kind {
     /// read, never trusted for content), by the SHA-256 of the URL without
     /// its query string.
     Hint,
+    /// A signature object (FORMAT.md section 7c) that checked, by knot id.
+    Signature,
 }
 
-const KINDS: [Kind; 5] = [Kind::Header, Kind::Blob, Kind::Table, Kind::Row, Kind::Hint];
+const KINDS: [Kind; 6] = [
+    Kind::Header,
+    Kind::Blob,
+    Kind::Table,
+    Kind::Row,
+    Kind::Hint,
+    Kind::Signature,
+];
 
 impl Kind {
     fn dir(self) -> &'static str {
@@ -115,6 +124,7 @@ impl Kind {
             Kind::Table => "table",
             Kind::Row => "rows",
             Kind::Hint => "hint",
+            Kind::Signature => "sig",
         }
     }
 }

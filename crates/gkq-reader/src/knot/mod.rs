@@ -15,6 +15,10 @@ use crate::cache::{DiskCache, Kind, Size};
 use crate::error::{ReaderError, Result};
 
 mod objects;
+mod trust;
+
+pub(crate) use trust::Policy;
+pub use trust::Trusted;
 
 /// First range fetched from a remote knot when no earlier open of the URL
 /// says how long its header is: 32 KiB, which most headers fit
@@ -30,6 +34,8 @@ pub struct KnotHandle {
     from_cache: bool,
     /// Bytes the opening read fetched past the header (`72 + header_len`).
     beyond_header: u64,
+    /// Why the knot is trusted.
+    trusted: Trusted,
 }
 
 impl std::fmt::Debug for KnotHandle {
@@ -136,41 +142,53 @@ async fn remember(c: &DiskCache, hint_key: &str, header: &KnotHeader, mut bytes:
     c.put(Kind::Header, &id, Bytes::from(bytes)).await;
 }
 
-/// The header of the knot at `location`, read with a first range of
-/// `first` bytes and, when the header is longer, one more; with the bytes
-/// read. The file's length must be the header's `file_len`.
+/// The bytes of the header of the knot at `location` (preamble and header,
+/// maybe more), read with a first range of `first` bytes and, when the
+/// header is longer, one more; with the knot's id (checked against the
+/// header checksum, no header field decoded yet) and the file's length.
 async fn read_header(
     location: &str,
     store: &dyn RangeRead,
     first: u64,
-) -> Result<(KnotHeader, Vec<u8>)> {
+) -> Result<(KnotId, Vec<u8>, u64)> {
     let (mut all, total) = store.read_prefix(location, first).await?;
-    let header = match complete_header(location, &all, total)? {
-        Some(h) => h,
-        None => {
-            let need = match parse_prefix(&all) {
-                Ok(Prefix::NeedBytes { total }) => total,
-                _ => all.len() as u64,
-            };
-            let opts = gkq_store::ReadOptions {
-                total: Some(total),
-                ..Default::default()
-            };
-            let rest = store
-                .read_vec(location, all.len() as u64, need - 1, opts)
-                .await?;
-            all.extend(rest);
-            complete_header(location, &all, total)?.ok_or_else(|| {
-                knot_err(
-                    location,
-                    gkq_format::Error::HeaderTruncated {
-                        header_end: need,
-                        available: all.len() as u64,
-                    },
-                )
-            })?
+    loop {
+        let need = match gkq_format::prefix_id(&all).map_err(|e| knot_err(location, e))? {
+            Ok(id) => return Ok((id, all, total)),
+            Err(need) => need,
+        };
+        if need > total || (all.len() as u64) >= need {
+            return Err(knot_err(
+                location,
+                gkq_format::Error::HeaderTruncated {
+                    header_end: need,
+                    available: total.min(all.len() as u64),
+                },
+            ));
         }
-    };
+        let opts = gkq_store::ReadOptions {
+            total: Some(total),
+            ..Default::default()
+        };
+        let rest = store
+            .read_vec(location, all.len() as u64, need - 1, opts)
+            .await?;
+        all.extend(rest);
+    }
+}
+
+/// The header in `bytes`, decoded and validated; the file's length must be
+/// its `file_len`.
+fn decode_header(location: &str, bytes: &[u8], total: u64) -> Result<KnotHeader> {
+    let header = complete_header(location, bytes, total)?.ok_or_else(|| {
+        knot_err(
+            location,
+            gkq_format::Error::HeaderTruncated {
+                header_end: total,
+                available: bytes.len() as u64,
+            },
+        )
+    })?;
     if header.preamble().file_len != total {
         return Err(knot_err(
             location,
@@ -180,22 +198,23 @@ async fn read_header(
             },
         ));
     }
-    Ok((header, all))
+    Ok(header)
 }
 
 impl KnotHandle {
     /// Opens `location` (a path or a URL): the header from the cache when
-    /// `pin` names a cached knot id, else by one range read (two when the
-    /// header is longer than the first read).
+    /// the policy pins a cached knot id, else by one range read (two when
+    /// the header is longer than the first read); the policy is checked
+    /// on the knot id before any other header field is decoded.
     pub(crate) async fn open(
         location: &str,
         store: &dyn RangeRead,
         cache: Option<&DiskCache>,
-        pin: Option<KnotId>,
+        policy: &Policy<'_>,
     ) -> Result<KnotHandle> {
         let location = knot_location(location)?;
         let remote = is_url(&location);
-        if let (true, Some(c), Some(id)) = (remote, cache, pin)
+        if let (true, Some(c), Some(id)) = (remote, cache, policy.pin)
             && let Some(header) = pinned_header(c, id).await
         {
             tracing::info!(knot = %location, %id, "knot header from the disk cache (pinned id): no request");
@@ -205,23 +224,34 @@ impl KnotHandle {
                 remote,
                 from_cache: true,
                 beyond_header: 0,
+                trusted: Trusted::Pinned,
             });
         }
         let hint_key = hint_key(&location);
         let first = first_read(cache.filter(|_| remote), &hint_key).await;
-        let (header, all) = read_header(&location, store, first).await?;
+        let (id, all, total) = read_header(&location, store, first).await?;
+        let trusted = policy
+            .check(&location, id, store, cache.filter(|_| remote))
+            .await?;
+        let header = decode_header(&location, &all, total)?;
         let beyond = (all.len() as u64).saturating_sub(header.header_end());
         if let (true, Some(c)) = (remote, cache) {
             remember(c, &hint_key, &header, all).await;
         }
-        tracing::info!(knot = %location, id = %hex(&header.preamble().header_sha256), blocks = header.header().blocks.len(), beyond_header = beyond, "knot opened");
+        tracing::info!(knot = %location, %id, blocks = header.header().blocks.len(), beyond_header = beyond, %trusted, "knot opened");
         Ok(KnotHandle {
             location,
             header,
             remote,
             from_cache: false,
             beyond_header: if remote { beyond } else { 0 },
+            trusted,
         })
+    }
+
+    /// Why the knot is trusted.
+    pub fn trusted(&self) -> &Trusted {
+        &self.trusted
     }
 
     /// `e`, a failed read of something this knot names (a digest or a
@@ -233,10 +263,10 @@ impl KnotHandle {
             return e;
         }
         match read_header(&self.location, store, FIRST_FETCH).await {
-            Ok((h, _)) if h.id() != self.id() => ReaderError::KnotId {
+            Ok((id, _, _)) if id != self.id() => ReaderError::KnotId {
                 location: self.location.clone(),
                 expected: self.id().to_string(),
-                found: h.id().to_string(),
+                found: id.to_string(),
             },
             _ => e,
         }

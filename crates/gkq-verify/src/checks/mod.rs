@@ -8,6 +8,7 @@ pub(crate) mod knot;
 pub(crate) mod package;
 pub(crate) mod quant;
 pub(crate) mod remote;
+pub(crate) mod signature;
 pub(crate) mod source;
 pub(crate) mod spectral;
 
@@ -31,12 +32,14 @@ pub(crate) struct Context<'a> {
     pub(crate) opts: &'a VerifyOptions,
     pub(crate) source: Option<std::result::Result<SourceModel, gkq_source::SourceError>>,
     pub(crate) http: Option<remote::Http>,
+    pub(crate) trusted: Vec<gkq_format::sig::PublicKey>,
 }
 
 /// What the options ask for, checked before the knot is opened.
 pub(crate) struct Setup {
     pub(crate) source_dir: Option<PathBuf>,
     pub(crate) http: Option<remote::Http>,
+    pub(crate) trusted: Vec<gkq_format::sig::PublicKey>,
 }
 
 impl Setup {
@@ -58,7 +61,13 @@ impl Setup {
             }
             None => None,
         };
-        Ok(Setup { source_dir, http })
+        let trusted = gkq_sign::load_trusted_keys(&opts.trust_keys)
+            .map_err(|error| VerifyError::TrustKey { error })?;
+        Ok(Setup {
+            source_dir,
+            http,
+            trusted,
+        })
     }
 }
 
@@ -191,6 +200,10 @@ impl Context<'_> {
             }
             let summary = "every tensor and source file digest against the original".to_owned();
             checks.push(ran.source.check(CheckName::Source, started, summary));
+        }
+        if !self.trusted.is_empty() {
+            let (acc, summary) = signature::check(&self);
+            checks.push(acc.check(CheckName::Signature, started, summary));
         }
         if let Some(r) = ran.remote {
             if let Some((url, reason)) = r.unreachable {

@@ -75,6 +75,14 @@ impl Http {
         self.rt.block_on(CALL.0, CALL.1, self.store.head(url))?
     }
 
+    /// The first `max` bytes of an object (all of it when it is shorter).
+    pub fn prefix(&self, url: &str, max: u64) -> Result<Vec<u8>, StoreError> {
+        let got = self
+            .rt
+            .block_on(CALL.0, CALL.1, self.store.read_prefix(url, max))?;
+        got.map(|(bytes, _)| bytes)
+    }
+
     /// GET `bytes=start-end` (inclusive) of an object of `total` bytes.
     pub fn get_range_vec(
         &self,

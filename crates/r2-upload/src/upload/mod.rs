@@ -38,6 +38,8 @@ pub enum ObjectKind {
     Companion,
     /// The knot.
     Knot,
+    /// The signature object (`model.sig`), published after the knot.
+    Signature,
 }
 
 /// One file to publish.
@@ -273,17 +275,21 @@ impl Uploader {
         ))
     }
 
-    /// Publishes `objects` in order (row files, then the knot).
+    /// Publishes `objects` in order (row files, then the knot, then its
+    /// signature when there is one).
     pub async fn publish(
         &self,
         objects: &[LocalObject],
         progress: &dyn Progress,
     ) -> Result<Vec<ObjectReport>> {
-        if let Some(i) = objects.iter().position(|o| o.kind == ObjectKind::Knot)
-            && i + 1 != objects.len()
-        {
+        let after_knot = objects
+            .iter()
+            .skip_while(|o| o.kind != ObjectKind::Knot)
+            .skip(1);
+        if after_knot.clone().any(|o| o.kind != ObjectKind::Signature) || after_knot.count() > 1 {
             return Err(UploadError::Options(
-                "the knot must be the last object published".into(),
+                "the knot must be the last object published, or be followed by its signature alone"
+                    .into(),
             ));
         }
         let prefix = prefix_of(objects);
@@ -455,6 +461,7 @@ fn prefix_of(objects: &[LocalObject]) -> String {
 fn is_package_object(name: &str) -> bool {
     !name.contains('/')
         && (name.ends_with(".knot")
+            || name == gkq_format::sig::SIGNATURE_NAME
             || name.ends_with(".rows")
             || name.ends_with(".rows.proof")
             || name.ends_with(".rows.runs"))

@@ -1,0 +1,497 @@
+//! The signature object of a package (docs/FORMAT.md section 7c): the
+//! envelope OpenSSF Model Signing uses (a Sigstore bundle v0.3 holding a
+//! DSSE envelope over an in-toto Statement, signed with an ECDSA P-256
+//! key), whose predicate also names the knot id, so that a node checks it
+//! with the knot header alone while `model_signing verify` checks every
+//! file of the directory.
+//!
+//! This module parses, builds and checks the object's bytes; reading the
+//! package's files and holding a private key are the callers' business.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use p256::ecdsa::signature::Verifier as _;
+use p256::ecdsa::{Signature, VerifyingKey};
+use p256::pkcs8::{DecodePublicKey, EncodePublicKey, LineEnding};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::{Error, KnotId, Result};
+
+/// The signature object's name, next to the knot (OMS's default name).
+pub const SIGNATURE_NAME: &str = "model.sig";
+/// The largest signature object a reader accepts: 4 MiB.
+pub const MAX_SIGNATURE_LEN: u64 = 4 << 20;
+/// The bundle's `mediaType`.
+pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+/// The DSSE `payloadType`.
+pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+/// The statement's `_type`.
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+/// The statement's `predicateType` (OMS v1.0).
+pub const PREDICATE_TYPE: &str = "https://model_signing/signature/v1.0";
+/// Paths a signature leaves out of the package, as `model_signing sign`
+/// does with `--signature PKG/model.sig`.
+pub const IGNORE_PATHS: [&str; 5] = [
+    ".git",
+    ".gitattributes",
+    ".github",
+    ".gitignore",
+    SIGNATURE_NAME,
+];
+
+/// Why a signature object is refused, or a key cannot be one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SigFailure {
+    /// Not a bundle: bad JSON, a missing field, bad base64, too long.
+    Malformed(String),
+    /// A field whose value is not the one section 7c requires.
+    Field {
+        /// The field (`mediaType`, `payloadType`, `_type`, `predicateType`).
+        field: &'static str,
+        /// What it holds.
+        found: String,
+    },
+    /// Not exactly one DSSE signature.
+    Signatures(usize),
+    /// Not exactly one subject.
+    Subjects(usize),
+    /// The subject's digest is not the hash of the resource digests.
+    Inconsistent {
+        /// The subject's digest.
+        subject: String,
+        /// What the resources hash to.
+        resources: String,
+    },
+    /// Signed by a key that is not trusted (the bundle's hint).
+    UnknownKey {
+        /// The signer's fingerprint as the bundle spells it.
+        hint: String,
+    },
+    /// The signature does not verify with the trusted key(s).
+    BadSignature {
+        /// The fingerprint of the key it was checked with, if one matched.
+        hint: Option<String>,
+    },
+    /// The statement names no knot id (a `model_signing`-made signature:
+    /// only a check of every file can use it).
+    NoKnotId,
+    /// The statement signs another knot.
+    OtherKnot {
+        /// The knot id signed.
+        signed: String,
+        /// The knot's own id.
+        knot: String,
+    },
+    /// A trusted key that is not an ECDSA P-256 public key in PEM.
+    KeyFormat(String),
+}
+
+impl std::fmt::Display for SigFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SigFailure::Malformed(why) => {
+                write!(f, "signature object: not a Sigstore bundle: {why}")
+            }
+            SigFailure::Field { field, found } => write!(
+                f,
+                "signature object: {field} is {found:?}, not the one FORMAT.md section 7c requires"
+            ),
+            SigFailure::Signatures(n) => write!(
+                f,
+                "signature object: the DSSE envelope holds {n} signatures, not exactly 1"
+            ),
+            SigFailure::Subjects(n) => write!(
+                f,
+                "signature object: the statement has {n} subjects, not exactly 1"
+            ),
+            SigFailure::Inconsistent { subject, resources } => write!(
+                f,
+                "signature object: the subject digest {subject} is not the hash of the resources' digests ({resources})"
+            ),
+            SigFailure::UnknownKey { hint } => write!(
+                f,
+                "signed by key {hint}, which is not trusted (--trust-key)"
+            ),
+            SigFailure::BadSignature { hint: Some(h) } => {
+                write!(f, "the signature does not verify with the trusted key {h}")
+            }
+            SigFailure::BadSignature { hint: None } => {
+                write!(f, "the signature does not verify with any trusted key")
+            }
+            SigFailure::NoKnotId => write!(
+                f,
+                "signature object: the statement names no knot id (predicate.gkq.knot_id): it can only be checked file by file (gkq-verify PKG_DIR --trust-key)"
+            ),
+            SigFailure::OtherKnot { signed, knot } => write!(
+                f,
+                "the signature is for knot {signed}, not this knot {knot}: a signature of another package"
+            ),
+            SigFailure::KeyFormat(why) => write!(
+                f,
+                "not an ECDSA P-256 public key in PEM (SubjectPublicKeyInfo, `-----BEGIN PUBLIC KEY-----`): {why}"
+            ),
+        }
+    }
+}
+
+fn fail<T>(f: SigFailure) -> Result<T> {
+    Err(Error::Signature(f))
+}
+
+fn malformed(why: impl std::fmt::Display) -> Error {
+    Error::Signature(SigFailure::Malformed(why.to_string()))
+}
+
+/// A trusted public key and its fingerprint (OMS's `hint`: the SHA-256, in
+/// hex, of the key's SubjectPublicKeyInfo PEM text).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicKey {
+    key: VerifyingKey,
+    hint: String,
+}
+
+impl PublicKey {
+    /// A key from its PEM text.
+    pub fn from_pem(pem: &str) -> Result<PublicKey> {
+        if pem.contains("PRIVATE KEY-----") {
+            return fail(SigFailure::KeyFormat(
+                "this is a private key; give its public half (openssl ec -in KEY.pem -pubout)"
+                    .into(),
+            ));
+        }
+        match VerifyingKey::from_public_key_pem(pem.trim()) {
+            Ok(key) => Ok(PublicKey::from_key(key)),
+            Err(e) => fail(SigFailure::KeyFormat(e.to_string())),
+        }
+    }
+
+    /// The public key of a verifying key.
+    pub fn from_key(key: VerifyingKey) -> PublicKey {
+        let pem = key.to_public_key_pem(LineEnding::LF).unwrap_or_default();
+        let hint = crate::hex(&Sha256::digest(pem.as_bytes()));
+        PublicKey { key, hint }
+    }
+
+    /// The fingerprint, as the bundle's `hint` spells it.
+    pub fn hint(&self) -> &str {
+        &self.hint
+    }
+}
+
+/// One file of the package as the statement lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// Its path relative to the package directory, `/`-separated.
+    pub name: String,
+    /// The SHA-256 of its bytes.
+    pub digest: [u8; 32],
+}
+
+/// What a checked signature object says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signed {
+    /// The fingerprint of the trusted key that signed it.
+    pub signer: String,
+    /// The subject's name (the package directory's name when signed).
+    pub name: String,
+    /// Every file signed, in the statement's order.
+    pub resources: Vec<Resource>,
+    /// The knot id the statement names (`predicate.gkq.knot_id`).
+    pub knot_id: Option<KnotId>,
+}
+
+impl Signed {
+    /// Whether the statement signs the knot `id`.
+    pub fn check_knot(&self, id: KnotId) -> Result<()> {
+        match self.knot_id {
+            None => fail(SigFailure::NoKnotId),
+            Some(signed) if signed != id => fail(SigFailure::OtherKnot {
+                signed: signed.to_string(),
+                knot: id.to_string(),
+            }),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// DSSE's pre-authentication encoding of an in-toto payload: what the
+/// ECDSA signature covers.
+pub fn pae(payload: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "DSSEv1 {} {PAYLOAD_TYPE} {} ",
+        PAYLOAD_TYPE.len(),
+        payload.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The order `model_signing` lists files in: by path component.
+pub fn sort_resources(resources: &mut [Resource]) {
+    resources.sort_by(|a, b| a.name.split('/').cmp(b.name.split('/')));
+}
+
+/// The subject digest: SHA-256 over the resources' raw digests, in order.
+fn root_digest(resources: &[Resource]) -> String {
+    let mut h = Sha256::new();
+    for r in resources {
+        h.update(r.digest);
+    }
+    crate::hex(&h.finalize())
+}
+
+/// The statement (the DSSE payload) for a package named `name` holding
+/// `resources` (sorted here) whose knot id is `knot_id`: compact JSON with
+/// keys in byte order.
+pub fn statement(name: &str, resources: &[Resource], knot_id: KnotId) -> Vec<u8> {
+    let mut sorted = resources.to_vec();
+    sort_resources(&mut sorted);
+    let listed: Vec<Value> = sorted
+        .iter()
+        .map(|r| json!({"algorithm": "sha256", "digest": crate::hex(&r.digest), "name": r.name}))
+        .collect();
+    let doc = json!({
+        "_type": STATEMENT_TYPE,
+        "predicate": {
+            "gkq": {"knot_id": knot_id.to_string()},
+            "resources": listed,
+            "serialization": {
+                "allow_symlinks": false,
+                "hash_type": "sha256",
+                "ignore_paths": IGNORE_PATHS,
+                "method": "files",
+            },
+        },
+        "predicateType": PREDICATE_TYPE,
+        "subject": [{"digest": {"sha256": root_digest(&sorted)}, "name": name}],
+    });
+    serde_json::to_vec(&doc).unwrap_or_default()
+}
+
+/// The bundle holding `payload` and its DER signature by the key `hint`.
+pub fn bundle(payload: &[u8], der_signature: &[u8], hint: &str) -> Vec<u8> {
+    let doc = json!({
+        "dsseEnvelope": {
+            "payload": STANDARD.encode(payload),
+            "payloadType": PAYLOAD_TYPE,
+            "signatures": [{"keyid": "", "sig": STANDARD.encode(der_signature)}],
+        },
+        "mediaType": BUNDLE_MEDIA_TYPE,
+        "verificationMaterial": {"publicKey": {"hint": hint}, "tlogEntries": []},
+    });
+    let mut out = serde_json::to_vec(&doc).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BundleDoc {
+    media_type: String,
+    verification_material: Material,
+    dsse_envelope: Envelope,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Material {
+    public_key: Option<KeyHint>,
+}
+
+#[derive(Deserialize)]
+struct KeyHint {
+    hint: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    payload: String,
+    payload_type: String,
+    signatures: Vec<SigDoc>,
+}
+
+#[derive(Deserialize)]
+struct SigDoc {
+    sig: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatementDoc {
+    #[serde(rename = "_type")]
+    kind: String,
+    subject: Vec<Subject>,
+    predicate_type: String,
+    predicate: Predicate,
+}
+
+#[derive(Deserialize)]
+struct Subject {
+    name: String,
+    digest: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct Predicate {
+    resources: Vec<ResourceDoc>,
+    gkq: Option<Claim>,
+}
+
+#[derive(Deserialize)]
+struct ResourceDoc {
+    name: String,
+    algorithm: String,
+    digest: String,
+}
+
+#[derive(Deserialize)]
+struct Claim {
+    knot_id: String,
+}
+
+fn field(field: &'static str, found: &str, want: &str) -> Result<()> {
+    if found == want {
+        return Ok(());
+    }
+    fail(SigFailure::Field {
+        field,
+        found: found.to_owned(),
+    })
+}
+
+/// The envelope's payload, once its one signature verifies with a trusted
+/// key; with that key's fingerprint.
+fn verified_payload(doc: &BundleDoc, trusted: &[PublicKey]) -> Result<(Vec<u8>, String)> {
+    field("mediaType", &doc.media_type, BUNDLE_MEDIA_TYPE)?;
+    let env = &doc.dsse_envelope;
+    field("payloadType", &env.payload_type, PAYLOAD_TYPE)?;
+    let [one] = env.signatures.as_slice() else {
+        return fail(SigFailure::Signatures(env.signatures.len()));
+    };
+    let payload = STANDARD
+        .decode(&env.payload)
+        .map_err(|e| malformed(format!("dsseEnvelope.payload: {e}")))?;
+    let der = STANDARD
+        .decode(&one.sig)
+        .map_err(|e| malformed(format!("the signature's base64: {e}")))?;
+    let sig = Signature::from_der(&der)
+        .map_err(|e| malformed(format!("the signature is not DER ECDSA: {e}")))?;
+    let hint = doc
+        .verification_material
+        .public_key
+        .as_ref()
+        .and_then(|k| k.hint.clone());
+    let candidates: Vec<&PublicKey> = match &hint {
+        Some(h) => trusted.iter().filter(|k| &k.hint == h).collect(),
+        None => trusted.iter().collect(),
+    };
+    if let (Some(h), true) = (&hint, candidates.is_empty()) {
+        return fail(SigFailure::UnknownKey { hint: h.clone() });
+    }
+    let message = pae(&payload);
+    match candidates
+        .iter()
+        .find(|k| k.key.verify(&message, &sig).is_ok())
+    {
+        Some(k) => Ok((payload, k.hint.clone())),
+        None => fail(SigFailure::BadSignature { hint }),
+    }
+}
+
+fn resource(r: &ResourceDoc) -> Result<Resource> {
+    if r.algorithm != "sha256" {
+        return Err(malformed(format!(
+            "resource {:?}: algorithm {:?}, not sha256",
+            r.name, r.algorithm
+        )));
+    }
+    let digest = KnotId::parse(&r.digest).map_err(|_| {
+        malformed(format!(
+            "resource {:?}: digest {:?} is not 64 hex digits",
+            r.name, r.digest
+        ))
+    })?;
+    Ok(Resource {
+        name: r.name.clone(),
+        digest: *digest.digest(),
+    })
+}
+
+fn statement_doc(payload: &[u8]) -> Result<StatementDoc> {
+    serde_json::from_slice(payload).map_err(|e| malformed(format!("the statement: {e}")))
+}
+
+fn claim(st: &StatementDoc) -> Result<Option<KnotId>> {
+    match &st.predicate.gkq {
+        Some(c) => KnotId::parse(&c.knot_id).map(Some).map_err(|_| {
+            malformed(format!(
+                "predicate.gkq.knot_id {:?} is not 64 hex digits",
+                c.knot_id
+            ))
+        }),
+        None => Ok(None),
+    }
+}
+
+/// The knot id a signature object's statement names, its signature NOT
+/// checked: a publisher's test that `model.sig` is not left over from an
+/// earlier pack, before it is uploaded.
+pub fn claimed_knot(bytes: &[u8]) -> Result<Option<KnotId>> {
+    let doc: BundleDoc = serde_json::from_slice(bytes).map_err(malformed)?;
+    let payload = STANDARD
+        .decode(&doc.dsse_envelope.payload)
+        .map_err(|e| malformed(format!("dsseEnvelope.payload: {e}")))?;
+    claim(&statement_doc(&payload)?)
+}
+
+/// Checks a signature object against the trusted keys: its envelope, its
+/// one signature, its statement and the statement's consistency (the
+/// subject digest). What the statement signs is the caller's to compare
+/// ([`Signed::check_knot`], or every file).
+pub fn open(bytes: &[u8], trusted: &[PublicKey]) -> Result<Signed> {
+    if bytes.len() as u64 > MAX_SIGNATURE_LEN {
+        return Err(malformed(format!(
+            "{} bytes, over the limit of {MAX_SIGNATURE_LEN}",
+            bytes.len()
+        )));
+    }
+    let doc: BundleDoc = serde_json::from_slice(bytes).map_err(malformed)?;
+    let (payload, signer) = verified_payload(&doc, trusted)?;
+    let st = statement_doc(&payload)?;
+    field("_type", &st.kind, STATEMENT_TYPE)?;
+    field("predicateType", &st.predicate_type, PREDICATE_TYPE)?;
+    let [subject] = st.subject.as_slice() else {
+        return fail(SigFailure::Subjects(st.subject.len()));
+    };
+    let resources = st
+        .predicate
+        .resources
+        .iter()
+        .map(resource)
+        .collect::<Result<Vec<_>>>()?;
+    let root = root_digest(&resources);
+    let claimed = subject.digest.get("sha256").cloned().unwrap_or_default();
+    if claimed != root {
+        return fail(SigFailure::Inconsistent {
+            subject: claimed,
+            resources: root,
+        });
+    }
+    let knot_id = claim(&st)?;
+    Ok(Signed {
+        signer,
+        name: subject.name.clone(),
+        resources,
+        knot_id,
+    })
+}
+
+#[cfg(test)]
+mod tests;

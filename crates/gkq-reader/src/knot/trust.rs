@@ -1,0 +1,133 @@
+//! Why a node trusts the knot it opened (FORMAT.md section 7c): a pinned
+//! knot id, a signature by a trusted key, or (with no policy) the channel
+//! it came from. Checked from the preamble's id alone, before any other
+//! header field is decoded; a checked signature is kept in the disk cache
+//! by knot id, so that a warm open makes no request for it.
+
+use bytes::Bytes;
+use gkq_format::KnotId;
+use gkq_format::sig::{self, MAX_SIGNATURE_LEN, PublicKey, SIGNATURE_NAME};
+use gkq_store::{RangeRead, StoreError};
+
+use crate::cache::{DiskCache, Kind, Size};
+use crate::error::{ReaderError, Result};
+
+/// Why the knot is trusted.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "by")]
+pub enum Trusted {
+    /// No trust policy: whatever served the header (the URL, TLS).
+    Channel,
+    /// The knot id is the pinned `--knot-id`.
+    Pinned,
+    /// A signature by a trusted key.
+    Signed {
+        /// The signer's fingerprint (OMS's `hint`).
+        signer: String,
+        /// Whether the checked signature came from the disk cache.
+        cached: bool,
+    },
+}
+
+impl std::fmt::Display for Trusted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trusted::Channel => write!(f, "trusted by the channel (no --trust-key or --knot-id)"),
+            Trusted::Pinned => write!(f, "trusted by the pinned --knot-id"),
+            Trusted::Signed { signer, cached } => write!(
+                f,
+                "signed by key {signer}{}",
+                if *cached {
+                    " (signature from the disk cache)"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+}
+
+/// The trust policy of a node.
+pub(crate) struct Policy<'a> {
+    pub(crate) pin: Option<KnotId>,
+    pub(crate) keys: &'a [PublicKey],
+}
+
+fn signed_by(bytes: &[u8], keys: &[PublicKey], id: KnotId) -> gkq_format::Result<String> {
+    let signed = sig::open(bytes, keys)?;
+    signed.check_knot(id)?;
+    Ok(signed.signer)
+}
+
+impl Policy<'_> {
+    /// Whether the knot `id` at `location` is trusted, and why: the pin
+    /// must be `id`; else, with keys, the signature next to the knot must
+    /// sign `id` with one of them.
+    pub(crate) async fn check(
+        &self,
+        location: &str,
+        id: KnotId,
+        store: &dyn RangeRead,
+        cache: Option<&DiskCache>,
+    ) -> Result<Trusted> {
+        if let Some(want) = self.pin {
+            if want != id {
+                return Err(ReaderError::KnotId {
+                    location: location.to_owned(),
+                    expected: want.to_string(),
+                    found: id.to_string(),
+                });
+            }
+            return Ok(Trusted::Pinned);
+        }
+        if self.keys.is_empty() {
+            return Ok(Trusted::Channel);
+        }
+        let key = id.to_string();
+        if let Some(c) = cache {
+            let keys = self.keys.to_vec();
+            let ok = move |b: &[u8]| signed_by(b, &keys, id).is_ok();
+            if let Some(b) = c
+                .get(Kind::Signature, &key, Size::AtMost(MAX_SIGNATURE_LEN), ok)
+                .await
+                && let Ok(signer) = signed_by(&b, self.keys, id)
+            {
+                return Ok(Trusted::Signed {
+                    signer,
+                    cached: true,
+                });
+            }
+        }
+        let url = super::sibling(location, SIGNATURE_NAME);
+        let (bytes, total) = match store.read_prefix(&url, MAX_SIGNATURE_LEN).await {
+            Ok(got) => got,
+            Err(StoreError::NotFound { .. }) => {
+                let keys: Vec<&str> = self.keys.iter().map(PublicKey::hint).collect();
+                return Err(ReaderError::Unsigned {
+                    url,
+                    keys: keys.join(", "),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let refused = |error| ReaderError::Signature {
+            url: url.clone(),
+            error: Box::new(error),
+        };
+        if total > MAX_SIGNATURE_LEN {
+            let why = format!("{total} bytes, over the limit of {MAX_SIGNATURE_LEN}");
+            return Err(refused(gkq_format::Error::Signature(
+                sig::SigFailure::Malformed(why),
+            )));
+        }
+        let signer = signed_by(&bytes, self.keys, id).map_err(refused)?;
+        if let Some(c) = cache {
+            c.put(Kind::Signature, &key, Bytes::from(bytes)).await;
+        }
+        tracing::info!(signature = %url, %signer, "signature checked");
+        Ok(Trusted::Signed {
+            signer,
+            cached: false,
+        })
+    }
+}

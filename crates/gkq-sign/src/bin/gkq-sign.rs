@@ -1,0 +1,50 @@
+//! `gkq-sign PKG_DIR --key KEY.pem`: the publishing pipeline's signing
+//! step, after gkq-pack and gkq-verify, before the upload.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Signs a package: writes PKG_DIR/model.sig, OpenSSF Model Signing's envelope (a Sigstore bundle v0.3 with a DSSE in-toto statement, ECDSA P-256) over every file and the knot id. `model_signing verify key` checks it; nodes check it with --trust-key.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// The package directory (gkq-pack's output).
+    pkg_dir: PathBuf,
+    /// The ECDSA P-256 private key, PEM (PKCS#8, encrypted PKCS#8, or SEC1).
+    #[arg(long, value_name = "KEY.pem")]
+    key: PathBuf,
+    /// The environment variable holding an encrypted key's password.
+    #[arg(long = "password-env", value_name = "VAR", default_value = gkq_sign::DEFAULT_PASSWORD_ENV)]
+    password_env: String,
+    /// A JSON report on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let signed = gkq_sign::load_signing_key(&args.key, &args.password_env)
+        .and_then(|key| gkq_sign::sign_package(&args.pkg_dir, &key));
+    match signed {
+        Ok(r) if args.json => {
+            println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            println!(
+                "signed {}: knot {}, {} files, key {}",
+                r.signature.display(),
+                r.knot_id.as_deref().unwrap_or("-"),
+                r.files,
+                r.signer
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gkq-sign: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
