@@ -49,6 +49,9 @@ pub struct NetArgs {
     /// Use a package only if its model.sig is signed by this ECDSA P-256 public key (PEM; repeatable: any one of them, for key rotation), or its id is the pinned --knot-id; an unsigned or wrongly signed package is refused.
     #[arg(long = "trust-key", value_name = "PUB.pem", help_heading = "Network")]
     pub trust_keys: Vec<PathBuf>,
+    /// Base URL of a mirror of the package (repeatable): row runs and bulk parts are spread over the mirrors and the knot's own base, every answer verified; a mirror that fails or serves a wrong byte is dropped, with the evidence in the report.
+    #[arg(long = "mirror", value_name = "BASE_URL", help_heading = "Network")]
+    pub mirrors: Vec<String>,
     /// A PEM file of CA certificates to trust besides the system store (repeatable; for a private CA, a mirror, a test server). SSL_CERT_FILE replaces the system store.
     #[arg(long = "ca-cert", value_name = "FILE", help_heading = "Network")]
     pub ca_certs: Vec<PathBuf>,
@@ -151,6 +154,7 @@ impl TryFrom<NetArgs> for ReaderConfig {
         let mut c = ReaderConfig {
             knot_id: a.knot_id,
             trust: trust_keys(&a.trust_keys)?,
+            mirrors: a.mirrors.clone(),
             cache: CacheConfig {
                 dir: if a.no_cache {
                     None

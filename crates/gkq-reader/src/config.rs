@@ -72,6 +72,13 @@ pub struct ReaderConfig {
     /// one of these keys, or its id is the pinned `knot_id`; an unsigned or
     /// wrongly signed package is refused, whatever the URL or TLS said.
     pub trust: Vec<gkq_format::sig::PublicKey>,
+    /// Base URLs of mirrors of the package (`--mirror`, repeatable: a CDN,
+    /// a regional copy made with gkq-mirror, a caching proxy): row runs and
+    /// bulk parts are spread over them and the origin, each answer verified
+    /// as always; a mirror that fails or serves a wrong byte is dropped for
+    /// the session, with its evidence (`Reader::sources`). The knot header
+    /// and the signature always come from the knot's own URL.
+    pub mirrors: Vec<String>,
     /// The row file dtype to fetch when `columnar_embed` is a base URL
     /// (`--embed-dtype`). Default: the narrowest row file the knot marks
     /// `BLOCK_EXACT`, widened on the node, which gives the dense values.

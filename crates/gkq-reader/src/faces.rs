@@ -16,6 +16,12 @@ macro_rules! reader_accessors {
             self.inner().knot_id()
         }
 
+        /// What each source did, with why a mirror was dropped (empty
+        /// without `--mirror`).
+        pub fn sources(&self) -> Vec<gkq_store::SourceReport> {
+            self.inner().store.sources()
+        }
+
         /// Network counters of everything this reader fetched.
         pub fn net_stats(&self) -> gkq_store::NetStats {
             self.inner().store.stats()

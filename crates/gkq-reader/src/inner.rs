@@ -85,6 +85,28 @@ fn open_cache(c: &crate::cache::CacheConfig) -> Result<Option<Arc<DiskCache>>> {
     }
 }
 
+/// Spreads the reads of the package at `location` over its mirrors.
+fn set_mirrors(store: &Store, location: &str, mirrors: &[String]) -> Result<()> {
+    if mirrors.is_empty() {
+        return Ok(());
+    }
+    for m in mirrors {
+        gkq_store::url::refuse_credentials(m)?;
+        if !crate::knot::is_url(m) {
+            return Err(ReaderError::Missing(format!(
+                "--mirror {m}: not a URL (http://, https:// or s3://)"
+            )));
+        }
+    }
+    let knot = crate::knot::knot_location(location)?;
+    if crate::knot::is_url(&knot) {
+        let bare = gkq_store::url::without_query(&knot);
+        let base = bare.rfind('/').map_or(bare, |i| &bare[..=i]);
+        store.set_mirrors(base, mirrors);
+    }
+    Ok(())
+}
+
 fn role_block(header: &KnotHeader, key: &str, location: &str) -> Result<String> {
     header
         .header()
@@ -109,6 +131,7 @@ impl Inner {
             gkq_store::url::refuse_credentials(url)?;
         }
         let store = Arc::new(Store::new(config.store.clone())?);
+        set_mirrors(&store, location, &config.mirrors)?;
         let disk = open_cache(&config.cache)?;
         let policy = crate::knot::Policy {
             pin: config.knot_id,

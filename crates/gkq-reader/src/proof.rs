@@ -67,7 +67,10 @@ pub(crate) async fn chunk_table(
             ..Default::default()
         };
         let t = store.read_vec(&purl, 0, l.table_len() - 1, opts).await?;
-        merkle::check_table(desc, &t).map_err(|e| unverified(url, e))?;
+        if let Err(e) = merkle::check_table(desc, &t) {
+            store.distrust(&purl, (0, l.table_len() - 1), &e.to_string());
+            return Err(unverified(url, e));
+        }
         fetched.store(t.len() as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(Bytes::from(t))
     })

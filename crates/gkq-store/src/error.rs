@@ -34,6 +34,14 @@ pub enum StoreError {
         /// The URL, credentials replaced by `***`.
         url: String,
     },
+    /// The origin failed after every mirror had been dropped.
+    #[error("{origin} (after dropping every mirror: {})", dropped.join("; "))]
+    AllSources {
+        /// The origin's failure.
+        origin: Box<StoreError>,
+        /// Each mirror dropped, with its evidence.
+        dropped: Vec<String>,
+    },
     /// The object does not exist (HTTP 404, S3 `NoSuchKey`, no such file).
     #[error("{url}: not found ({how})")]
     NotFound {

@@ -33,6 +33,7 @@ mod read;
 pub mod retry;
 #[cfg(feature = "s3")]
 pub mod s3;
+mod sources;
 mod stats;
 mod store;
 pub mod url;
@@ -50,6 +51,7 @@ pub use parallel::{Gate, PartFn, ReadCheck, read_parts};
 pub use range::{deadline, split_parts};
 pub use read::{BoxFuture, Connection, Head, RangeRead, ReadOptions};
 pub use retry::{MAX_WAIT, RetryPolicy};
+pub use sources::{SourceReport, Sources};
 pub use stats::{Counted, Meter, Moved, NetStats, bump};
 pub use store::{FEATURES, Store};
 pub use url::is_remote;

@@ -150,16 +150,39 @@ async fn part<R: RangeRead + ?Sized>(
             }
             Err(e) => {
                 tracing::warn!(url, start, end, reason = %e, "a part failed verification: fetching it again");
+                backend.distrust(url, (start, end), &e.to_string());
             }
         }
     }
     unreachable!("the second attempt returns")
 }
 
-/// Cuts `whole` into parts of `size` bytes, as `(offset, part)`.
-fn cut(mut whole: BytesMut, size: u64) -> Vec<(u64, BytesMut)> {
+/// Cuts `whole`, bytes `start..` of an object, into parts of `size` bytes
+/// whose boundaries fall on multiples of `size` in the object (so that
+/// every node asks a slice cache for the same ranges), as `(offset in the
+/// range, part)`; the first part is shorter when `start` is not on a
+/// boundary and the shorter part is still a multiple of `align` (the
+/// check's unit), else every part is cut from `start`.
+fn cut(mut whole: BytesMut, size: u64, start: u64, align: u64) -> Vec<(u64, BytesMut)> {
     let len = whole.len() as u64;
-    split_parts(len, size)
+    let size = size.max(1);
+    let head = (size - start % size) % size;
+    let head = if head > 0 && head < len && (align <= 1 || head.is_multiple_of(align)) {
+        head
+    } else {
+        0
+    };
+    let mut parts = if head > 0 {
+        vec![(0, head)]
+    } else {
+        Vec::new()
+    };
+    parts.extend(
+        split_parts(len - head, size)
+            .into_iter()
+            .map(|(o, n)| (o + head, n)),
+    );
+    parts
         .into_iter()
         .map(|(off, n)| {
             (
@@ -261,7 +284,11 @@ pub async fn read_parts<R: RangeRead + ?Sized>(
     let mut whole = BytesMut::zeroed(usize::try_from(len).unwrap_or(usize::MAX));
     let mut found = String::new();
     for round in 0..2 {
-        let pending: FuturesUnordered<_> = cut(whole, size)
+        let align = match &check {
+            ReadCheck::Parts { align, .. } => *align,
+            _ => 1,
+        };
+        let pending: FuturesUnordered<_> = cut(whole, size, start, align)
             .into_iter()
             .map(|p| part(backend, gate, url, start, p, total, &check))
             .collect();
@@ -269,6 +296,8 @@ pub async fn read_parts<R: RangeRead + ?Sized>(
             ReadCheck::Sha256(want) => match hashed(pending).await? {
                 (joined, d) if d != *want => {
                     found = hex(&d);
+                    let why = format!("sha256 {found}, expected {}", hex(want));
+                    backend.distrust(url, (start, end), &why);
                     tracing::warn!(url, start, len, round, found = %found, "a range failed its sha256: fetching it again");
                     whole = joined;
                     continue;
@@ -339,11 +368,28 @@ mod tests {
     fn parts_are_cut_from_one_buffer_and_joined_without_a_copy() {
         let whole = BytesMut::zeroed(100_003);
         let at = whole.as_ptr();
-        let parts = cut(whole, 4096);
+        let parts = cut(whole, 4096, 0, 1);
         assert_eq!(parts.len(), 25);
         assert!(parts.windows(2).all(|w| w[0].0 + 4096 == w[1].0));
         let joined = join(parts.into_iter().map(|p| p.1));
         assert_eq!((joined.as_ptr(), joined.len()), (at, 100_003));
+    }
+
+    /// Issue 32: part boundaries fall on multiples of the part size in the
+    /// object, whatever the range's start, so that a slice cache sees the
+    /// same ranges from every node; unless the check's unit forbids it.
+    #[test]
+    fn parts_are_aligned_to_the_object() {
+        let offsets = |start: u64, align: u64| -> Vec<u64> {
+            cut(BytesMut::zeroed(20_000), 4096, start, align)
+                .iter()
+                .map(|(o, _)| start + o)
+                .collect()
+        };
+        assert_eq!(offsets(1000, 1), [1000, 4096, 8192, 12288, 16384, 20480]);
+        assert_eq!(offsets(8192, 1), [8192, 12288, 16384, 20480, 24576]);
+        // a unit of 1,000 bytes: 3,096 is not a multiple, cut from the start
+        assert_eq!(offsets(1000, 1000)[1], 5096);
     }
 
     #[test]

@@ -80,6 +80,11 @@ pub trait RangeRead: Send + Sync + Debug {
     /// The largest read into memory this backend accepts.
     fn max_read_bytes(&self) -> u64;
 
+    /// Bytes `start..=end` of `location` failed the caller's verification
+    /// (`reason`: the expected and received digest): a store with mirrors
+    /// drops the one that served them. Nothing to do otherwise.
+    fn distrust(&self, _location: &str, _range: (u64, u64), _reason: &str) {}
+
     /// The gate of parts in flight that this backend's parallel reads share.
     fn gate(&self) -> &Gate;
 

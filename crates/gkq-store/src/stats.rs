@@ -205,6 +205,10 @@ impl<R: RangeRead + ?Sized> Counted<'_, R> {
 }
 
 impl<R: RangeRead + ?Sized> RangeRead for Counted<'_, R> {
+    fn distrust(&self, location: &str, range: (u64, u64), reason: &str) {
+        self.inner.distrust(location, range, reason);
+    }
+
     fn head<'a>(&'a self, location: &'a str) -> BoxFuture<'a, Result<Head>> {
         Box::pin(async move {
             let h = self.inner.head(location).await?;

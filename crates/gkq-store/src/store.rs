@@ -10,7 +10,10 @@ use crate::error::Result;
 use crate::http::HttpStore;
 use crate::local::LocalStore;
 use crate::parallel::Gate;
+use std::time::{Duration, Instant};
+
 use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};
+use crate::sources::{SourceReport, Sources};
 use crate::stats::NetStats;
 
 /// The features this build of gkq-store has, for `--version` lines.
@@ -28,6 +31,7 @@ pub struct Store {
     s3: tokio::sync::OnceCell<crate::s3::S3Store>,
     gate: Gate,
     config: StoreConfig,
+    sources: std::sync::OnceLock<Sources>,
 }
 
 impl Store {
@@ -40,6 +44,7 @@ impl Store {
             s3: tokio::sync::OnceCell::new(),
             gate: Gate::new(config.parallel),
             config,
+            sources: std::sync::OnceLock::new(),
         })
     }
 
@@ -56,6 +61,122 @@ impl Store {
             return http.plus(&s3.stats());
         }
         http
+    }
+
+    /// Spreads the reads of objects under `origin` (a base URL) over it
+    /// and `mirrors` (see [`Sources`]); once, before the first read.
+    pub fn set_mirrors(&self, origin: &str, mirrors: &[String]) {
+        if !mirrors.is_empty() {
+            let _ = self.sources.set(Sources::new(origin, mirrors));
+        }
+    }
+
+    /// What each source did (empty without mirrors).
+    pub fn sources(&self) -> Vec<SourceReport> {
+        self.sources.get().map(Sources::report).unwrap_or_default()
+    }
+
+    /// A read from the one backend of `location`.
+    async fn read_direct(
+        &self,
+        location: &str,
+        start: u64,
+        dest: &mut [u8],
+        opts: ReadOptions,
+    ) -> Result<u64> {
+        self.backend(location)
+            .await?
+            .read_into(location, start, dest, opts)
+            .await
+    }
+
+    /// A read of object `name` from the next live source; a mirror that
+    /// fails is dropped and the read goes to the next (see [`Sources`]).
+    async fn read_spread(
+        &self,
+        s: &Sources,
+        (name, location): (&str, &str),
+        start: u64,
+        dest: &mut [u8],
+        opts: ReadOptions,
+    ) -> Result<u64> {
+        let len = dest.len();
+        let end = start.saturating_add(len as u64).saturating_sub(1);
+        let mut origin_failed = None;
+        loop {
+            let i = match origin_failed.take() {
+                None => s.pick(),
+                // the origin failed: the live mirrors, then the error
+                Some(e) => match s.other(0) {
+                    Some(m) => {
+                        origin_failed = Some(e);
+                        m
+                    }
+                    None => return Err(s.failed(e)),
+                },
+            };
+            let url = s.url(i, name, location);
+            let t = Instant::now();
+            let got = match (s.hedge_after(len), s.other(i)) {
+                (Some(after), Some(j)) => {
+                    let alt = s.url(j, name, location);
+                    self.hedged(s, [(i, &url), (j, &alt)], after, start, dest, opts)
+                        .await
+                }
+                _ => self
+                    .read_direct(&url, start, dest, opts)
+                    .await
+                    .map(|n| (n, i))
+                    .map_err(|e| (e, i)),
+            };
+            match got {
+                Ok((n, won)) => {
+                    s.done(won, (location, start, len), t.elapsed(), won != i);
+                    return Ok(n);
+                }
+                Err((e, 0)) => origin_failed = Some(e),
+                Err((e, who)) => {
+                    let at = s.url(who, name, location);
+                    s.drop_source(who, format!("{at}: bytes {start}-{end}: {e}"));
+                }
+            }
+        }
+    }
+
+    /// The read at `first`, and after `after` the same read at `second`
+    /// into a spare buffer: the first answer wins, the other is cancelled.
+    /// The source that answered, or the one that failed.
+    async fn hedged(
+        &self,
+        s: &Sources,
+        [(i, url), (j, alt)]: [(usize, &String); 2],
+        after: Duration,
+        start: u64,
+        dest: &mut [u8],
+        opts: ReadOptions,
+    ) -> std::result::Result<(u64, usize), (crate::StoreError, usize)> {
+        use futures_util::future::{Either, select};
+        let mut spare = vec![0u8; dest.len()];
+        let first = Box::pin(self.read_direct(url, start, dest, opts));
+        let second = Box::pin(async {
+            tokio::time::sleep(after).await;
+            self.read_direct(alt, start, &mut spare, opts).await
+        });
+        let (got, first) = match select(first, second).await {
+            Either::Left((got, _)) => return got.map(|n| (n, i)).map_err(|e| (e, i)),
+            Either::Right(second_won) => second_won,
+        };
+        match got {
+            Ok(n) => {
+                drop(first);
+                dest.copy_from_slice(&spare);
+                Ok((n, j))
+            }
+            Err(e) => {
+                s.drop_source(j, format!("{alt}: a hedged read at {start}: {e}"));
+                first.await.map(|n| (n, i)).map_err(|e| (e, i))
+            }
+        }
     }
 
     /// The backend of `location`.
@@ -95,11 +216,24 @@ impl RangeRead for Store {
         opts: ReadOptions,
     ) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            self.backend(location)
-                .await?
-                .read_into(location, start, dest, opts)
-                .await
+            let spread = self
+                .sources
+                .get()
+                .and_then(|s| Some((s, s.name_of(location)?)));
+            match spread {
+                Some((s, name)) => {
+                    self.read_spread(s, (name, location), start, dest, opts)
+                        .await
+                }
+                None => self.read_direct(location, start, dest, opts).await,
+            }
         })
+    }
+
+    fn distrust(&self, location: &str, range: (u64, u64), reason: &str) {
+        if let Some(s) = self.sources.get() {
+            s.distrust(location, range, reason);
+        }
     }
 
     fn read_prefix<'a>(

@@ -6,6 +6,7 @@ mod big;
 mod coldstart;
 mod common;
 mod decode;
+mod fleet;
 mod pack;
 mod quant;
 mod reader;
@@ -33,6 +34,8 @@ pub(crate) enum Which {
     Spectral,
     /// Quantized packages (qwen2.5-0.5b bf16, q8_0, q4_0; a Llama shape bf16 and q4_k) on the coldstart setup: wire bytes, TTFT, peak RSS, tokens/s, lm_head bytes, session bytes, logits error; RMSE per type on real MiniLM.
     Quant,
+    /// 8 nodes boot the qwen2.5-0.5b preset at once: straight to a 100 MB/s origin, through an nginx slice cache, from a gkq-mirror copy, and with a hostile mirror: origin egress and ready times.
+    Fleet,
     /// A cold node ready at link speed: decode from a package behind a 100 MB/s link with 25 MB/s per response, against the sequential pull, curl --parallel and a local-file decode; warm restarts.
     Coldstart,
 }
@@ -54,5 +57,6 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Big => big::run(),
         Which::Coldstart => coldstart::run(),
         Which::Quant => quant::run(),
+        Which::Fleet => fleet::run(),
     }
 }

@@ -32,8 +32,40 @@ struct Args {
     /// Print one JSON object.
     #[arg(short, long)]
     json: bool,
+    /// Also pull every block of the model, verified, without computing
+    /// anything (what a node's boot moves; `cargo xtask bench fleet`), and
+    /// report the bytes, the time from process start and each source.
+    #[arg(long)]
+    pull: bool,
     #[command(flatten)]
     net: NetArgs,
+}
+
+/// Pulls every block with a payload through the reader's pull plan (every
+/// part verified, the budget bounding memory): `{bytes, blocks, ready_ms}`.
+fn pull_all(reader: &Reader, started: std::time::Instant) -> anyhow::Result<Value> {
+    let header = reader.knot().header().header();
+    let plan = header
+        .blocks
+        .iter()
+        .filter(|b| b.encoding.payload().is_some())
+        .fold(gkq_reader::PullPlan::new().budget(256 << 20), |p, b| {
+            p.block(b.name.clone())
+        });
+    let (mut bytes, mut blocks) = (0u64, 0u64);
+    for item in reader.pull(plan) {
+        if let gkq_reader::Pulled::Block { bytes: b, .. } = item?.1 {
+            bytes += b.len() as u64;
+            blocks += 1;
+        }
+    }
+    Ok(json!({
+        "bytes": bytes,
+        "blocks": blocks,
+        "ready_ms": started.elapsed().as_secs_f64() * 1e3,
+        "net": {"requests": reader.net_stats().requests, "payload_bytes": reader.net_stats().payload_bytes},
+        "sources": reader.sources(),
+    }))
 }
 
 fn meta_json(v: &MetaValue) -> Value {
@@ -203,7 +235,7 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
     out.flush()
 }
 
-fn run(a: &Args) -> anyhow::Result<()> {
+fn run(a: &Args, started: std::time::Instant) -> anyhow::Result<()> {
     let config = ReaderConfig::try_from(a.net.clone()).map_err(anyhow::Error::msg)?;
     let reader = Reader::open(&a.knot, config, Serve::NONE)
         .with_context(|| format!("cannot inspect {}", gkq_store::url::redact(&a.knot)))?;
@@ -212,6 +244,9 @@ fn run(a: &Args) -> anyhow::Result<()> {
     if a.json {
         let mut v = report(&a.knot, knot.header());
         v["trusted"] = json!(knot.trusted());
+        if a.pull {
+            v["pull"] = pull_all(&reader, started)?;
+        }
         if is_url(&a.knot) {
             let s = reader.net_stats();
             v["fetched"] = json!({"requests": s.requests, "payload_bytes": s.payload_bytes, "beyond_header": knot.beyond_header()});
@@ -220,6 +255,29 @@ fn run(a: &Args) -> anyhow::Result<()> {
     } else {
         human(&mut out, &a.knot, knot.header())?;
         writeln!(out, "trust: {}", knot.trusted())?;
+        if a.pull {
+            let p = pull_all(&reader, started)?;
+            writeln!(
+                out,
+                "pulled {} blocks, {} bytes, verified, ready after {:.0} ms",
+                p["blocks"],
+                p["bytes"],
+                p["ready_ms"].as_f64().unwrap_or(0.0)
+            )?;
+            for src in p["sources"].as_array().into_iter().flatten() {
+                writeln!(
+                    out,
+                    "source {}: {} requests, {} bytes{}",
+                    src["base"].as_str().unwrap_or(""),
+                    src["requests"],
+                    src["bytes"],
+                    src["dropped"]
+                        .as_str()
+                        .map(|d| format!(", dropped: {d}"))
+                        .unwrap_or_default()
+                )?;
+            }
+        }
         if is_url(&a.knot) {
             let s = reader.net_stats();
             writeln!(
@@ -237,5 +295,6 @@ fn run(a: &Args) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     gkq_cli::init_logging();
-    gkq_cli::exit("gkq-inspect", run(&Args::parse()))
+    let started = std::time::Instant::now();
+    gkq_cli::exit("gkq-inspect", run(&Args::parse(), started))
 }

@@ -333,6 +333,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     }
     out["resolution"] = json!({ "path": res.kind(), "reason": res.reason() });
     if a.json {
+        if !a.embed.net.mirrors.is_empty() {
+            out["sources"] = json!(reader.sources());
+        }
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else if res.kind() != gkq_reader::PathKind::Columnar {
         eprintln!("resolution now: {:?}: {}", res.kind(), res.reason());

@@ -58,6 +58,29 @@ impl Backend {
         }
     }
 
+    /// Runs whose rows failed verification: a store with mirrors drops the
+    /// one that served them (`reason`: the Merkle finding).
+    pub(super) fn distrust(&self, via: &Via, runs: &[RowRun], reason: &str) {
+        let runs_layout = lock(&self.runs).clone();
+        for &run in runs {
+            let mut ranges = Vec::new();
+            match (via, &runs_layout) {
+                (Via::Runs(at), Some((_, layout))) => {
+                    ranges.extend(layout.range(run.first, run.count).map(|r| (at.as_str(), r)));
+                }
+                _ => {
+                    let rows = run.byte_range(self.desc.row_bytes);
+                    ranges.extend(rows.map(|r| (self.url.as_str(), r)));
+                    let records = self.layout.records_range(run.first, run.count);
+                    ranges.extend(records.map(|r| (self.proof_url.as_str(), r)));
+                }
+            }
+            for (url, (s, e)) in ranges {
+                self.store.distrust(url, (s, e.saturating_sub(1)), reason);
+            }
+        }
+    }
+
     /// One range of the runs object per run, all in flight at once.
     async fn get_interleaved(
         &self,

@@ -90,6 +90,9 @@ impl Backend {
                 }
             };
             let (failed, last) = self.accept(&roots, got, &mut out, &mut fresh);
+            if let Some(e) = &last {
+                self.distrust(&via, &failed, &e.to_string());
+            }
             if failed.is_empty() {
                 if let Some(d) = &self.disk {
                     d.put_many(Kind::Row, fresh).await;

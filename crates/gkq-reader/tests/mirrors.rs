@@ -1,0 +1,338 @@
+//! Multi-source reads (issue 32): `ReaderConfig::mirrors` spreads row runs
+//! and bulk parts over the origin and its mirrors, every answer verified;
+//! each kind of bad mirror is dropped with its evidence and no wrong byte
+//! is returned. Origin and mirrors are real nginx servers on 127.0.0.1.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fixtures::servers::{Nginx, NginxOptions, Staller};
+use gkq_format::DType;
+use gkq_reader::{Reader, ReaderConfig, ReaderError, Serve, with_timeout};
+
+struct Site {
+    tmp: tempfile::TempDir,
+    origin: Nginx,
+    pkg: PathBuf,
+}
+
+/// The qwen2-tiny preset packed into `www/m`, served by the origin nginx.
+fn site() -> Site {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    fixtures::write_model(&src, &fixtures::preset("qwen2-tiny-f32").expect("preset"))
+        .expect("model");
+    let pkg = tmp.path().join("www/m");
+    let mut opts = gkq_pack::PackOptions::new(&src, &pkg);
+    opts.dtypes = vec![DType::F32];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let origin = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    Site { tmp, origin, pkg }
+}
+
+/// A copy of the package under `name/m`, served by its own nginx, after
+/// `edit` changed the copy.
+fn mirror(s: &Site, name: &str, opts: &NginxOptions, edit: impl Fn(&Path)) -> (Nginx, String) {
+    let root = s.tmp.path().join(name);
+    let dir = root.join("m");
+    fs::create_dir_all(&dir).expect("dir");
+    for e in fs::read_dir(&s.pkg).expect("pkg") {
+        let p = e.expect("entry").path();
+        fs::copy(&p, dir.join(p.file_name().expect("name"))).expect("copy");
+    }
+    edit(&dir);
+    let nginx =
+        Nginx::start(&root, &s.tmp.path().join(format!("nginx-{name}")), opts).expect("nginx");
+    let base = format!("{}/m/", nginx.url());
+    (nginx, base)
+}
+
+/// Flips a byte at `at`, or `-at` from the end when negative.
+fn flip(path: &Path, at: isize) {
+    let mut b = fs::read(path).expect("read");
+    let i = if at < 0 {
+        b.len() - at.unsigned_abs()
+    } else {
+        at as usize
+    };
+    b[i] ^= 0x55;
+    fs::write(path, b).expect("write");
+}
+
+fn config(s: &Site, mirrors: &[&str]) -> ReaderConfig {
+    let mut c = with_timeout(ReaderConfig::default(), Duration::from_secs(2));
+    c.columnar_embed = Some(format!("{}/m/", s.origin.url()));
+    c.mirrors = mirrors.iter().map(|m| (*m).to_owned()).collect();
+    c.store.retry.attempts = 1;
+    c
+}
+
+/// Every row of the vocabulary and the lm_head, read through `mirrors`,
+/// equal the ones read from the origin alone; the reader's source report.
+fn read_all(s: &Site, mirrors: &[&str]) -> Vec<gkq_store::SourceReport> {
+    let knot = format!("{}/m/model.knot", s.origin.url());
+    let plain = Reader::open(&knot, config(s, &[]), Serve::ALL).expect("origin");
+    let ids: Vec<u64> = (0..512).collect();
+    let want = plain
+        .embedding()
+        .expect("embedding")
+        .rows(&ids)
+        .expect("rows");
+    let want_lm = plain
+        .lm_head()
+        .expect("lm_head")
+        .matrix()
+        .expect("lm_head")
+        .bytes()
+        .clone();
+    let r = Reader::open(&knot, config(s, mirrors), Serve::ALL).expect("open with mirrors");
+    let e = r.embedding().expect("embedding");
+    for chunk in ids.chunks(7) {
+        let got = e.rows(chunk).expect("rows");
+        for (k, id) in chunk.iter().enumerate() {
+            assert!(got.bytes(k) == want.bytes(*id as usize), "row {id}");
+        }
+    }
+    assert!(
+        *r.lm_head()
+            .expect("lm_head")
+            .matrix()
+            .expect("lm_head")
+            .bytes()
+            == want_lm
+    );
+    r.sources()
+}
+
+#[test]
+fn a_good_mirror_shares_the_work() {
+    let s = site();
+    let (_m, base) = mirror(&s, "good", &NginxOptions::default(), |_| {});
+    let report = read_all(&s, &[&base]);
+    assert_eq!(report.len(), 2);
+    assert!(report.iter().all(|r| r.dropped.is_none()), "{report:?}");
+    assert!(
+        report[1].requests > 0 && report[0].requests > 0,
+        "both served: {report:?}"
+    );
+}
+
+#[test]
+fn bad_mirrors_are_dropped_with_their_evidence() {
+    let s = site();
+    // flipped bytes in the row file and in the lm_head's payload
+    let (_a, flipped) = mirror(&s, "flipped", &NginxOptions::default(), |d| {
+        flip(&d.join("token_embd.f32.rows"), 4096 * 3 + 17);
+        flip(&d.join("token_embd.f32.rows.proof"), -5);
+    });
+    // another package's row file under the same name (same shape, other weights)
+    let other = s.tmp.path().join("other-src");
+    let mut spec = fixtures::preset("qwen2-tiny-f32").expect("preset");
+    spec.seed = spec.seed.wrapping_add(1);
+    fixtures::write_model(&other, &spec).expect("model");
+    let other_pkg = s.tmp.path().join("other-pkg");
+    let mut opts = gkq_pack::PackOptions::new(&other, &other_pkg);
+    opts.dtypes = vec![DType::F32];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let (_b, foreign) = mirror(&s, "foreign", &NginxOptions::default(), |d| {
+        for name in ["token_embd.f32.rows", "token_embd.f32.rows.proof"] {
+            fs::copy(other_pkg.join(name), d.join(name)).expect("copy");
+        }
+    });
+    // a 200 to every Range request
+    let (_c, no_range) = mirror(
+        &s,
+        "norange",
+        &NginxOptions {
+            ignore_ranges: true,
+            ..Default::default()
+        },
+        |_| {},
+    );
+    // down, and stalled
+    let down = format!(
+        "http://127.0.0.1:{}/m/",
+        fixtures::servers::free_port().expect("port")
+    );
+    let staller = Staller::start().expect("staller");
+    let stalled = format!("{}/m/", staller.url());
+    let all = [
+        flipped.as_str(),
+        foreign.as_str(),
+        no_range.as_str(),
+        down.as_str(),
+        stalled.as_str(),
+    ];
+    let report = read_all(&s, &all);
+    for (r, why) in
+        report[1..]
+            .iter()
+            .zip(["failed verification", "failed verification", "", "", ""])
+    {
+        let d = r
+            .dropped
+            .as_deref()
+            .unwrap_or_else(|| panic!("{} not dropped: {report:?}", r.base));
+        assert!(d.contains(&r.base) && d.contains(why), "{d}");
+    }
+    assert!(report[0].dropped.is_none());
+}
+
+#[test]
+fn every_source_bad_is_one_error_naming_each() {
+    let mut s = site();
+    let down = format!(
+        "http://127.0.0.1:{}/m/",
+        fixtures::servers::free_port().expect("port")
+    );
+    let (_a, flipped) = mirror(&s, "flipped", &NginxOptions::default(), |d| {
+        for row in [1, 2, 3, 400] {
+            flip(&d.join("token_embd.f32.rows"), row * 256 + 10);
+        }
+    });
+    let knot = format!("{}/m/model.knot", s.origin.url());
+    let r = Reader::open(&knot, config(&s, &[&down, &flipped]), Serve::INPUT).expect("open");
+    // the origin goes away after the header
+    fs::create_dir_all(s.tmp.path().join("empty")).expect("dir");
+    s.origin = Nginx::start(
+        &s.tmp.path().join("empty"),
+        &s.tmp.path().join("nginx-gone"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let e = r
+        .embedding()
+        .expect("embedding")
+        .rows(&[1u64, 2, 3, 400])
+        .expect_err("no source left");
+    let text = gkq_format::error_chain(&e);
+    assert!(text.contains(&down) && text.contains(&flipped), "{text}");
+    assert!(!matches!(e, ReaderError::TokenOutOfRange { .. }));
+}
+
+/// A slow mirror (every request held 400 ms at a proxy) among fast
+/// sources: its requests are hedged to another source, which wins; it is
+/// not dropped (slow is not wrong), and every row is right.
+#[test]
+fn a_slow_mirror_is_hedged() {
+    let s = site();
+    let (_fast, fast) = mirror(&s, "fast", &NginxOptions::default(), |_| {});
+    let (slow_nginx, _) = mirror(&s, "slow", &NginxOptions::default(), |_| {});
+    let proxy = fixtures::servers::DelayProxy::start(slow_nginx.port(), Duration::from_millis(400))
+        .expect("proxy");
+    let slow = format!("{}/m/", proxy.url());
+    let report = read_all(&s, &[&fast, &slow]);
+    assert!(report.iter().all(|r| r.dropped.is_none()), "{report:?}");
+    let hedges: u64 = report.iter().map(|r| r.hedges_won).sum();
+    assert!(hedges > 0, "no request was hedged: {report:?}");
+}
+
+fn lines(log: &str) -> usize {
+    log.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// A fleet behind a real cache tier (nginx `proxy_cache` with the `slice`
+/// module, as CDNs cache large ranged objects): three nodes boot cold
+/// through it and the origin sends each slice once; a cache restarted
+/// mid-boot keeps its slices; when the origin replaces the package at the
+/// same URL while the cache still holds the old one, a node pinned to the
+/// new knot is refused the stale one, and no node ever gets a mixed row.
+#[test]
+fn a_fleet_behind_a_slice_cache() {
+    let s = site();
+    let cache = s.tmp.path().join("slices");
+    fs::create_dir_all(s.tmp.path().join("tier-root")).expect("dir");
+    let opts = NginxOptions::slice_cache(s.origin.port(), &cache);
+    let start_tier = |opts: &NginxOptions| {
+        Nginx::start(
+            &s.tmp.path().join("tier-root"),
+            &s.tmp.path().join("nginx-tier"),
+            opts,
+        )
+        .expect("cache tier")
+    };
+    let tier = start_tier(&opts);
+    let node = |base: &str, pin: Option<gkq_format::KnotId>| {
+        let mut c = config(&s, &[]);
+        c.columnar_embed = Some(format!("{base}/m/"));
+        c.knot_id = pin;
+        Reader::open(&format!("{base}/m/model.knot"), c, Serve::ALL)
+    };
+    let ids: Vec<u64> = (0..512).collect();
+    let rows_of = |r: &Reader| {
+        let got = r.embedding().expect("embedding").rows(&ids).expect("rows");
+        let lm = r
+            .lm_head()
+            .expect("lm_head")
+            .matrix()
+            .expect("matrix")
+            .bytes()
+            .clone();
+        (
+            (0..ids.len())
+                .map(|i| got.bytes(i).expect("row").to_vec())
+                .collect::<Vec<_>>(),
+            lm,
+        )
+    };
+    let want = rows_of(&node(&s.origin.url(), None).expect("origin"));
+    let before = lines(&s.origin.access_log());
+    assert_eq!(rows_of(&node(&tier.url(), None).expect("node 1")), want);
+    let filled = lines(&s.origin.access_log());
+    assert!(
+        filled > before,
+        "the first node filled the cache from the origin"
+    );
+    for n in 2..=3 {
+        assert_eq!(
+            rows_of(&node(&tier.url(), None).expect("node")),
+            want,
+            "node {n}"
+        );
+    }
+    assert_eq!(
+        lines(&s.origin.access_log()),
+        filled,
+        "nodes 2 and 3: every slice from the cache"
+    );
+    // the cache restarts on the same port and directory
+    let port = tier.port();
+    drop(tier);
+    let tier = start_tier(&NginxOptions {
+        port: Some(port),
+        ..opts.clone()
+    });
+    assert_eq!(
+        rows_of(&node(&tier.url(), None).expect("after a restart")),
+        want
+    );
+    assert_eq!(
+        lines(&s.origin.access_log()),
+        filled,
+        "the slices survived the restart"
+    );
+    // the origin replaces the package at the same URL
+    let src = s.tmp.path().join("src-new");
+    let mut spec = fixtures::preset("qwen2-tiny-f32").expect("preset");
+    spec.seed = spec.seed.wrapping_add(7);
+    fixtures::write_model(&src, &spec).expect("model");
+    let mut p = gkq_pack::PackOptions::new(&src, &s.pkg);
+    p.dtypes = vec![DType::F32];
+    p.force = true;
+    gkq_pack::pack(&p, &gkq_pack::NoProgress).expect("repack");
+    let new_id = gkq_sign::knot_id_of(&s.pkg).expect("id");
+    let e = node(&tier.url(), Some(new_id)).expect_err("the cache serves the old knot");
+    assert!(matches!(e, ReaderError::KnotId { .. }), "{e}");
+    let fresh =
+        rows_of(&node(&s.origin.url(), Some(new_id)).expect("the origin serves the new one"));
+    assert_ne!(fresh, want);
+    // an unpinned node through the stale cache: the old package, whole
+    let stale = node(&tier.url(), None).expect("stale");
+    assert_eq!(rows_of(&stale), want, "never a mix of the two");
+}

@@ -1,0 +1,260 @@
+//! Multi-source reads (`--mirror`): alternative base URLs that serve the
+//! same package as the origin (a CDN, a regional mirror made with
+//! gkq-mirror, a caching proxy). Every answer is verified by the caller as
+//! before, so any source is safe to read from; what this module decides
+//! is where each request goes:
+//!
+//! - requests for objects under the origin's base are spread round-robin
+//!   over the origin and the live mirrors (the same object name under each
+//!   mirror's base, without the origin's query string);
+//! - a mirror that errors (status, timeout, a stall past the deadline, a
+//!   wrong Content-Range, a 200 to a Range request), or whose bytes fail
+//!   verification ([`Sources::distrust`]), is dropped for the session with
+//!   its evidence, and the request goes to the next source; the origin is
+//!   never dropped, and an origin failure names every mirror dropped;
+//! - **hedging**: once 8 requests of a size class (under 1 MiB, or bulk)
+//!   have completed, a request still running after 3 × the median of the
+//!   last 256 of their times (at least 50 ms small, 200 ms bulk) is also
+//!   sent to another live source; the first answer wins and the other is
+//!   cancelled. (The median, not a high percentile: with one slow source
+//!   of three, a third of the samples are slow, and a percentile above
+//!   them would never fire.)
+//!
+//! Headers (`read_prefix`, `head`) always go to the origin: the knot
+//! header and the signature come from the URL the node was given.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::blocking::lock;
+use crate::error::StoreError;
+
+/// Requests below this many bytes are timed apart from bulk parts.
+const SMALL: usize = 1 << 20;
+/// Completed requests of a class before hedging starts.
+const MIN_SAMPLES: usize = 8;
+/// Completed requests kept per class for the percentile.
+const WINDOW: usize = 256;
+/// Entries kept of which source served which range (for `distrust`).
+const SERVED_CAP: usize = 1 << 16;
+
+/// One source and what it did.
+#[derive(Debug)]
+struct Source {
+    base: String,
+    dropped: Mutex<Option<String>>,
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    hedges_won: AtomicU64,
+}
+
+/// What a source did in this session.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SourceReport {
+    /// Its base URL (the origin's: the directory of the knot).
+    pub base: String,
+    /// Whether it is the origin.
+    pub origin: bool,
+    /// Requests it answered.
+    pub requests: u64,
+    /// Bytes it served.
+    pub bytes: u64,
+    /// Hedged requests it won.
+    pub hedges_won: u64,
+    /// Why it was dropped, with the evidence (URL, range, what was wrong).
+    pub dropped: Option<String>,
+}
+
+/// The origin and its mirrors (index 0 is the origin).
+#[derive(Debug)]
+pub struct Sources {
+    sources: Vec<Source>,
+    next: AtomicUsize,
+    served: Mutex<HashMap<(String, u64), usize>>,
+    times: Mutex<[Vec<Duration>; 2]>,
+}
+
+impl Sources {
+    /// The origin's base (`https://host/pkg/v1/`) and mirror bases.
+    pub fn new(origin: &str, mirrors: &[String]) -> Sources {
+        let base = |b: &str| {
+            let b = crate::url::without_query(b);
+            if b.ends_with('/') {
+                b.to_owned()
+            } else {
+                format!("{b}/")
+            }
+        };
+        let sources = std::iter::once(origin)
+            .chain(mirrors.iter().map(String::as_str))
+            .map(|b| Source {
+                base: base(b),
+                dropped: Mutex::new(None),
+                requests: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
+                hedges_won: AtomicU64::new(0),
+            })
+            .collect();
+        Sources {
+            sources,
+            next: AtomicUsize::new(0),
+            served: Mutex::new(HashMap::new()),
+            times: Mutex::new([Vec::new(), Vec::new()]),
+        }
+    }
+
+    /// The object name of `location` when it is under the origin's base.
+    pub(crate) fn name_of<'a>(&self, location: &'a str) -> Option<&'a str> {
+        let origin = &self.sources.first()?.base;
+        let name = location.strip_prefix(origin.as_str())?;
+        let name = name.split('?').next().unwrap_or(name);
+        (!name.is_empty() && !name.contains('/')).then_some(name)
+    }
+
+    fn alive(&self, i: usize) -> bool {
+        self.sources
+            .get(i)
+            .is_some_and(|s| lock(&s.dropped).is_none())
+    }
+
+    /// The next source for a request, round robin over the live ones.
+    pub(crate) fn pick(&self) -> usize {
+        let n = self.sources.len();
+        for _ in 0..n {
+            let i = self.next.fetch_add(1, Ordering::Relaxed) % n;
+            if self.alive(i) {
+                return i;
+            }
+        }
+        0
+    }
+
+    /// Another live source than `i`, for a hedge.
+    pub(crate) fn other(&self, i: usize) -> Option<usize> {
+        let n = self.sources.len();
+        (1..n).map(|k| (i + k) % n).find(|&j| self.alive(j))
+    }
+
+    /// The URL of `name` at source `i` (`location` itself at the origin).
+    pub(crate) fn url(&self, i: usize, name: &str, location: &str) -> String {
+        match (i, self.sources.get(i)) {
+            (0, _) | (_, None) => location.to_owned(),
+            (_, Some(s)) => format!("{}{name}", s.base),
+        }
+    }
+
+    /// How long a request of `len` bytes runs before it is hedged.
+    pub(crate) fn hedge_after(&self, len: usize) -> Option<Duration> {
+        let class = usize::from(len >= SMALL);
+        let times = lock(&self.times);
+        let t = times.get(class)?;
+        if t.len() < MIN_SAMPLES {
+            return None;
+        }
+        let mut sorted = t.clone();
+        sorted.sort_unstable();
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or_default();
+        let floor = Duration::from_millis(if class == 0 { 50 } else { 200 });
+        Some(median.saturating_mul(3).max(floor))
+    }
+
+    /// Records a completed request of source `i`.
+    pub(crate) fn done(
+        &self,
+        i: usize,
+        (location, start, len): (&str, u64, usize),
+        took: Duration,
+        hedge: bool,
+    ) {
+        if let Some(s) = self.sources.get(i) {
+            s.requests.fetch_add(1, Ordering::Relaxed);
+            s.bytes.fetch_add(len as u64, Ordering::Relaxed);
+            if hedge {
+                s.hedges_won.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut times = lock(&self.times);
+        if let Some(t) = times.get_mut(usize::from(len >= SMALL)) {
+            if t.len() >= WINDOW {
+                t.remove(0);
+            }
+            t.push(took);
+        }
+        drop(times);
+        let mut served = lock(&self.served);
+        if served.len() >= SERVED_CAP {
+            served.clear();
+        }
+        served.insert((location.to_owned(), start), i);
+    }
+
+    /// Drops source `i` (never the origin) with `evidence`.
+    pub(crate) fn drop_source(&self, i: usize, evidence: String) {
+        if i == 0 {
+            return;
+        }
+        if let Some(s) = self.sources.get(i) {
+            let mut d = lock(&s.dropped);
+            if d.is_none() {
+                tracing::warn!(mirror = %s.base, %evidence, "mirror dropped for this session");
+                *d = Some(evidence);
+            }
+        }
+    }
+
+    /// The bytes `start..=end` of `location` failed verification: every
+    /// mirror that served a request starting in that range is dropped,
+    /// with `reason` (the expected and received digest).
+    pub fn distrust(&self, location: &str, (start, end): (u64, u64), reason: &str) {
+        let culprits: Vec<usize> = lock(&self.served)
+            .iter()
+            .filter(|((l, s), _)| l == location && (start..=end).contains(s))
+            .map(|(_, &i)| i)
+            .collect();
+        for i in culprits {
+            let url = self
+                .sources
+                .get(i)
+                .map(|s| s.base.clone())
+                .unwrap_or_default();
+            self.drop_source(
+                i,
+                format!("{url}: bytes {start}-{end} of {location} failed verification: {reason}"),
+            );
+        }
+    }
+
+    /// An origin failure, with every mirror dropped so far.
+    pub(crate) fn failed(&self, e: StoreError) -> StoreError {
+        let dropped: Vec<String> = self
+            .sources
+            .iter()
+            .filter_map(|s| lock(&s.dropped).clone())
+            .collect();
+        if dropped.is_empty() {
+            return e;
+        }
+        StoreError::AllSources {
+            origin: Box::new(e),
+            dropped,
+        }
+    }
+
+    /// What each source did.
+    pub fn report(&self) -> Vec<SourceReport> {
+        self.sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SourceReport {
+                base: s.base.clone(),
+                origin: i == 0,
+                requests: s.requests.load(Ordering::Relaxed),
+                bytes: s.bytes.load(Ordering::Relaxed),
+                hedges_won: s.hedges_won.load(Ordering::Relaxed),
+                dropped: lock(&s.dropped).clone(),
+            })
+            .collect()
+    }
+}
