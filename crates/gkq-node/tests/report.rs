@@ -137,7 +137,8 @@ fn bad_inputs_are_named() {
     std::fs::write(&small_tok, serde_json::to_vec(&doc).expect("json")).expect("write");
     let small = small_tok.to_str().expect("utf8");
     assert!(
-        err(&["--tokenizer", small], std::slice::from_ref(&empty)).contains("empty.txt: an empty workload")
+        err(&["--tokenizer", small], std::slice::from_ref(&empty))
+            .contains("empty.txt: an empty workload")
     );
     assert!(err(&["--tokenizer", small], &[latin1]).contains("latin1.txt: not UTF-8"));
     assert!(
