@@ -20,6 +20,8 @@ use clap::Subcommand;
 pub(crate) enum Which {
     /// Pack the qwen2.5-0.5b preset (bf16, f32, both) against `cp -r` and the Python reference converter.
     Pack,
+    /// The GGUF row of `pack` alone: the preset as a q4_0 GGUF (gguf-py) packed as it is, against `cp` of the GGUF and `cp -r` of the output.
+    PackGguf,
     /// Pack and verify a Llama-3-70B-shaped embedding and untied lm_head (128256 x 8192, bf16, 4.2 GB): peak RSS and the same ratios.
     Big,
     /// Verify the packed qwen2.5-0.5b preset with --source against `sha256sum`.
@@ -45,6 +47,7 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
     std::fs::create_dir_all(common::bench_dir())?;
     match which {
         Which::Pack => pack::run(reps),
+        Which::PackGguf => pack::gguf_only(reps),
         Which::Verify => verify::run(reps),
         Which::Reader => {
             reader::run()?;

@@ -149,6 +149,11 @@ fn gguf_row(model: &Path, reps: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The GGUF row alone (`cargo xtask bench pack-gguf`).
+pub(crate) fn gguf_only(reps: usize) -> anyhow::Result<()> {
+    gguf_row(&model()?, reps)
+}
+
 pub(crate) fn run(reps: usize) -> anyhow::Result<()> {
     let model = model()?;
     let input = dir_bytes(&model)?;
