@@ -336,3 +336,21 @@ fn a_fleet_behind_a_slice_cache() {
     let stale = node(&tier.url(), None).expect("stale");
     assert_eq!(rows_of(&stale), want, "never a mix of the two");
 }
+
+/// An object replaced at its URL during a session is noticed: every range
+/// after the first carries `If-Range` with the ETag first seen, and nginx
+/// answers the new object whole; the reader refuses to mix the two.
+#[test]
+fn an_object_replaced_in_place_is_noticed() {
+    let s = site();
+    let knot = format!("{}/m/model.knot", s.origin.url());
+    let r = Reader::open(&knot, config(&s, &[]), Serve::INPUT).expect("open");
+    let e = r.embedding().expect("embedding");
+    e.rows(&[1u64, 2]).expect("rows");
+    // nginx's ETag is the file's mtime (seconds) and length
+    std::thread::sleep(Duration::from_millis(1100));
+    flip(&s.pkg.join("token_embd.f32.rows"), 300 * 256 + 1);
+    let err = e.rows(&[300u64]).expect_err("the row file changed");
+    let text = gkq_format::error_chain(&err);
+    assert!(text.contains("the object changed at this URL"), "{text}");
+}

@@ -94,6 +94,20 @@ pub enum StoreError {
         /// Range end (inclusive).
         end: u64,
     },
+    /// The object was replaced at its URL during the session: its ETag is
+    /// not the one first seen (the `If-Range` answer was the whole new
+    /// object, or a server that ignores If-Range sent a part of it).
+    #[error(
+        "{url}: the object changed at this URL during the session (ETag {was}, now {now}): a new version was published in place; refusing to mix the two"
+    )]
+    Changed {
+        /// The URL.
+        url: String,
+        /// The ETag first seen.
+        was: String,
+        /// The ETag now.
+        now: String,
+    },
     /// A 206 whose Content-Range is not the one asked for.
     #[error("{url}: Content-Range is {found:?}, expected {expected:?}")]
     ContentRange {

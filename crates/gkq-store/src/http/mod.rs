@@ -47,6 +47,10 @@ pub struct HttpStore {
     config: StoreConfig,
     counters: Arc<Counters>,
     gate: Gate,
+    /// The strong ETag first seen for each object (by URL without its
+    /// query): later ranges are sent with `If-Range`, so that an object
+    /// replaced at the same URL mid-session is noticed, never mixed.
+    validators: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 type Try<T> = Attempt<T, StoreError>;
@@ -135,7 +139,36 @@ impl HttpStore {
             gate: Gate::new(config.parallel),
             config,
             counters,
+            validators: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
+    }
+
+    /// The validator recorded for `url`.
+    fn validator(&self, url: &str) -> Option<String> {
+        let key = crate::url::without_query(url);
+        crate::blocking::lock(&self.validators).get(key).cloned()
+    }
+
+    /// Records the ETag of a 206 for `url`, or says the object changed:
+    /// its ETag is not the one first seen (a server that ignores If-Range).
+    fn validate(&self, url: &str, etag: Option<String>) -> std::result::Result<(), StoreError> {
+        let Some(now) = etag.filter(|e| !e.starts_with("W/")) else {
+            return Ok(());
+        };
+        let key = crate::url::without_query(url).to_owned();
+        let mut v = crate::blocking::lock(&self.validators);
+        match v.get(&key) {
+            Some(was) if *was != now => Err(StoreError::Changed {
+                url: url.to_owned(),
+                was: was.clone(),
+                now,
+            }),
+            Some(_) => Ok(()),
+            None => {
+                v.insert(key, now);
+                Ok(())
+            }
+        }
     }
 
     /// The counters of every request this backend sent.
@@ -272,19 +305,31 @@ impl HttpStore {
         got: &AtomicU64,
     ) -> Try<(u64, u64)> {
         let (client, i) = self.client(connection);
-        let req = client
+        let mut req = client
             .get(url)
             .header(RANGE, format!("bytes={start}-{end}"));
+        let validator = self.validator(url);
+        if let Some(v) = &validator {
+            req = req.header(reqwest::header::IF_RANGE, v.as_str());
+        }
         let mut resp = match self.counted(self.send(i, req).await, url) {
             Ok(r) => r,
             Err(e) => return Attempt::Retry(e),
         };
         let status = resp.status().as_u16();
         if status == 200 {
-            return Attempt::Fail(StoreError::IgnoresRange {
-                url: url.into(),
-                start,
-                end,
+            let now = header_str(resp.headers(), "etag");
+            return Attempt::Fail(match (validator, now) {
+                (Some(was), Some(now)) if was != now => StoreError::Changed {
+                    url: url.into(),
+                    was,
+                    now,
+                },
+                _ => StoreError::IgnoresRange {
+                    url: url.into(),
+                    start,
+                    end,
+                },
             });
         }
         if transient_status(status) {
@@ -310,6 +355,9 @@ impl HttpStore {
         if status != 206 {
             let what = format!("bytes={start}-{end}");
             return Attempt::Fail(self.refused(url, what, resp).await);
+        }
+        if let Err(e) = self.validate(url, header_str(resp.headers(), "etag")) {
+            return Attempt::Fail(e);
         }
         let cr = header_str(resp.headers(), "content-range").unwrap_or_default();
         let (end, object_len) = match content_range(url, &cr, (start, end), expect) {
