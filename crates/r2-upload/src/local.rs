@@ -3,7 +3,6 @@
 //! knot last.
 
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use gkq_format::{Knot, hex};
@@ -35,24 +34,16 @@ pub(crate) fn key(prefix: &str, name: &str) -> String {
     }
 }
 
+/// Hex SHA-256 of a file (the one file hasher, gkq-sign's).
 fn sha_file(path: &Path) -> Result<String> {
-    let mut f = File::open(path).map_err(|error| UploadError::Io {
-        path: path.to_path_buf(),
-        error,
-    })?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 8 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|error| UploadError::Io {
+    match gkq_sign::sha_file(path) {
+        Ok(d) => Ok(hex(&d)),
+        Err(gkq_sign::SignError::Io { path, error }) => Err(UploadError::Io { path, error }),
+        Err(e) => Err(UploadError::Io {
             path: path.to_path_buf(),
-            error,
-        })?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
+            error: std::io::Error::other(e.to_string()),
+        }),
     }
-    Ok(hex(&h.finalize()))
 }
 
 /// Every row file with its proof object and its runs object, as objects to
