@@ -348,6 +348,19 @@ pub enum Error {
         /// `row_bytes + 32·h`.
         stride: u64,
     },
+    /// A warm object (section 7d) whose length is not
+    /// `32 × chunks + K × stride`.
+    #[error(
+        "warm object {object:?} is {found} bytes, expected {expected} (the chunk table and one row and record per warm row)"
+    )]
+    WarmLength {
+        /// The warm object's name.
+        object: String,
+        /// `32 × chunks + K × stride`.
+        expected: u64,
+        /// Length found.
+        found: u64,
+    },
     /// A row file does not hash to the descriptor's digest.
     #[error("row file {object:?}: sha256 is {computed}, the knot records {stored}")]
     RowFileDigest {
@@ -494,6 +507,9 @@ pub enum Error {
     /// `columnar.runs` breaks a rule (docs/FORMAT.md 7b).
     #[error("metadata columnar.runs: {0}")]
     RunsMetadata(String),
+    /// `columnar.warm` or `columnar.warm_rows` breaks a rule (docs/FORMAT.md 7d).
+    #[error("metadata {0}")]
+    WarmMetadata(String),
     /// Descriptors where none are allowed, or none where one is required.
     #[error("block {block:?}: {reason}")]
     DescriptorPlacement {

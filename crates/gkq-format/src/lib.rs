@@ -26,6 +26,7 @@ mod knot;
 pub mod layout;
 pub mod merkle;
 mod model;
+mod objects;
 mod parse;
 pub mod progress;
 pub mod quant;
@@ -33,6 +34,7 @@ pub mod runs;
 pub mod sig;
 mod spectral;
 mod validate;
+pub mod warm;
 mod write;
 
 #[cfg(test)]
@@ -53,6 +55,7 @@ pub use model::{
     Metadata, Payload, Preamble, Quant, QuantFigure, Role, RowProof, SOURCE_EXACT, SpectralFigure,
     Value, keys, rows_object_name, shape_bytes,
 };
+pub use objects::{ObjectKind, PackageObject};
 pub use spectral::{FrobeniusError, SpectralParts, decimal, reconstruct_spectral};
 pub use write::{KnotWriter, encode_prefix};
 

@@ -47,6 +47,12 @@ pub mod keys {
     /// `STR_LIST`: row files (descriptor objects, strictly ascending) that
     /// have a runs object `<object>.runs` next to them (FORMAT.md 7b).
     pub const COLUMNAR_RUNS: &str = "columnar.runs";
+    /// `STR_LIST`: row files (descriptor objects, strictly ascending) that
+    /// have a warm object `<object>.warm` next to them (FORMAT.md 7d).
+    pub const COLUMNAR_WARM: &str = "columnar.warm";
+    /// `STR_LIST`: the warm rows of every warm object, canonical decimals,
+    /// strictly ascending (FORMAT.md 7d).
+    pub const COLUMNAR_WARM_ROWS: &str = "columnar.warm_rows";
     /// `STR_LIST`: the quantized blocks (section 3.5) whose figures
     /// follow, in table order.
     pub const QUANT_BLOCKS: &str = "quant.blocks";
@@ -523,6 +529,18 @@ impl Header {
     pub fn has_runs(&self, object: &str) -> bool {
         self.meta_list(keys::COLUMNAR_RUNS)
             .is_some_and(|l| l.iter().any(|o| o == object))
+    }
+
+    /// Whether row file `object` has a warm object (listed in `columnar.warm`).
+    pub fn has_warm(&self, object: &str) -> bool {
+        self.meta_list(keys::COLUMNAR_WARM)
+            .is_some_and(|l| l.iter().any(|o| o == object))
+    }
+
+    /// The warm rows (`columnar.warm_rows`, FORMAT.md 7d), ascending; empty
+    /// when the package has no warm objects.
+    pub fn warm_rows(&self) -> Vec<u64> {
+        crate::warm::warm_rows(self)
     }
 
     /// A `STR_LIST` metadata value.

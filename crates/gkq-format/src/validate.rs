@@ -45,6 +45,8 @@ fn validate_metadata(h: &Header) -> Result<()> {
         keys::SPECTRAL_REL_ERROR,
         keys::SPECTRAL_ENERGY,
         keys::COLUMNAR_RUNS,
+        keys::COLUMNAR_WARM,
+        keys::COLUMNAR_WARM_ROWS,
     ] {
         expect_type(md, key, 4)?;
     }
@@ -79,6 +81,7 @@ fn validate_metadata(h: &Header) -> Result<()> {
     validate_package_files(h)?;
     crate::figures::validate_figures(h)?;
     validate_runs(h)?;
+    crate::warm::validate_warm(h)?;
     validate_roles(h)
 }
 
@@ -163,15 +166,14 @@ fn validate_package_files(h: &Header) -> Result<()> {
             return Err(bad(name, "package.files must be strictly ascending"));
         }
         previous = Some(name);
-        if h.blocks.iter().flat_map(|b| &b.columnar).any(|d| {
-            d.object == *name
-                || d.proof.is_some()
-                    && (proof_object_name(&d.object) == *name
-                        || crate::runs::runs_object_name(&d.object) == *name)
-        }) {
+        if h.blocks
+            .iter()
+            .flat_map(|b| &b.columnar)
+            .any(|d| d.object == *name || derived_names(d).iter().any(|(n, _)| n == name))
+        {
             return Err(bad(
                 name,
-                "is also a row file, proof or runs object of the knot",
+                "is also a row file, proof, runs or warm object of the knot",
             ));
         }
     }
@@ -402,15 +404,35 @@ fn validate_names(b: &Block, d: &ColumnarDescriptor, objects: &mut HashSet<Strin
     if !objects.insert(d.object.clone()) {
         return Err(bad("used by another descriptor"));
     }
-    if d.proof.is_some() && !objects.insert(proof_object_name(&d.object)) {
-        // section 7a: the proof object is named after the row file
-        return Err(bad("its proof object name is used by another object"));
-    }
-    if d.proof.is_some() && !objects.insert(crate::runs::runs_object_name(&d.object)) {
-        // section 7b: so is its runs object, listed in columnar.runs or not
-        return Err(bad("its runs object name is used by another object"));
+    for (name, clash) in derived_names(d) {
+        if !objects.insert(name) {
+            return Err(bad(clash));
+        }
     }
     Ok(())
+}
+
+/// The names a version 3 row file reserves beside it, listed or not: its
+/// proof object (section 7a), runs object (7b) and warm object (7d); none
+/// for a version 2 descriptor, which has no proof.
+fn derived_names(d: &ColumnarDescriptor) -> Vec<(String, &'static str)> {
+    if d.proof.is_none() {
+        return Vec::new();
+    }
+    vec![
+        (
+            proof_object_name(&d.object),
+            "its proof object name is used by another object",
+        ),
+        (
+            crate::runs::runs_object_name(&d.object),
+            "its runs object name is used by another object",
+        ),
+        (
+            crate::warm::warm_object_name(&d.object),
+            "its warm object name is used by another object",
+        ),
+    ]
 }
 
 fn validate_descriptor(

@@ -21,6 +21,7 @@ mod props;
 mod quant;
 mod round4;
 mod spectral;
+mod warm;
 
 fn write_knot(header: Header, payloads: &[Vec<u8>]) -> Result<Vec<u8>> {
     let mut w = KnotWriter::new(Cursor::new(Vec::new()), header)?;

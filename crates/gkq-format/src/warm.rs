@@ -1,0 +1,288 @@
+//! Warm objects (docs/FORMAT.md section 7d): the rows a publisher expects
+//! every node to need (the top K ids of a corpus), with everything that
+//! verifies them, in one object, so that a cold node seeds its cache with
+//! one range request.
+//!
+//! ```text
+//! warm = chunk table (the proof object's first 32 × chunks bytes)
+//!        ‖ row w_0 ‖ record w_0 ‖ row w_1 ‖ record w_1 ‖ …   (w listed in columnar.warm_rows)
+//! len  = 32 × chunks + K × (row_bytes + 32 × proof_height)
+//! ```
+
+use std::collections::HashSet;
+
+use crate::error::{Error, Result};
+use crate::layout::MAX_LIST_LEN;
+use crate::merkle::{Hash, ProofLayout, check_row, check_table, layout_of};
+use crate::model::{ColumnarDescriptor, Header, keys};
+
+/// Suffix of a warm object's name: `<object>.warm`.
+pub const WARM_SUFFIX: &str = ".warm";
+
+/// The name of the warm object of row file `object`.
+pub fn warm_object_name(object: &str) -> String {
+    format!("{object}{WARM_SUFFIX}")
+}
+
+/// The geometry of a warm object of `count` rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WarmLayout {
+    /// The row file's proof layout.
+    pub proof: ProofLayout,
+    /// Bytes per row.
+    pub row_bytes: u64,
+    /// Warm rows.
+    pub count: u64,
+}
+
+impl WarmLayout {
+    /// The layout of `desc`'s warm object of `count` rows (it needs a row
+    /// proof, of any height).
+    pub fn of(desc: &ColumnarDescriptor, count: u64) -> Option<WarmLayout> {
+        let l = WarmLayout {
+            proof: layout_of(desc)?,
+            row_bytes: desc.row_bytes,
+            count,
+        };
+        l.object_len()?;
+        Some(l)
+    }
+
+    /// Bytes of the chunk table at the start: `32 × chunks`.
+    pub fn table_len(&self) -> u64 {
+        self.proof.table_len()
+    }
+
+    /// Bytes per entry: `row_bytes + 32 × proof_height`.
+    pub fn stride(&self) -> u64 {
+        self.row_bytes.saturating_add(self.proof.record_len())
+    }
+
+    /// Length of the object: `32 × chunks + count × stride`.
+    pub fn object_len(&self) -> Option<u64> {
+        self.row_bytes
+            .checked_add(self.proof.record_len())?
+            .checked_mul(self.count)?
+            .checked_add(self.table_len())
+    }
+
+    /// The `(row, record)` pairs of the entries (the bytes after the table).
+    pub fn split<'a>(&self, entries: &'a [u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+        let rb = usize::try_from(self.row_bytes).unwrap_or(usize::MAX);
+        let stride = usize::try_from(self.stride()).unwrap_or(usize::MAX).max(1);
+        entries
+            .chunks_exact(stride)
+            .map(move |s| s.split_at(rb.min(s.len())))
+    }
+}
+
+/// Which object of the package a warm object's bytes are copied from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WarmPart {
+    /// The row file.
+    Rows,
+    /// The proof object.
+    Proof,
+}
+
+/// Writes the warm object of a row file: its proof object's chunk table,
+/// then each row of `ids` with its path record. `read(part, offset, buf)`
+/// fills `buf` from that offset of the row file or the proof object (a
+/// positioned read of a file, or a copy from memory).
+pub fn write_warm(
+    desc: &ColumnarDescriptor,
+    ids: &[u64],
+    mut read: impl FnMut(WarmPart, u64, &mut [u8]) -> std::io::Result<()>,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    let bad = |what: String| std::io::Error::other(format!("{}: {what}", desc.object));
+    let layout =
+        WarmLayout::of(desc, ids.len() as u64).ok_or_else(|| bad("no row proof".into()))?;
+    let size = |n: u64| usize::try_from(n).map_err(std::io::Error::other);
+    let mut buf = vec![0u8; size(layout.table_len())?];
+    read(WarmPart::Proof, 0, &mut buf)?;
+    out.write_all(&buf)?;
+    let (mut row, mut record) = (
+        vec![0u8; size(desc.row_bytes)?],
+        vec![0u8; size(layout.proof.record_len())?],
+    );
+    for &id in ids {
+        let at = id.checked_mul(desc.row_bytes).filter(|_| id < desc.rows);
+        let rec = layout.proof.records_range(id, 1);
+        let (Some(at), Some((rec, _))) = (at, rec) else {
+            return Err(bad(format!("row {id} is past the end")));
+        };
+        read(WarmPart::Rows, at, &mut row)?;
+        read(WarmPart::Proof, rec, &mut record)?;
+        out.write_all(&row)?;
+        out.write_all(&record)?;
+    }
+    Ok(())
+}
+
+/// A fetched warm object, checked: the chunk roots (when the table came
+/// with it), the rows that passed their proofs and the ones that did not.
+#[derive(Debug)]
+pub struct WarmCheck<'a> {
+    /// The checked chunk roots.
+    pub roots: Vec<Hash>,
+    /// `(row id, row, record)` of every entry that passed.
+    pub rows: Vec<(u64, &'a [u8], &'a [u8])>,
+    /// Entries that failed, with why.
+    pub failed: Vec<(u64, Error)>,
+}
+
+/// Checks a fetched warm object of `desc` for the warm rows `ids`: the
+/// whole object when `roots` is `None` (its table against the Merkle
+/// root first), else its entries only (the bytes from `table_len` on),
+/// against chunk roots the caller checked before. Each row is checked
+/// with its record; a length other than the layout's is
+/// [`Error::WarmLength`], a table that fails is [`Error::ProofTable`].
+pub fn check_warm<'a>(
+    desc: &ColumnarDescriptor,
+    ids: &[u64],
+    bytes: &'a [u8],
+    roots: Option<&[Hash]>,
+) -> Result<WarmCheck<'a>> {
+    let layout = WarmLayout::of(desc, ids.len() as u64).ok_or_else(|| Error::ProofTable {
+        object: warm_object_name(&desc.object),
+        reason: "the row file has no row proof".into(),
+    })?;
+    let (expected, skip) = match roots {
+        None => (layout.object_len().unwrap_or(u64::MAX), 0),
+        Some(_) => (
+            layout.count.saturating_mul(layout.stride()),
+            layout.table_len(),
+        ),
+    };
+    if bytes.len() as u64 != expected {
+        return Err(Error::WarmLength {
+            object: warm_object_name(&desc.object),
+            expected: expected.saturating_add(skip),
+            found: (bytes.len() as u64).saturating_add(skip),
+        });
+    }
+    let (roots, entries) = match roots {
+        Some(r) => (r.to_vec(), bytes),
+        None => {
+            let (table, entries) = bytes.split_at(usize::try_from(layout.table_len()).unwrap_or(0));
+            (check_table(desc, table)?, entries)
+        }
+    };
+    let mut out = WarmCheck {
+        roots: Vec::new(),
+        rows: Vec::with_capacity(ids.len()),
+        failed: Vec::new(),
+    };
+    for (&id, (row, record)) in ids.iter().zip(layout.split(entries)) {
+        match check_row(desc, &roots, id, row, record) {
+            Ok(()) => out.rows.push((id, row, record)),
+            Err(e) => out.failed.push((id, e)),
+        }
+    }
+    out.roots = roots;
+    Ok(out)
+}
+
+/// Parses a canonical decimal row number: `0`, or digits without a leading zero.
+fn row_number(s: &str) -> Option<u64> {
+    let canonical = s == "0" || (!s.starts_with('0') && !s.is_empty());
+    if !canonical || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// The warm rows of a header (`columnar.warm_rows`), in order; entries that
+/// do not parse are skipped (a validated header has none).
+pub(crate) fn warm_rows(h: &Header) -> Vec<u64> {
+    h.meta_list(keys::COLUMNAR_WARM_ROWS)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|s| row_number(s))
+        .collect()
+}
+
+/// `columnar.warm` and `columnar.warm_rows` (section 7d): both or neither;
+/// the first strictly ascending names of row files with a row proof; the
+/// second 1..=`MAX_LIST_LEN` canonical decimals, strictly ascending, each
+/// below every listed row file's `rows`.
+pub(crate) fn validate_warm(h: &Header) -> Result<()> {
+    let bad = Error::WarmMetadata;
+    let (objects, rows) = match (
+        h.meta_list(keys::COLUMNAR_WARM),
+        h.meta_list(keys::COLUMNAR_WARM_ROWS),
+    ) {
+        (None, None) => return Ok(()),
+        (Some(_), None) => {
+            return Err(Error::ListIncomplete {
+                present: keys::COLUMNAR_WARM,
+                missing: keys::COLUMNAR_WARM_ROWS,
+            });
+        }
+        (None, Some(_)) => {
+            return Err(Error::ListIncomplete {
+                present: keys::COLUMNAR_WARM_ROWS,
+                missing: keys::COLUMNAR_WARM,
+            });
+        }
+        (Some(o), Some(r)) => (o, r),
+    };
+    if rows.is_empty() || rows.len() > MAX_LIST_LEN as usize {
+        return Err(bad(format!(
+            "columnar.warm_rows has {} entries: 1 to {MAX_LIST_LEN} allowed",
+            rows.len()
+        )));
+    }
+    let mut last: Option<u64> = None;
+    for s in rows {
+        let Some(n) = row_number(s) else {
+            return Err(bad(format!(
+                "columnar.warm_rows entry {s:?} is not a canonical decimal row number"
+            )));
+        };
+        if last.is_some_and(|l| l >= n) {
+            return Err(bad(format!(
+                "columnar.warm_rows must be strictly ascending ({n} after {})",
+                last.unwrap_or_default()
+            )));
+        }
+        last = Some(n);
+    }
+    let max = last.unwrap_or_default();
+    let mut seen = HashSet::new();
+    let mut previous: Option<&str> = None;
+    for name in objects {
+        if previous.is_some_and(|p| p.as_bytes() >= name.as_bytes()) || !seen.insert(name) {
+            return Err(bad(format!(
+                "columnar.warm: {name:?}: the list must be strictly ascending"
+            )));
+        }
+        previous = Some(name);
+        let d = h
+            .blocks
+            .iter()
+            .flat_map(|b| &b.columnar)
+            .find(|d| d.object == *name);
+        match d {
+            Some(d) if d.proof.is_none() => {
+                return Err(bad(format!(
+                    "columnar.warm: {name:?} has no row proof (a version 2 descriptor)"
+                )));
+            }
+            Some(d) if max >= d.rows => {
+                return Err(bad(format!(
+                    "columnar.warm_rows: row {max} is past the end of {name:?} ({} rows)",
+                    d.rows
+                )));
+            }
+            Some(_) => {}
+            None => {
+                return Err(bad(format!(
+                    "columnar.warm: {name:?} is not a row file of the knot"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
