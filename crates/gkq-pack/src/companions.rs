@@ -20,7 +20,8 @@ const CHUNK: usize = 8 << 20;
 /// (a GGUF's `metadata.gguf` and derived `config.json`).
 pub(crate) struct Companion {
     pub(crate) name: String,
-    path: PathBuf,
+    /// Where it is read from (unused for a made one).
+    pub(crate) path: PathBuf,
     bytes: u64,
     pub(crate) sha256: String,
     made: Option<Vec<u8>>,

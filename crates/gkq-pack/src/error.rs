@@ -208,6 +208,11 @@ pub enum PackError {
         /// What is wrong.
         reason: String,
     },
+    /// The warm set cannot be made (`--warm-set`, `--warm-corpus`,
+    /// `--warm-ids`): a bad size, a bad file, an id past the vocabulary, a
+    /// corpus without a tokenizer.
+    #[error("{0}")]
+    Warm(String),
     /// `--dtype` list problem.
     #[error("--dtype: {0}")]
     Dtype(String),

@@ -30,6 +30,7 @@ mod run;
 mod spectral;
 mod svd;
 mod types;
+mod warm;
 mod writeback;
 
 use std::time::Instant;
@@ -49,6 +50,7 @@ pub use report::{
 };
 pub use spectral::{SpectralReport, SpectralSpec, Target};
 pub use types::{Fallback, QuantOptions};
+pub use warm::{WarmOptions, WarmReport};
 
 use companions::{companion_reports, copy_companion, find_companions};
 use error::IoContext;
@@ -108,9 +110,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         &companions,
         &factored,
     )?;
-    if !opts.runs {
-        header.metadata.remove(gkq_format::keys::COLUMNAR_RUNS);
-    }
+    let warm = derived_objects(opts, &mut header, (&src, &roles), &companions)?;
     let (spectral_reports, spectral_payloads): (Vec<_>, Vec<_>) = factored
         .into_iter()
         .map(|f| (f.report, (f.block.name, f.payload)))
@@ -156,5 +156,34 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         model_id,
         revision,
         peak_rss_bytes: gkq_cli::peak_rss_bytes(),
+        warm,
     })
+}
+
+/// The objects beside the row files that the plan lists: no runs objects
+/// with `--no-runs`, and warm objects with a warm set (`opts.warm`, for the
+/// embedding `roles.embed`, tokenized with the source's `tokenizer.json`
+/// when it has one), whose report is returned.
+fn derived_objects(
+    opts: &PackOptions,
+    header: &mut gkq_format::Header,
+    (src, roles): (&SourceModel, &roles::RolePlan),
+    companions: &[companions::Companion],
+) -> Result<Option<WarmReport>> {
+    if !opts.runs {
+        header.metadata.remove(gkq_format::keys::COLUMNAR_RUNS);
+    }
+    let vocab = src
+        .tensor(&roles.embed)
+        .and_then(|t| t.shape.first().copied())
+        .unwrap_or(0);
+    let tokenizer = companions
+        .iter()
+        .find(|c| c.name == "tokenizer.json")
+        .map(|c| c.path.as_path());
+    let warm = warm::decide(&opts.warm, tokenizer, vocab)?;
+    Ok(warm.map(|(ids, report)| {
+        warm::list(header, &roles.embed, &ids);
+        report
+    }))
 }

@@ -128,6 +128,29 @@ struct Args {
     /// proofs from two objects, two requests per run.
     #[arg(long)]
     no_runs: bool,
+    /// Write a warm object next to each row file of the token embedding
+    /// (`<row file>.warm`: the K rows most sessions need, with everything
+    /// that verifies them, so a cold node seeds its cache with one range
+    /// request). K ids: the most needed ones of --warm-corpus, or at most
+    /// K of --warm-ids.
+    #[arg(long, value_name = "K", help_heading = "Warm set")]
+    warm_set: Option<usize>,
+    /// Text files to rank ids by: each .txt file one session, each line of
+    /// a .jsonl file one session ({"text": …} or {"messages": […]}),
+    /// tokenized with the model's tokenizer.json as a node would. An id
+    /// ranks by the number of sessions that use it.
+    #[arg(long, value_name = "FILE", num_args = 1.., help_heading = "Warm set")]
+    warm_corpus: Vec<PathBuf>,
+    /// A file of token ids, most needed first (decimals separated by
+    /// commas or white space, a JSON array, or `gkq-report --json`'s
+    /// output, whose warm_ids it takes).
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Warm set",
+        conflicts_with = "warm_corpus"
+    )]
+    warm_ids: Option<PathBuf>,
     /// Print one JSON object on stdout.
     #[arg(long, help_heading = "Output")]
     json: bool,
@@ -170,6 +193,13 @@ fn human_row_file(c: &gkq_pack::ColumnarReport) {
             c.row_bytes + 32 * u64::from(c.proof_height)
         );
     }
+    if let Some(warm) = &c.warm {
+        eprintln!(
+            "  {}  {} bytes  the chunk table and the warm rows with their records (one range warms a node)",
+            warm.path.display(),
+            warm.bytes,
+        );
+    }
 }
 
 fn human(r: &PackReport) {
@@ -194,6 +224,13 @@ fn human(r: &PackReport) {
     }
     eprintln!("  {}  {} bytes", r.knot.path.display(), r.knot.bytes);
     eprintln!("  knot id {} (pin it with --knot-id)", r.knot_id);
+    if let Some(w) = &r.warm {
+        let from = match w.from.as_str() {
+            "corpus" => format!("the ids most of the corpus's {} sessions use", w.sessions),
+            _ => "--warm-ids".to_owned(),
+        };
+        eprintln!("  warm set of {} rows: {from}", w.rows);
+    }
     for c in &r.columnar {
         human_row_file(c);
     }
@@ -322,6 +359,11 @@ fn run(args: Args) -> anyhow::Result<()> {
             .map(|s| s.parse())
             .collect::<Result<_, _>>()?,
         runs: !args.no_runs,
+        warm: gkq_pack::WarmOptions {
+            k: args.warm_set,
+            corpus: args.warm_corpus,
+            ids: args.warm_ids,
+        },
     };
     let bar = gkq_cli::Bar::new("", !args.quiet && !args.json);
     let report = gkq_pack::pack(&opts, &bar)?;

@@ -59,6 +59,8 @@ pub struct PackOptions {
     /// Write a runs object next to each row file with path records
     /// (FORMAT.md 7b; `--no-runs` turns it off).
     pub runs: bool,
+    /// The warm set and its warm objects (FORMAT.md 7d).
+    pub warm: crate::warm::WarmOptions,
 }
 
 impl PackOptions {
@@ -77,6 +79,7 @@ impl PackOptions {
             revision: None,
             spectral: Vec::new(),
             runs: true,
+            warm: crate::warm::WarmOptions::default(),
         }
     }
 }

@@ -107,6 +107,7 @@ fn is_package_file(name: &str) -> bool {
         || name.ends_with(".rows")
         || name.ends_with(".rows.proof")
         || name.ends_with(".rows.runs")
+        || name.ends_with(".rows.warm")
         || name.ends_with(".gkq-tmp")
         || crate::COMPANION_FILES.contains(&name)
 }

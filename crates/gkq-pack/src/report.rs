@@ -64,6 +64,10 @@ pub struct ColumnarReport {
     /// when the proof height is 1 or more.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runs: Option<FileReport>,
+    /// Its warm object (FORMAT.md 7d: the chunk table and the warm rows
+    /// with their records), with a warm set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm: Option<FileReport>,
 }
 
 /// A companion file copied into the package, for the report.
@@ -155,4 +159,7 @@ pub struct PackReport {
     pub revision: Option<String>,
     /// Peak resident set size of this process (Linux `VmHWM`), when known.
     pub peak_rss_bytes: Option<u64>,
+    /// The warm set (`--warm-set`, `--warm-corpus`, `--warm-ids`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::warm::WarmReport>,
 }

@@ -199,6 +199,15 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
         }
         None => None,
     };
+    let warm = match writer.header().has_warm(&d.object) {
+        true => {
+            let ids = writer.header().warm_rows();
+            let (report, file, path) = crate::warm::write(out, &d, &ids, (&f.path, &proof_path))?;
+            synced.push((file, path));
+            Some(report)
+        }
+        false => None,
+    };
     let report = ColumnarReport {
         tensor: String::new(),
         role: String::new(),
@@ -219,6 +228,7 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
         },
         proof_height: height,
         runs,
+        warm,
     };
     Ok((report, synced))
 }

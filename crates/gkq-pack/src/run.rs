@@ -435,18 +435,17 @@ impl<'a> Run<'a> {
                 let (report, synced) =
                     finish_row_file(out, &mut self.writer, r.block, f, &self.knot_tmp)?;
                 files.extend(synced);
+                let placed = |r: FileReport| FileReport {
+                    path: out_dir.join(&r.path),
+                    ..r
+                };
                 columnar.push(ColumnarReport {
                     tensor: block_name.clone(),
                     role: r.role.as_str().to_owned(),
                     path: out_dir.join(&report.path),
-                    proof: FileReport {
-                        path: out_dir.join(&report.proof.path),
-                        ..report.proof
-                    },
-                    runs: report.runs.map(|r| FileReport {
-                        path: out_dir.join(&r.path),
-                        ..r
-                    }),
+                    proof: placed(report.proof),
+                    runs: report.runs.map(placed),
+                    warm: report.warm.map(placed),
                     ..report
                 });
             }

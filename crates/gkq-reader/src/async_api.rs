@@ -129,9 +129,13 @@ impl AsyncEmbedding<'_> {
         self.inner.prefetch(&ids_u64(ids)).await
     }
 
-    /// Preloads a warm set of hot token ids.
-    pub async fn warm<I: Into<u64> + Copy>(&self, ids: &[I]) -> Result<()> {
-        self.prefetch(ids).await
+    /// Seeds the row cache with the package's warm object (FORMAT.md 7d:
+    /// the publisher's warm rows and what verifies them, one range
+    /// request; none when the disk cache holds them). A warm object that is
+    /// missing or fails is reported in the result, not an error: its rows
+    /// come on demand.
+    pub async fn warm(&self) -> Result<crate::columnar::WarmReport> {
+        self.inner.warm().await
     }
 }
 

@@ -189,10 +189,11 @@ impl Embedding<'_> {
         block(self.rt, call, self.asy.prefetch(ids))
     }
 
-    /// Preloads a warm set of hot token ids.
-    pub fn warm<I: Into<u64> + Copy>(&self, ids: &[I]) -> Result<()> {
+    /// Seeds the row cache with the package's warm object (see
+    /// `AsyncEmbedding::warm`).
+    pub fn warm(&self) -> Result<crate::columnar::WarmReport> {
         let call = ("Embedding::warm", "AsyncEmbedding::warm");
-        block(self.rt, call, self.asy.warm(ids))
+        block(self.rt, call, self.asy.warm())
     }
 }
 

@@ -32,6 +32,9 @@ pub struct NodeArgs {
     /// Row file to pull the lm_head from, a float or block type as --embed-dtype [default: the narrowest exact one with fewer bytes per row than the block, else the block; a quantized block stays quantized].
     #[arg(long = "lm-head-dtype", value_name = "DTYPE", value_parser = DType::parse_row, help_heading = "Row store")]
     pub lm_head_dtype: Option<DType>,
+    /// Seed the row cache at open with the package's warm object (the rows its publisher expects every session to need, with what verifies them: one range request, none when the disk cache holds them); a missing or broken one is reported and its rows come on demand.
+    #[arg(long, help_heading = "Row store")]
+    pub warm: bool,
     /// In-memory row cache size, in rows.
     #[arg(long = "embed-cache-rows", value_name = "N", default_value_t = DEFAULT_CACHE_ROWS, help_heading = "Row store")]
     pub embed_cache_rows: usize,
@@ -190,6 +193,7 @@ impl TryFrom<NodeArgs> for ReaderConfig {
         c.embed_dtype = a.embed_dtype;
         c.lm_head_dtype = a.lm_head_dtype;
         c.fetch.cache_rows = a.embed_cache_rows;
+        c.warm = a.warm;
         Ok(c)
     }
 }

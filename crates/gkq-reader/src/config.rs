@@ -90,6 +90,10 @@ pub struct ReaderConfig {
     /// The persistent verified cache (off by default in the library; the
     /// CLIs default to [`crate::default_cache_dir`]).
     pub cache: CacheConfig,
+    /// Seed the row cache at open with the package's warm object
+    /// (`--warm`, FORMAT.md 7d: the publisher's warm rows in one range
+    /// request); see `Embedding::warm`. Only when the input role is served.
+    pub warm: bool,
 }
 
 impl ReaderConfig {

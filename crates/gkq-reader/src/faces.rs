@@ -57,6 +57,12 @@ macro_rules! embedding_accessors {
             self.core().columnar()
         }
 
+        /// What the last warm-up did (`warm`, or `ReaderConfig::warm` at
+        /// open), if there was one.
+        pub fn warm_report(&self) -> Option<crate::columnar::WarmReport> {
+            self.core().warm_report()
+        }
+
         /// Row cache counters (zero on the dense path).
         pub fn cache_stats(&self) -> crate::columnar::CacheStats {
             self.core().cache_stats()

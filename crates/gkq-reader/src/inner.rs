@@ -13,7 +13,7 @@ use gkq_store::{Meter, Store};
 use tokio::sync::OnceCell;
 
 use crate::cache::DiskCache;
-use crate::columnar::ColumnarEmbedBackend;
+use crate::columnar::{ColumnarEmbedBackend, WarmReport, WarmUnused};
 use crate::config::{ReaderConfig, Serve};
 use crate::error::{ReaderError, Result};
 use crate::knot::KnotHandle;
@@ -38,6 +38,8 @@ pub(crate) struct EmbeddingCore {
     /// What the dense block's read moved.
     meter: Meter,
     require_columnar: bool,
+    /// What the last warm-up did.
+    warmed: Mutex<Option<WarmReport>>,
 }
 
 /// The output role: the lm_head.
@@ -148,6 +150,9 @@ impl Inner {
         };
         if serve.input {
             inner.embedding = Some(inner.open_embedding().await?);
+            if inner.config.warm {
+                inner.warm().await?;
+            }
         }
         if serve.output {
             inner.lm_head = Some(inner.open_lm_head().await?);
@@ -203,9 +208,14 @@ impl Inner {
             });
         }
         tracing::info!(knot = %knot.location(), tensor = %resolution.tensor, path = ?resolution.kind(), reason = %resolution.reason(), "embedding resolved");
+        let h = knot.header().header();
         let source = match resolution.columnar() {
             Some(c) => Some(ColumnarEmbedBackend::new(
-                (c.url.clone(), c.runs().map(str::to_owned)),
+                (
+                    c.url.clone(),
+                    c.runs().map(str::to_owned),
+                    h.has_warm(&c.desc.object).then(|| h.warm_rows()),
+                ),
                 c.desc.clone(),
                 config.fetch.clone(),
                 (self.store.clone(), Meter::default()),
@@ -224,6 +234,7 @@ impl Inner {
             dense: OnceCell::new(),
             meter: Meter::default(),
             require_columnar: config.require_columnar,
+            warmed: Mutex::new(None),
         })
     }
 
@@ -285,6 +296,24 @@ impl Inner {
             .get_or_try_init(|| self.knot.dense_values(e.index, &store, self.disk()))
             .await?;
         e.slice_rows(&self.knot, dense, e.block.dtype, ids)
+    }
+
+    /// Seeds the row cache with the warm object of the row file read
+    /// (FORMAT.md 7d): one range request, or none when the disk cache holds
+    /// the table and every warm row. Never fails for the warm object's
+    /// sake: one that cannot be used is reported, and its rows come on
+    /// demand.
+    pub(crate) async fn warm(&self) -> Result<WarmReport> {
+        let e = self.embedding()?;
+        let report = match e.columnar() {
+            Some(b) => b.warm().await,
+            None => WarmReport {
+                unused: Some(WarmUnused::Dense),
+                ..WarmReport::default()
+            },
+        };
+        *lock(&e.warmed) = Some(report.clone());
+        Ok(report)
     }
 
     /// Fetches rows into the cache ahead of the lookup (a no-op on the dense path).
@@ -400,6 +429,11 @@ impl EmbeddingCore {
 
     pub(crate) fn columnar(&self) -> Option<ColumnarEmbedBackend> {
         lock(&self.state).source.clone()
+    }
+
+    /// What the last warm-up did, if there was one.
+    pub(crate) fn warm_report(&self) -> Option<WarmReport> {
+        lock(&self.warmed).clone()
     }
 
     pub(crate) fn cache_stats(&self) -> crate::columnar::CacheStats {

@@ -101,7 +101,7 @@ pub use cache::{
 };
 #[cfg(feature = "clap")]
 pub use cli::{NetArgs, NodeArgs, parse_bytes};
-pub use columnar::{CacheStats, ColumnarEmbedBackend, FetchConfig};
+pub use columnar::{CacheStats, ColumnarEmbedBackend, FetchConfig, WarmReport, WarmUnused};
 pub use config::{DEFAULT_CACHE_ROWS, ReaderConfig, Serve, with_timeout};
 pub use error::{ReaderError, Result};
 pub use gkq_store::{NetStats, StoreConfig};

@@ -15,6 +15,8 @@ mod gguf;
 mod quant;
 #[path = "signature/mod.rs"]
 mod signature;
+#[path = "warm/mod.rs"]
+mod warm;
 
 struct Packed {
     _tmp: tempfile::TempDir,

@@ -46,43 +46,33 @@ fn sha_file(path: &Path) -> Result<String> {
     }
 }
 
-/// Every row file with its proof object and its runs object, as objects to
-/// publish (their digests: the knot's for row files, computed for the
-/// others, which the local verify has just checked against the rows).
-fn row_objects(knot: &Knot<'_>, dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
-    // the proof and runs objects beside a row file, checked against the
-    // rows (and records) by the local verify above
-    let beside = |name: String, bytes: Option<u64>| -> Result<LocalObject> {
-        let path = dir.join(&name);
-        Ok(LocalObject {
-            key: key(prefix, &name),
-            sha256: sha_file(&path)?,
-            path,
-            bytes: bytes.unwrap_or(0),
-            kind: ObjectKind::Proof,
-        })
-    };
+/// Every object the knot names (row files with their proof, runs and
+/// warm objects, then the companions), as objects to publish: their
+/// digests are the knot's where it records one, else computed (the local
+/// verify has just checked them against the rows).
+fn package_objects(knot: &Knot<'_>, dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
     let mut out = Vec::new();
-    for b in knot.blocks() {
-        for d in &b.columnar {
-            out.push(LocalObject {
-                key: key(prefix, &d.object),
-                path: dir.join(&d.object),
-                bytes: d.byte_len,
-                sha256: hex(&d.sha256),
-                kind: ObjectKind::Rows,
-            });
-            if let Some(layout) = gkq_format::merkle::layout_of(d) {
-                let name = gkq_format::merkle::proof_object_name(&d.object);
-                out.push(beside(name, layout.object_len())?);
-            }
-            let runs = gkq_format::runs::RunsLayout::of(d)
-                .filter(|_| knot.header().header().has_runs(&d.object));
-            if let Some(layout) = runs {
-                let name = gkq_format::runs::runs_object_name(&d.object);
-                out.push(beside(name, layout.object_len())?);
-            }
-        }
+    for o in knot.header().header().objects() {
+        let path = dir.join(&o.name);
+        let bytes = match o.len {
+            Some(len) => len,
+            None => std::fs::metadata(&path)
+                .map_err(|error| UploadError::Io {
+                    path: path.clone(),
+                    error,
+                })?
+                .len(),
+        };
+        out.push(LocalObject {
+            key: key(prefix, &o.name),
+            sha256: match o.sha256 {
+                Some(d) => hex(&d),
+                None => sha_file(&path)?,
+            },
+            path,
+            bytes,
+            kind: o.kind,
+        });
     }
     Ok(out)
 }
@@ -118,23 +108,7 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
             failures: failures(&report),
         });
     }
-    let mut out = row_objects(&knot, &dir, prefix)?;
-    for (name, sha) in knot.header().header().package_files() {
-        let path = dir.join(name);
-        let bytes = std::fs::metadata(&path)
-            .map_err(|error| UploadError::Io {
-                path: path.clone(),
-                error,
-            })?
-            .len();
-        out.push(LocalObject {
-            key: key(prefix, name),
-            path,
-            bytes,
-            sha256: sha.to_owned(),
-            kind: ObjectKind::Companion,
-        });
-    }
+    let mut out = package_objects(&knot, &dir, prefix)?;
     let name = knot_path
         .file_name()
         .and_then(|n| n.to_str())

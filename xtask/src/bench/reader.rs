@@ -86,7 +86,10 @@ fn warm(base: &str, s: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
     let naive = 100.0 * DENSE;
     let mut cols = Vec::new();
     for file in ["mix100.jsonl", "fresh100.jsonl"] {
-        let v = rows_json(base, &["--sessions-file", &s(file), "--warm", warm.trim()])?;
+        let v = rows_json(
+            base,
+            &["--sessions-file", &s(file), "--prefetch", warm.trim()],
+        )?;
         cols.push(v);
     }
     println!(

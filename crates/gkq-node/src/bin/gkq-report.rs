@@ -9,7 +9,7 @@ use clap::Parser;
 use gkq_node::report::{ReportOptions, markdown, report};
 use gkq_reader::{NetArgs, ReaderConfig};
 
-/// The proposal's bandwidth report for your package and your text: per workload, the tokens, distinct ids and bytes a cold node fetches from each row file of the token embedding, against shipping the dense matrix; then many sessions on one node with a warm set. With --url, each workload's first session is also fetched and the wire measured.
+/// The proposal's bandwidth report for your package and your text: per workload, the tokens, distinct ids and bytes a cold node fetches from each row file of the token embedding, against shipping the dense matrix; then many sessions on one node after a warm-up (the package's warm object, or the top ids of the texts). With --url, the sessions are also fetched and the wire measured.
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-report",
@@ -37,13 +37,13 @@ struct Args {
     /// Sessions drawn from the mix for the amortisation.
     #[arg(long, default_value_t = 100)]
     sessions: usize,
-    /// The warm set: the top K ids of those sessions.
-    #[arg(long, value_name = "K", default_value_t = 100)]
+    /// The warm set when the package has no warm object: the top K ids of the texts (reported as warm_ids, which gkq-pack --warm-ids takes).
+    #[arg(long = "warm-set", value_name = "K", default_value_t = 100)]
     warm: usize,
     /// Seed of the draw.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Also fetch each workload's first session from the package URL and report the requests and bytes.
+    /// Also measure on the wire, from the package URL: each workload's first session on a fresh node, and the drawn sessions after the warm-up.
     #[arg(long)]
     url: bool,
     /// One JSON object on stdout.

@@ -64,9 +64,10 @@ struct Args {
     /// One JSON array of token ids per line, replayed through one warm backend.
     #[arg(long, value_name = "FILE", help_heading = "Input")]
     sessions_file: Option<PathBuf>,
-    /// Token ids to preload before the lookups (a warm seed).
+    /// Token ids to fetch before the lookups (a hand-made warm seed; --warm
+    /// takes the package's own warm object instead).
     #[arg(long, value_name = "IDS", value_parser = ids_arg, help_heading = "Input")]
-    warm: Option<Ids>,
+    prefetch: Option<Ids>,
     /// Print the rows as f32 on stdout.
     #[arg(long, help_heading = "Output")]
     f32: bool,
@@ -175,24 +176,39 @@ fn warn_fallback(a: &Args, reader: &Reader) {
     );
 }
 
-/// `--warm`: preloads rows, and reports what that cost.
-fn warm(a: &Args, reader: &Reader, e: &Embedding, out: &mut Value) -> anyhow::Result<()> {
-    let Some(Ids(warm)) = &a.warm else {
+/// `--prefetch`: fetches rows ahead, and reports what that cost.
+fn prefetch(a: &Args, reader: &Reader, e: &Embedding, out: &mut Value) -> anyhow::Result<()> {
+    let Some(Ids(ids)) = &a.prefetch else {
         return Ok(());
     };
     let (c0, n0, t) = (e.cache_stats(), reader.net_stats(), Instant::now());
-    e.warm(warm)?;
+    e.prefetch(ids)?;
     let v = counters(
-        warm,
+        ids,
         e.cache_stats().since(&c0),
         reader.net_stats().since(&n0),
         t.elapsed().as_secs_f64(),
     );
     if !a.json {
-        human("warm seed", &v);
+        human("prefetch", &v);
     }
-    out["warm"] = v;
+    out["prefetch"] = v;
     Ok(())
+}
+
+/// `--warm`: what seeding the cache with the warm object did at open.
+fn warmed(a: &Args, e: &Embedding, out: &mut Value) {
+    let Some(w) = e.warm_report() else { return };
+    if !a.json {
+        match &w.unused {
+            None => eprintln!(
+                "warm: {} of {} warm rows seeded ({} from the disk cache, {} rejected), {} requests, {} bytes",
+                w.seeded, w.listed, w.from_disk, w.rejected, w.requests, w.bytes
+            ),
+            Some(why) => eprintln!("gkq-rows: warning: --warm: the warm object is not used: {why}"),
+        }
+    }
+    out["warm"] = json!(w);
 }
 
 /// `--sessions-file`: one lookup per line through one warm backend.
@@ -321,7 +337,8 @@ fn run(a: Args) -> anyhow::Result<()> {
         eprintln!("resolution: {:?}: {}", res.kind(), res.reason());
     }
     warn_fallback(&a, &reader);
-    warm(&a, &reader, &e, &mut out)?;
+    warmed(&a, &e, &mut out);
+    prefetch(&a, &reader, &e, &mut out)?;
     match &a.sessions_file {
         Some(path) => sessions(&a, path, &reader, &e, &mut out)?,
         None => tokens(&a, &reader, &e, &mut out)?,

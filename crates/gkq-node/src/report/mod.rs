@@ -3,29 +3,32 @@
 //! row files and the texts tokenized as a node would, and with `--url`
 //! measured by fetching the rows.
 //!
-//! Each text file is one workload named by its stem: its whole text is one
-//! session, or, for `.jsonl`, one session per line (`{"text": …}`, or
-//! `{"messages": [{"role", "content"}…]}` joined as `role: content` lines:
-//! no chat template is applied). Tokenized with the package's
-//! `tokenizer.json` (or `--tokenizer`), padding and truncation off, special
-//! tokens as the tokenizer adds them.
+//! Workloads and tokenization are `gkq_text`'s (each file one workload
+//! named by its stem; the package's `tokenizer.json` or `--tokenizer`,
+//! padding and truncation off, special tokens as the tokenizer adds them).
 //!
 //! Per cold session (a fresh node): the rows the reader fetches (distinct
 //! ids in runs merged across gaps of one row, gap rows included), their
 //! Merkle records and the chunk table, for each row file of the token
 //! embedding; against the row file's whole length (shipping the dense
-//! matrix). The amortisation: N sessions drawn from the mix with a seeded
-//! RNG on one node, warmed with the top K ids of those sessions, then every
-//! cold row once (the node's LRU keeps what it fetched).
+//! matrix). The amortisation ([`Amortised`]): N sessions drawn from the mix
+//! with a seeded RNG on one node, warmed first with the package's warm
+//! object (FORMAT.md 7d) or, without one, the top K ids of the texts.
 
-use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::collections::HashSet;
+use std::path::PathBuf;
 
 use gkq_format::ColumnarDescriptor;
 use gkq_reader::{Reader, ReaderConfig, Serve};
 use serde::Serialize;
 
 use crate::NodeError;
+
+mod amortise;
+mod markdown;
+
+pub use amortise::{Amortised, AmortisedCost, WarmFrom};
+pub use markdown::markdown;
 
 /// What to report.
 #[derive(Clone, Debug)]
@@ -36,12 +39,13 @@ pub struct ReportOptions {
     pub tokenizer: Option<PathBuf>,
     /// Sessions drawn for the amortisation.
     pub sessions: usize,
-    /// The warm set: the top K ids.
+    /// The warm set's size when the package has no warm object: the top K
+    /// ids of the texts (also reported as `warm_ids`, for `gkq-pack
+    /// --warm-ids`).
     pub warm: usize,
     /// Seed of the draw.
     pub seed: u64,
-    /// Also fetch each workload's first session from the package's URL
-    /// and report what the wire carried.
+    /// Also fetch from the package's URL and report what the wire carried.
     pub measure: bool,
 }
 
@@ -60,6 +64,11 @@ pub struct RowFile {
     pub table_len: u64,
     /// The whole file: shipping the dense matrix.
     pub file_len: u64,
+    /// Requests per run of rows: 1 from a runs object, 2 from the row
+    /// file and its proof object.
+    pub requests_per_run: u64,
+    /// Its warm object's length, when the package has one.
+    pub warm_len: Option<u64>,
 }
 
 /// A cost on one row file.
@@ -77,6 +86,15 @@ pub struct Cost {
     pub saved_pct: f64,
 }
 
+/// What a node fetched on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Measured {
+    /// Requests.
+    pub requests: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+}
+
 /// One workload's line.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkloadLine {
@@ -90,22 +108,9 @@ pub struct WorkloadLine {
     pub distinct: f64,
     /// Mean cost of a cold session, per row file.
     pub cost: Vec<Cost>,
-    /// Measured on the first session with `--url`: (requests, bytes).
-    pub measured: Option<(u64, u64)>,
-}
-
-/// The amortisation over many sessions on one node.
-#[derive(Clone, Debug, Serialize)]
-pub struct Amortised {
-    /// Sessions drawn.
-    pub sessions: usize,
-    /// The warm set's size.
-    pub warm: usize,
-    /// Distinct ids over every session.
-    pub distinct: usize,
-    /// Per row file: the warm set's bytes, the cold tail's, the total, and
-    /// the percent saved against the dense matrix per session.
-    pub cost: Vec<(String, u64, u64, u64, f64)>,
+    /// Measured on the first session with `--url`, on the row file a node
+    /// given the package's base URL reads.
+    pub measured: Option<Measured>,
 }
 
 /// The whole report.
@@ -121,16 +126,20 @@ pub struct Report {
     pub workloads: Vec<WorkloadLine>,
     /// The amortisation.
     pub amortised: Amortised,
+    /// The top K ids of the texts, most needed first (what `gkq-pack
+    /// --warm-set K --warm-corpus` with these texts would choose; `gkq-pack
+    /// --warm-ids` takes this report's JSON).
+    pub warm_ids: Vec<u32>,
 }
 
 /// A workload: its name and the token ids of each session.
-type Workload = (String, Vec<Vec<u32>>);
+pub(crate) type Workload = (String, Vec<Vec<u32>>);
 
 fn bad(what: impl Into<String>) -> NodeError {
     NodeError::Unsupported(what.into())
 }
 
-/// The embedding's row files.
+/// The embedding's row files, with the warm rows the package lists.
 fn row_files(reader: &Reader) -> Result<(u64, Vec<RowFile>), NodeError> {
     let h = reader.knot().header().header();
     let name = h
@@ -142,7 +151,18 @@ fn row_files(reader: &Reader) -> Result<(u64, Vec<RowFile>), NodeError> {
         .find(|b| b.name == name)
         .ok_or_else(|| bad(format!("no block {name:?}")))?;
     let vocab = block.shape.first().copied().unwrap_or(0);
-    let files: Vec<RowFile> = block.columnar.iter().map(row_file).collect();
+    let warm = h.warm_rows().len() as u64;
+    let files: Vec<RowFile> = block
+        .columnar
+        .iter()
+        .map(|d| {
+            row_file(
+                d,
+                h.has_runs(&d.object),
+                h.has_warm(&d.object).then_some(warm),
+            )
+        })
+        .collect();
     if files.is_empty() {
         return Err(bad(format!(
             "block {name:?} has no row file: nothing to report"
@@ -151,35 +171,35 @@ fn row_files(reader: &Reader) -> Result<(u64, Vec<RowFile>), NodeError> {
     Ok((vocab, files))
 }
 
-fn row_file(d: &ColumnarDescriptor) -> RowFile {
+fn row_file(d: &ColumnarDescriptor, runs: bool, warm: Option<u64>) -> RowFile {
     let layout = gkq_format::merkle::layout_of(d);
+    let record_len = layout.map_or(0, |l| l.record_len());
     RowFile {
         object: d.object.clone(),
         dtype: d.dtype.to_string(),
         row_bytes: d.row_bytes,
-        record_len: layout.map_or(0, |l| l.record_len()),
+        record_len,
         table_len: layout.map_or(0, |l| l.table_len()),
         file_len: d.byte_len,
+        requests_per_run: if runs || record_len == 0 { 1 } else { 2 },
+        warm_len: warm
+            .and_then(|k| gkq_format::warm::WarmLayout::of(d, k))
+            .and_then(|l| l.object_len()),
     }
 }
 
-/// Rows the reader fetches for `ids`: runs merged across a gap of one row
-/// (the gap fetched too), at most 1,024 rows a run (its defaults).
-pub fn fetched_rows(ids: &HashSet<u32>) -> u64 {
+/// The runs the reader fetches for `ids` (its defaults: merged across a
+/// gap of one row, at most 1,024 rows a run).
+pub(crate) fn runs_of(ids: &HashSet<u32>) -> Vec<gkq_reader::ranges::RowRun> {
     let mut v: Vec<u64> = ids.iter().map(|&i| u64::from(i)).collect();
     v.sort_unstable();
-    let (mut rows, mut run): (u64, Option<(u64, u64)>) = (0, None);
-    for id in v {
-        run = match run {
-            Some((first, last)) if id <= last + 2 && id - first < 1024 => Some((first, id)),
-            Some((first, last)) => {
-                rows += last - first + 1;
-                Some((id, id))
-            }
-            None => Some((id, id)),
-        };
-    }
-    rows + run.map_or(0, |(f, l)| l - f + 1)
+    let f = gkq_reader::FetchConfig::default();
+    gkq_reader::ranges::coalesce(&v, f.max_gap_rows, f.max_run_rows)
+}
+
+/// Rows the reader fetches for `ids`, gap rows included.
+pub fn fetched_rows(ids: &HashSet<u32>) -> u64 {
+    runs_of(ids).iter().map(|r| r.count).sum()
 }
 
 fn cost(f: &RowFile, rows: u64, table: bool) -> Cost {
@@ -194,145 +214,67 @@ fn cost(f: &RowFile, rows: u64, table: bool) -> Cost {
     }
 }
 
-/// The sessions of one workload file.
-fn sessions_of(path: &Path) -> Result<Vec<String>, NodeError> {
-    let bytes = std::fs::read(path).map_err(|error| NodeError::Io {
-        path: path.to_owned(),
-        error,
-    })?;
-    let text = String::from_utf8(bytes)
-        .map_err(|e| bad(format!("{}: not UTF-8 text ({e})", path.display())))?;
-    if path.extension().is_some_and(|e| e == "jsonl") {
-        let mut out = Vec::new();
-        for (n, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| bad(format!("{}:{}: {e}", path.display(), n + 1)))?;
-            out.push(session_text(&v).ok_or_else(|| {
-                bad(format!(
-                    "{}:{}: neither {{\"text\"}} nor {{\"messages\"}}",
-                    path.display(),
-                    n + 1
-                ))
-            })?);
-        }
-        return Ok(out);
-    }
-    Ok(vec![text])
-}
-
-fn session_text(v: &serde_json::Value) -> Option<String> {
-    if let Some(t) = v["text"].as_str() {
-        return Some(t.to_owned());
-    }
-    let msgs = v["messages"].as_array()?;
-    Some(
-        msgs.iter()
-            .map(|m| {
-                format!(
-                    "{}: {}",
-                    m["role"].as_str().unwrap_or(""),
-                    m["content"].as_str().unwrap_or("")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-    )
-}
-
-/// xorshift64*: the seeded draw of the amortisation.
-fn next(state: &mut u64) -> u64 {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-}
-
-fn amortise(all: &[Workload], files: &[RowFile], o: &ReportOptions) -> Amortised {
-    let mut state = o.seed | 1;
-    let mut drawn: Vec<&Vec<u32>> = Vec::new();
-    for _ in 0..o.sessions {
-        let w = &all[(next(&mut state) % all.len() as u64) as usize].1;
-        drawn.push(&w[(next(&mut state) % w.len() as u64) as usize]);
-    }
-    let mut freq: HashMap<u32, u64> = HashMap::new();
-    for s in &drawn {
-        for &id in *s {
-            *freq.entry(id).or_default() += 1;
-        }
-    }
-    let mut top: Vec<(u32, u64)> = freq.iter().map(|(&k, &v)| (k, v)).collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let warm: HashSet<u32> = top.iter().take(o.warm).map(|t| t.0).collect();
-    let cold: HashSet<u32> = freq.keys().copied().filter(|k| !warm.contains(k)).collect();
-    let cost = files
-        .iter()
-        .map(|f| {
-            let w = cost(f, fetched_rows(&warm), true).total;
-            let c = cost(f, fetched_rows(&cold), false).total;
-            let dense = f.file_len as f64 * o.sessions as f64;
-            (
-                f.dtype.clone(),
-                w,
-                c,
-                w + c,
-                100.0 * (1.0 - (w + c) as f64 / dense.max(1.0)),
-            )
-        })
-        .collect();
-    Amortised {
-        sessions: o.sessions,
-        warm: warm.len(),
-        distinct: freq.len(),
-        cost,
-    }
-}
-
 /// Tokenizes every workload with `tokenizer_json`, checked against `vocab`.
 fn tokenized(
     tokenizer_json: &[u8],
     vocab: u64,
     o: &ReportOptions,
 ) -> Result<Vec<Workload>, NodeError> {
-    let mut t = tokenizers::Tokenizer::from_bytes(tokenizer_json)
-        .map_err(|e| bad(format!("the tokenizer: {e}")))?;
-    t.with_padding(None);
-    let _ = t.with_truncation(None);
-    let size = t.get_vocab_size(true) as u64;
-    if size > vocab {
-        return Err(bad(format!(
-            "the tokenizer has {size} ids but the package's embedding has {vocab} rows: not this package's tokenizer (--tokenizer)"
-        )));
+    let t = gkq_text::Tokenizer::from_bytes(tokenizer_json, vocab)?;
+    let workloads = gkq_text::Workload::load_all(&o.texts)?;
+    Ok(t.encode_all(&workloads)?)
+}
+
+/// The package's tokenizer.json, or `o.tokenizer`.
+fn tokenizer_json(reader: &Reader, o: &ReportOptions) -> Result<Vec<u8>, NodeError> {
+    match &o.tokenizer {
+        Some(p) => std::fs::read(p).map_err(|error| NodeError::Io {
+            path: p.clone(),
+            error,
+        }),
+        None => reader
+            .package_file("tokenizer.json")
+            .map(|b| b.to_vec())
+            .map_err(|e| {
+                bad(format!(
+                    "the package's tokenizer.json: {e} (give --tokenizer FILE)"
+                ))
+            }),
     }
-    if o.texts.is_empty() {
-        return Err(bad("no texts (--texts FILE...)"));
+}
+
+/// One workload's line: the mean cold-session cost on each row file.
+fn workload_line(
+    (name, sessions): &Workload,
+    files: &[RowFile],
+    measured: Option<Measured>,
+) -> WorkloadLine {
+    let n = sessions.len() as f64;
+    let distinct: Vec<HashSet<u32>> = sessions
+        .iter()
+        .map(|s| s.iter().copied().collect())
+        .collect();
+    let rows: Vec<u64> = distinct.iter().map(fetched_rows).collect();
+    let cost = files
+        .iter()
+        .map(|f| {
+            let mut c = cost(f, 0, true);
+            let per: Vec<Cost> = rows.iter().map(|&r| cost(f, r, true)).collect();
+            c.rows = per.iter().map(|p| p.rows).sum::<u64>() / per.len().max(1) as u64;
+            c.proof = per.iter().map(|p| p.proof).sum::<u64>() / per.len().max(1) as u64;
+            c.total = c.rows + c.proof;
+            c.saved_pct = per.iter().map(|p| p.saved_pct).sum::<f64>() / n.max(1.0);
+            c
+        })
+        .collect();
+    WorkloadLine {
+        name: name.clone(),
+        sessions: sessions.len(),
+        tokens: sessions.iter().map(Vec::len).sum::<usize>() as f64 / n,
+        distinct: distinct.iter().map(HashSet::len).sum::<usize>() as f64 / n,
+        cost,
+        measured,
     }
-    let mut all = Vec::new();
-    for path in &o.texts {
-        let name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let texts = sessions_of(path)?;
-        if texts.iter().all(|t| t.trim().is_empty()) {
-            return Err(bad(format!(
-                "{}: an empty workload (no text)",
-                path.display()
-            )));
-        }
-        let mut sessions = Vec::new();
-        for text in texts {
-            let enc = t
-                .encode(text.as_str(), true)
-                .map_err(|e| bad(format!("{}: {e}", path.display())))?;
-            sessions.push(enc.get_ids().to_vec());
-        }
-        all.push((name, sessions));
-    }
-    Ok(all)
 }
 
 /// The report of the package at `location` on the texts of `o`.
@@ -345,158 +287,41 @@ pub fn report(
     let (vocab, files) = row_files(&reader)?;
     if o.warm as u64 > vocab {
         return Err(bad(format!(
-            "--warm {} is larger than the vocabulary ({vocab} rows)",
+            "--warm-set {} is larger than the vocabulary ({vocab} rows)",
             o.warm
         )));
     }
-    let tok = match &o.tokenizer {
-        Some(p) => std::fs::read(p).map_err(|error| NodeError::Io {
-            path: p.clone(),
-            error,
-        })?,
-        None => reader
-            .package_file("tokenizer.json")
-            .map(|b| b.to_vec())
-            .map_err(|e| {
-                bad(format!(
-                    "the package's tokenizer.json: {e} (give --tokenizer FILE)"
-                ))
-            })?,
-    };
-    let all = tokenized(&tok, vocab, o)?;
+    let all = tokenized(&tokenizer_json(&reader, o)?, vocab, o)?;
     let mut workloads = Vec::new();
-    for (name, sessions) in &all {
-        let n = sessions.len() as f64;
-        let distinct: Vec<HashSet<u32>> = sessions
-            .iter()
-            .map(|s| s.iter().copied().collect())
-            .collect();
-        let rows: Vec<u64> = distinct.iter().map(fetched_rows).collect();
-        let cost = files
-            .iter()
-            .map(|f| {
-                let mut c = cost(f, 0, true);
-                let per: Vec<Cost> = rows.iter().map(|&r| cost(f, r, true)).collect();
-                c.rows = per.iter().map(|p| p.rows).sum::<u64>() / per.len().max(1) as u64;
-                c.proof = per.iter().map(|p| p.proof).sum::<u64>() / per.len().max(1) as u64;
-                c.total = c.rows + c.proof;
-                c.saved_pct = per.iter().map(|p| p.saved_pct).sum::<f64>() / n.max(1.0);
-                c
-            })
-            .collect();
-        let measured = match (o.measure, sessions.first()) {
-            (true, Some(first)) => Some(measure(location, &config, first)?),
+    for w in &all {
+        let measured = match (o.measure, w.1.first()) {
+            (true, Some(first)) => {
+                Some(amortise::measure(location, &config, (false, &[]), &[first])?.2)
+            }
             _ => None,
         };
-        workloads.push(WorkloadLine {
-            name: name.clone(),
-            sessions: sessions.len(),
-            tokens: sessions.iter().map(Vec::len).sum::<usize>() as f64 / n,
-            distinct: distinct.iter().map(HashSet::len).sum::<usize>() as f64 / n,
-            cost,
-            measured,
-        });
+        workloads.push(workload_line(w, &files, measured));
     }
+    let sessions = all.iter().flat_map(|(_, s)| s.iter().map(Vec::as_slice));
+    let warm_ids = gkq_text::warm_set(sessions, o.warm);
+    let package_warm = reader.knot().header().header().warm_rows();
+    let amortised = amortise::amortise(&all, &files, (&package_warm, &warm_ids), o);
+    let amortised = match o.measure {
+        true => amortise::measured(
+            amortised,
+            location,
+            &config,
+            (&all, &package_warm, &warm_ids),
+            o,
+        )?,
+        false => amortised,
+    };
     Ok(Report {
         knot_id: reader.knot_id(),
         vocab,
         files,
-        amortised: amortise(&all, &row_files(&reader)?.1, o),
         workloads,
+        amortised,
+        warm_ids,
     })
-}
-
-/// A fresh node fetching one session's rows from the package's base URL
-/// (the reader's default row file): (requests, payload bytes).
-fn measure(location: &str, config: &ReaderConfig, ids: &[u32]) -> Result<(u64, u64), NodeError> {
-    let mut c = config.clone();
-    c.cache.dir = None;
-    let knot = gkq_reader::is_url(location)
-        .then_some(location)
-        .ok_or_else(|| bad("--url needs a package URL"))?;
-    c.columnar_embed = Some(gkq_store::url::sibling(knot, ""));
-    let r = Reader::open(knot, c, Serve::INPUT)?;
-    let before = r.net_stats();
-    let ids: Vec<u64> = ids.iter().map(|&i| u64::from(i)).collect();
-    r.embedding()?.rows(&ids)?;
-    let s = r.net_stats().since(&before);
-    Ok((s.requests, s.payload_bytes))
-}
-
-/// The report as Markdown: the proposal's tables.
-pub fn markdown(r: &Report) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let kb = |b: u64| format!("{:.2} KB", b as f64 / 1000.0);
-    let _ = writeln!(
-        out,
-        "Knot {}, token embedding {} rows; row files: {}.\n",
-        r.knot_id,
-        r.vocab,
-        r.files
-            .iter()
-            .map(|f| format!(
-                "{} ({} B/row, {} MB)",
-                f.dtype,
-                f.row_bytes,
-                f.file_len / 1_000_000
-            ))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let heads: Vec<String> = r
-        .files
-        .iter()
-        .map(|f| format!("{} per cold session (saved)", f.dtype))
-        .collect();
-    let _ = writeln!(
-        out,
-        "| workload | sessions | tokens | distinct ids | {} | measured (requests, bytes) |",
-        heads.join(" | ")
-    );
-    let _ = writeln!(
-        out,
-        "|---|---:|---:|---:|{}---|",
-        "---:|".repeat(heads.len())
-    );
-    for w in &r.workloads {
-        let cells: Vec<String> = w
-            .cost
-            .iter()
-            .map(|c| format!("{} ({:.3} %)", kb(c.total), c.saved_pct))
-            .collect();
-        let m = w
-            .measured
-            .map_or("-".to_owned(), |(q, b)| format!("{q}, {}", kb(b)));
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.1} | {:.1} | {} | {m} |",
-            w.name,
-            w.sessions,
-            w.tokens,
-            w.distinct,
-            cells.join(" | ")
-        );
-    }
-    let a = &r.amortised;
-    let _ = writeln!(
-        out,
-        "\n{} sessions drawn from the mix, top-{} warm set, {} distinct ids:\n",
-        a.sessions, a.warm, a.distinct
-    );
-    let _ = writeln!(
-        out,
-        "| row file | warm set | cold tail | total | saved vs dense per session |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
-    for (d, w, c, t, s) in &a.cost {
-        let _ = writeln!(
-            out,
-            "| {d} | {} | {} | {} | {s:.6} % |",
-            kb(*w),
-            kb(*c),
-            kb(*t)
-        );
-    }
-    out
 }

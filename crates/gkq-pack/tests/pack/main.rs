@@ -17,6 +17,7 @@ mod package;
 mod quant;
 mod rows;
 mod spectral;
+mod warm;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gkq-pack"))

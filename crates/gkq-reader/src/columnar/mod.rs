@@ -37,10 +37,18 @@ use crate::proof::proof_url;
 
 mod fetch;
 mod verify;
+mod warm;
+
+pub use warm::{WarmReport, WarmUnused};
 
 /// The URL of the runs object of the row file at `url` (FORMAT.md 7b).
 pub(crate) fn runs_url(url: &str) -> String {
     gkq_store::url::with_suffix(url, gkq_format::runs::RUNS_SUFFIX)
+}
+
+/// The URL of the warm object of the row file at `url` (FORMAT.md 7d).
+pub(crate) fn warm_url(url: &str) -> String {
+    gkq_store::url::with_suffix(url, gkq_format::warm::WARM_SUFFIX)
 }
 
 /// Where the bytes of a batch of runs came from.
@@ -120,6 +128,9 @@ struct Backend {
     /// package has none, or after it failed once (rows and records then
     /// come from the row file and the proof object).
     runs: Mutex<Option<(String, RunsLayout)>>,
+    /// The warm object (FORMAT.md 7d) and the warm rows, when the knot
+    /// lists one for this row file.
+    warm: Option<(String, Vec<u64>)>,
     desc: ColumnarDescriptor,
     layout: ProofLayout,
     config: FetchConfig,
@@ -155,7 +166,7 @@ impl ColumnarEmbedBackend {
     /// without a row proof (a version 2 knot) is refused, since its rows
     /// could not be verified.
     pub(crate) fn new(
-        (url, runs): (String, Option<String>),
+        (url, runs, warm): (String, Option<String>, Option<Vec<u64>>),
         desc: ColumnarDescriptor,
         config: FetchConfig,
         (store, meter): (Arc<Store>, Meter),
@@ -167,6 +178,7 @@ impl ColumnarEmbedBackend {
             inner: Arc::new(Backend {
                 proof_url: proof_url(&url),
                 runs: Mutex::new(runs.zip(RunsLayout::of(&desc))),
+                warm: warm.map(|ids| (warm_url(&url), ids)),
                 url,
                 desc,
                 layout,
@@ -219,6 +231,11 @@ impl ColumnarEmbedBackend {
     /// Rows currently in the LRU.
     pub fn cached_rows(&self) -> usize {
         lock(&self.inner.state).lru.len()
+    }
+
+    /// Seeds the cache with the row file's warm object (FORMAT.md 7d).
+    pub(crate) async fn warm(&self) -> WarmReport {
+        self.inner.warm().await
     }
 
     /// Checks every id against the vocabulary before anything is fetched.

@@ -19,7 +19,7 @@ use crate::ranges::{RowRun, coalesce};
 
 impl Backend {
     /// Rows of `ids` from the disk cache, verified (when the table is at hand).
-    async fn cached_rows_on_disk(&self, ids: &[u64]) -> HashMap<u64, Row> {
+    pub(super) async fn cached_rows_on_disk(&self, ids: &[u64]) -> HashMap<u64, Row> {
         let mut out = HashMap::new();
         let (Some(d), Some(roots)) = (&self.disk, self.table.get()) else {
             return out;

@@ -242,6 +242,61 @@ impl<'d> RowFile<'d> {
     }
 }
 
+/// An object derived from a row file and its proof object (a runs
+/// object, 7b, or a warm object, 7d), opened when it has `expected` bytes;
+/// else its failure is reported (`length` gives the length error).
+fn open_derived(
+    (name, what): (&str, &'static str),
+    path: &Path,
+    expected: u64,
+    length: impl FnOnce(u64) -> gkq_format::Error,
+    cols: &mut Acc,
+) -> Option<File> {
+    let shown = path.display().to_string();
+    match open_regular(path) {
+        Ok((_, len)) if len != expected => cols.fail(shown, length(len)),
+        Ok((f, _)) => return Some(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let object = name.to_owned();
+            cols.fail(shown, gkq_format::Error::ObjectMissing { what, object });
+        }
+        Err(e) => cols.fail(shown, e),
+    }
+    None
+}
+
+/// Compares `file` byte for byte with what `write` writes: the first
+/// byte that differs, `at`, is a `RowProof` failure of row `row_at(at)`.
+fn compare_derived(
+    (name, path): (&str, &Path),
+    (file, expected): (File, u64),
+    row_at: impl Fn(u64) -> u64,
+    write: impl FnOnce(&mut Compare) -> std::io::Result<()>,
+    cols: &mut Acc,
+) {
+    let shown = path.display().to_string();
+    let mut cmp = Compare {
+        file: std::io::BufReader::with_capacity(1 << 20, file),
+        at: 0,
+        first_diff: None,
+        buf: Vec::new(),
+    };
+    match write(&mut cmp) {
+        Err(e) => cols.fail(shown, e),
+        Ok(()) => match cmp.first_diff {
+            Some(at) => cols.fail(
+                shown,
+                gkq_format::Error::RowProof {
+                    object: name.to_owned(),
+                    row: row_at(at),
+                    reason: format!("differs at byte {at} from the row and its record (RowProof)"),
+                },
+            ),
+            None => cols.bytes += expected,
+        },
+    }
+}
+
 /// A runs object (FORMAT.md 7b) against the row file and the proof
 /// object's records it interleaves, byte for byte (both already checked
 /// against the knot).
@@ -250,75 +305,87 @@ pub(crate) fn check_runs(d: &ColumnarDescriptor, dir: &Path, cols: &mut Acc) {
     use std::io::{Seek, SeekFrom};
     let name = runs_object_name(&d.object);
     let path = dir.join(&name);
-    let shown = path.display().to_string();
-    let bad = |reason: String| gkq_format::Error::RowProof {
-        object: name.clone(),
-        row: 0,
-        reason,
-    };
     let Some(layout) = RunsLayout::of(d) else {
+        let reason = "listed in columnar.runs, but its row file has no records".into();
+        let (object, row) = (name, 0);
         return cols.fail(
-            shown,
-            bad("listed in columnar.runs, but its row file has no records".into()),
+            path.display().to_string(),
+            gkq_format::Error::RowProof {
+                object,
+                row,
+                reason,
+            },
         );
     };
     let expected = layout.object_len().unwrap_or(0);
-    let file = match open_regular(&path) {
-        Ok((_, len)) if len != expected => {
-            let e = gkq_format::Error::RunsLength {
-                object: name.clone(),
-                expected,
-                found: len,
-                rows: d.rows,
-                stride: layout.stride(),
-            };
-            return cols.fail(shown, e);
-        }
-        Ok((f, _)) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let what = "runs object";
-            return cols.fail(
-                shown,
-                gkq_format::Error::ObjectMissing {
-                    what,
-                    object: name.clone(),
-                },
-            );
-        }
-        Err(e) => return cols.fail(shown, e),
+    let length = |found| gkq_format::Error::RunsLength {
+        object: name.clone(),
+        expected,
+        found,
+        rows: d.rows,
+        stride: layout.stride(),
     };
-    let rows_path = dir.join(&d.object);
-    let proof_path = dir.join(merkle::proof_object_name(&d.object));
+    let what = (name.as_str(), "runs object");
+    let Some(file) = open_derived(what, &path, expected, length, cols) else {
+        return;
+    };
     let table = merkle::layout_of(d).map_or(0, |l| l.table_len());
-    let opened = File::open(&rows_path).and_then(|r| {
-        let mut p = File::open(&proof_path)?;
+    let opened = File::open(dir.join(&d.object)).and_then(|r| {
+        let mut p = File::open(dir.join(merkle::proof_object_name(&d.object)))?;
         p.seek(SeekFrom::Start(table))?;
         Ok((r, p))
     });
     // the row file and proof object were reported already if unreadable
     let Ok((rows, proof)) = opened else { return };
-    let mut cmp = Compare {
-        file: std::io::BufReader::with_capacity(1 << 20, file),
-        at: 0,
-        first_diff: None,
-        buf: Vec::new(),
-    };
     let mut rows = std::io::BufReader::with_capacity(1 << 20, rows);
     let mut records = std::io::BufReader::with_capacity(1 << 20, proof);
-    match write_runs(&layout, &mut rows, &mut records, &mut cmp) {
-        Err(e) => cols.fail(shown, e),
-        Ok(()) => match cmp.first_diff {
-            Some(at) => cols.fail(
-                shown,
-                gkq_format::Error::RowProof {
-                    object: name.clone(),
-                    row: at / layout.stride(),
-                    reason: format!("differs at byte {at} from the row and its record (RowProof)"),
-                },
-            ),
-            None => cols.bytes += expected,
-        },
-    }
+    let write = |cmp: &mut Compare| write_runs(&layout, &mut rows, &mut records, cmp);
+    let row_at = |at: u64| at / layout.stride().max(1);
+    compare_derived((&name, &path), (file, expected), row_at, write, cols);
+}
+
+/// A warm object (FORMAT.md 7d) against the proof object's chunk table
+/// and the warm rows of the row file with their records, byte for byte.
+pub(crate) fn check_warm(d: &ColumnarDescriptor, ids: &[u64], dir: &Path, cols: &mut Acc) {
+    use gkq_format::warm::{WarmLayout, WarmPart, warm_object_name, write_warm};
+    let name = warm_object_name(&d.object);
+    let path = dir.join(&name);
+    // a validated knot lists only row files with proofs, rows in range
+    let Some(layout) = WarmLayout::of(d, ids.len() as u64) else {
+        return;
+    };
+    let expected = layout.object_len().unwrap_or(0);
+    let length = |found| gkq_format::Error::WarmLength {
+        object: name.clone(),
+        expected,
+        found,
+    };
+    let what = (name.as_str(), "warm object");
+    let Some(file) = open_derived(what, &path, expected, length, cols) else {
+        return;
+    };
+    let opened = File::open(dir.join(&d.object)).and_then(|r| {
+        Ok((
+            r,
+            File::open(dir.join(merkle::proof_object_name(&d.object)))?,
+        ))
+    });
+    let Ok((rows, proof)) = opened else { return };
+    let read = |part, at, buf: &mut [u8]| match part {
+        WarmPart::Rows => rows.read_exact_at(buf, at),
+        WarmPart::Proof => proof.read_exact_at(buf, at),
+    };
+    let write = |cmp: &mut Compare| write_warm(d, ids, read, cmp);
+    // the warm row of the entry (the first one's for the chunk table)
+    let row_at = |at: u64| {
+        let k = at.saturating_sub(layout.table_len()) / layout.stride().max(1);
+        usize::try_from(k)
+            .ok()
+            .and_then(|k| ids.get(k))
+            .copied()
+            .unwrap_or(0)
+    };
+    compare_derived((&name, &path), (file, expected), row_at, write, cols);
 }
 
 /// A `Write` that compares what is written with a file, byte for byte.

@@ -110,8 +110,12 @@ pub(crate) fn check_block(
     for rf in files {
         let d = rf.descriptor();
         rf.finish(block, dir, &mut cols);
-        if knot.header().header().has_runs(&d.object) {
+        let h = knot.header().header();
+        if h.has_runs(&d.object) {
             columnar::check_runs(d, dir, &mut cols);
+        }
+        if h.has_warm(&d.object) {
+            columnar::check_warm(d, &h.warm_rows(), dir, &mut cols);
         }
     }
     BlockChecked {

@@ -178,11 +178,9 @@ impl Context<'_> {
                 CheckName::Columnar,
                 started,
                 format!(
-                    "{n_desc} row files: size, sha256, every row against its block, exactness flags, proof objects (Merkle roots){}",
-                    match header.meta_list(gkq_format::keys::COLUMNAR_RUNS).map_or(0, <[String]>::len) {
-                        0 => String::new(),
-                        n => format!(", {n} runs objects"),
-                    }
+                    "{n_desc} row files: size, sha256, every row against its block, exactness flags, proof objects (Merkle roots){}{}",
+                    listed(header, gkq_format::keys::COLUMNAR_RUNS, "runs"),
+                    listed(header, gkq_format::keys::COLUMNAR_WARM, "warm"),
                 ),
             ),
         ];
@@ -233,4 +231,12 @@ struct Ran {
 
 fn source_name(p: Option<&Path>) -> String {
     p.map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+/// `, N runs objects` for the N objects a `columnar.*` key lists, or nothing.
+fn listed(header: &gkq_format::Header, key: &str, what: &str) -> String {
+    match header.meta_list(key).map_or(0, <[String]>::len) {
+        0 => String::new(),
+        n => format!(", {n} {what} objects"),
+    }
 }

@@ -26,21 +26,7 @@ use failure::SdkFailure;
 pub(crate) use failure::describe;
 use send::Sent;
 
-/// What an object is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ObjectKind {
-    /// A columnar row file.
-    Rows,
-    /// The proof object (FORMAT.md 7a) or runs object (7b) of a row file.
-    Proof,
-    /// A companion file (config, tokenizer) listed in `package.files`.
-    Companion,
-    /// The knot.
-    Knot,
-    /// The signature object (`model.sig`), published after the knot.
-    Signature,
-}
+pub use gkq_format::ObjectKind;
 
 /// One file to publish.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -21,6 +21,8 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::report::{Acc, RemoteFinding};
+
+mod derived;
 use crate::{VerifyError, VerifyOptions};
 
 pub(crate) struct RemoteOutcome {
@@ -252,7 +254,7 @@ fn check_knot(
 /// and the requests made.
 fn check_row_file(
     http: &Http,
-    (d, runs): (&ColumnarDescriptor, bool),
+    (d, runs, warm): (&ColumnarDescriptor, bool, Option<&[u64]>),
     dir: &Path,
     base: &str,
     opts: &VerifyOptions,
@@ -292,70 +294,19 @@ fn check_row_file(
             Err(f) => acc.fail(url.clone(), f),
         }
     }
-    match (runs, &proof.roots) {
-        (true, Some(roots)) => {
-            let (o, r) = check_runs(http, d, base, roots, (&rows, local.as_ref()), acc);
-            (objects + o, requests + r)
-        }
-        _ => (objects, requests),
-    }
-}
-
-/// A runs object (FORMAT.md 7b): its length, and the sampled rows fetched
-/// from it, each a single range of row and record, verified and compared
-/// with the local row file. Returns (objects, requests).
-fn check_runs(
-    http: &Http,
-    d: &ColumnarDescriptor,
-    base: &str,
-    roots: &[merkle::Hash],
-    (rows, local): (&[u64], Option<&File>),
-    acc: &mut Acc,
-) -> (u64, u64) {
-    use gkq_format::runs::{RunsLayout, runs_object_name};
-    let url = object_url(base, &runs_object_name(&d.object));
-    let Some(layout) = RunsLayout::of(d) else {
-        return (0, 0);
+    let Some(roots) = &proof.roots else {
+        return (objects, requests);
     };
-    let total = layout.object_len().unwrap_or(0);
-    if let Err(f) = head(http, &url, total) {
-        acc.fail(url, f.finding());
-        return (1, 1);
+    let mut done = (objects, requests);
+    if runs {
+        let (o, r) = derived::check_runs(http, d, base, roots, (&rows, local.as_ref()), acc);
+        done = (done.0 + o, done.1 + r);
     }
-    let fetch = |r: u64| -> Result<u64, RemoteFinding> {
-        let (s, e) = layout.range(r, 1).unwrap_or((0, 0));
-        let body = range(http, &url, (s, e - 1), total).map_err(|b| RemoteFinding::Row {
-            row: r,
-            inner: Box::new(b.finding),
-        })?;
-        let row = gkq_format::runs::check_runs(d, roots, r, &body).map_err(|error| {
-            RemoteFinding::RowProof {
-                error,
-                proof_url: url.clone(),
-            }
-        })?;
-        if let Some(f) = local {
-            let mut mine = vec![0u8; row.len()];
-            let at = r * d.row_bytes;
-            if f.read_exact_at(&mut mine, at).is_ok() && mine != row {
-                let end = at + d.row_bytes - 1;
-                return Err(RemoteFinding::RowDiffers {
-                    row: r,
-                    start: at,
-                    end,
-                });
-            }
-        }
-        Ok(body.len() as u64)
-    };
-    let results: Vec<Result<u64, RemoteFinding>> = rows.par_iter().map(|&r| fetch(r)).collect();
-    for r in results {
-        match r {
-            Ok(n) => acc.bytes += n,
-            Err(f) => acc.fail(url.clone(), f),
-        }
+    if let Some(ids) = warm {
+        let (o, r) = derived::check_warm(http, d, base, ids, local.as_ref(), acc);
+        done = (done.0 + o, done.1 + r);
     }
-    (1, 1 + rows.len() as u64)
+    done
 }
 
 /// A row file's proof object (FORMAT.md 7a): its length and its chunk
@@ -539,9 +490,12 @@ pub(crate) fn check_remote(
         }
     };
     let mut objects = 0;
+    let h = knot.header().header();
+    let warm_rows = h.warm_rows();
     for d in knot.blocks().iter().flat_map(|b| &b.columnar) {
-        let runs = knot.header().header().has_runs(&d.object);
-        let (o, r) = check_row_file(http, (d, runs), dir, base, opts, &mut acc);
+        let runs = h.has_runs(&d.object);
+        let warm = h.has_warm(&d.object).then_some(warm_rows.as_slice());
+        let (o, r) = check_row_file(http, (d, runs, warm), dir, base, opts, &mut acc);
         objects += o;
         requests += r;
     }

@@ -1,0 +1,119 @@
+//! The report as Markdown: the proposal's tables, which a publisher pastes.
+
+use std::fmt::Write as _;
+
+use super::Report;
+use super::amortise::WarmFrom;
+
+fn kb(b: u64) -> String {
+    format!("{:.2} KB", b as f64 / 1000.0)
+}
+
+/// The report as Markdown.
+pub fn markdown(r: &Report) -> String {
+    let mut out = String::new();
+    let files: Vec<String> = r
+        .files
+        .iter()
+        .map(|f| {
+            format!(
+                "{} ({} B/row, {} MB)",
+                f.dtype,
+                f.row_bytes,
+                f.file_len / 1_000_000
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "Knot {}, token embedding {} rows; row files: {}.\n",
+        r.knot_id,
+        r.vocab,
+        files.join(", ")
+    );
+    workloads(&mut out, r);
+    amortised(&mut out, r);
+    out
+}
+
+fn workloads(out: &mut String, r: &Report) {
+    let heads: Vec<String> = r
+        .files
+        .iter()
+        .map(|f| format!("{} per cold session (saved)", f.dtype))
+        .collect();
+    let _ = writeln!(
+        out,
+        "| workload | sessions | tokens | distinct ids | {} | measured (requests, bytes) |",
+        heads.join(" | ")
+    );
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|{}---|",
+        "---:|".repeat(heads.len())
+    );
+    for w in &r.workloads {
+        let cells: Vec<String> = w
+            .cost
+            .iter()
+            .map(|c| format!("{} ({:.3} %)", kb(c.total), c.saved_pct))
+            .collect();
+        let m = w.measured.map_or("-".to_owned(), |m| {
+            format!("{}, {}", m.requests, kb(m.bytes))
+        });
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.1} | {} | {m} |",
+            w.name,
+            w.sessions,
+            w.tokens,
+            w.distinct,
+            cells.join(" | ")
+        );
+    }
+}
+
+fn amortised(out: &mut String, r: &Report) {
+    let a = &r.amortised;
+    let from = match a.warm_from {
+        WarmFrom::Package => "the package's warm object",
+        WarmFrom::Texts => {
+            "the texts' top ids, as a warm object would hold them (the package has none)"
+        }
+    };
+    let _ = writeln!(
+        out,
+        "\n{} sessions drawn from the mix on one node, {} distinct ids; warm set of {} rows: {from}.\n",
+        a.sessions, a.distinct, a.warm
+    );
+    let _ = writeln!(
+        out,
+        "| row file | warm-up (requests) | cold tail (requests) | total | saved vs dense per session |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+    for c in &a.cost {
+        let _ = writeln!(
+            out,
+            "| {} | {} ({}) | {} ({}) | {} | {:.6} % |",
+            c.dtype,
+            kb(c.warm_bytes),
+            c.warm_requests,
+            kb(c.cold_bytes),
+            c.cold_requests,
+            kb(c.total_bytes),
+            c.saved_pct
+        );
+    }
+    if let Some(m) = &a.measured {
+        let _ = writeln!(
+            out,
+            "\nMeasured on a fresh node reading {}: warm-up {} requests, {}; the sessions {} requests, {}; total {}.",
+            m.object,
+            m.warm.requests,
+            kb(m.warm.bytes),
+            m.cold.requests,
+            kb(m.cold.bytes),
+            kb(m.warm.bytes + m.cold.bytes)
+        );
+    }
+}
