@@ -18,9 +18,10 @@ pub enum DecodeError {
     /// A tensor operation failed.
     #[error("compute: {0}")]
     Compute(#[from] candle_core::Error),
-    /// Tokenizer problems (the cause is the tokenizers crate's error).
-    #[error("tokenizer")]
-    Tokenizer(#[source] tokenizers::Error),
+    /// Tokenizer problems: a tokenizer.json that does not load, or is not
+    /// this model's (more ids than the embedding has rows).
+    #[error(transparent)]
+    Tokenizer(#[from] gkq_text::TextError),
     /// A range of layers the model does not have.
     #[error("layers {start}..{end} are outside the model's 0..{layers}")]
     Layers {

@@ -405,6 +405,9 @@ pub struct Generation {
     /// The logits of the first step (after the prompt), for `--logits-out`.
     #[serde(skip)]
     pub first_logits: Vec<f32>,
+    /// What `--warm` did on the input stage (the warm object, FORMAT.md 7d).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm: Option<gkq_reader::WarmReport>,
 }
 
 fn digest(logits: &Tensor) -> Result<String> {
@@ -530,12 +533,18 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
         stage_bytes,
         resolutions,
         first_logits,
+        warm: stages[0]
+            .reader
+            .embedding()
+            .ok()
+            .and_then(|e| e.warm_report()),
     })
 }
 
-/// Token ids of `text` with the `tokenizer.json` bytes given.
-pub fn tokenize(tokenizer_json: &[u8], text: &str) -> Result<Vec<u32>> {
-    let t = tokenizers::Tokenizer::from_bytes(tokenizer_json).map_err(DecodeError::Tokenizer)?;
-    let enc = t.encode(text, false).map_err(DecodeError::Tokenizer)?;
-    Ok(enc.get_ids().to_vec())
+/// Token ids of `text` with the `tokenizer.json` bytes given, for a model
+/// of `vocab` rows, as every tool tokenizes (`gkq_text`: padding and
+/// truncation off, special tokens as the tokenizer adds them).
+pub fn tokenize(tokenizer_json: &[u8], vocab: u64, text: &str) -> Result<Vec<u32>> {
+    let t = gkq_text::Tokenizer::from_bytes(tokenizer_json, vocab)?;
+    Ok(t.encode(text)?)
 }

@@ -140,7 +140,8 @@ fn prompt(a: &Args, stage: &Stage) -> anyhow::Result<Vec<u32>> {
                 .context("no --tokenizer given, and the package's tokenizer.json")?
                 .to_vec(),
         };
-        return Ok(tokenize(&json, text)?);
+        let vocab = stage.reader().embedding()?.vocab();
+        return Ok(tokenize(&json, vocab, text)?);
     }
     match &a.prompt_ids {
         Some(ids) => Ok(ids.0.clone()),
@@ -304,6 +305,15 @@ fn report(a: &Args, g: Generation) -> anyhow::Result<()> {
     }
     for r in &g.resolutions {
         text.push_str(&format!("\n{}: {}: {}", r.role, r.path, r.reason));
+    }
+    if let Some(w) = &g.warm {
+        text.push_str(&match &w.unused {
+            None => format!(
+                "\nwarm: {} of {} warm rows seeded in {} requests, {} bytes",
+                w.seeded, w.listed, w.requests, w.bytes
+            ),
+            Some(why) => format!("\nwarm: the warm object is not used: {why}"),
+        });
     }
     for (i, d) in g.logits_sha256.iter().enumerate() {
         text.push_str(&format!("\nstep {i} logits sha256 {d}"));

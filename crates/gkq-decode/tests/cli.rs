@@ -346,3 +346,48 @@ fn two_processes_share_one_cache_and_decode_like_the_local_run() {
     }
     assert!(blobs > 0, "the blocks were cached");
 }
+
+/// `--warm` (issue 33): the input node seeds its row cache with the
+/// package's warm object in one request before the prompt, and says so.
+#[test]
+fn a_node_given_warm_seeds_its_rows_in_one_request() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let www = tmp.path().join("www");
+    let ids = tmp.path().join("ids.txt");
+    std::fs::write(&ids, "5 17 300 1 2 3").expect("ids");
+    let mut opts = gkq_pack::PackOptions::new(fixtures::committed_tiny(), www.join("m"));
+    opts.warm.ids = Some(ids);
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let nginx = fixtures::servers::Nginx::start(
+        &www,
+        &tmp.path().join("nginx"),
+        &fixtures::servers::NginxOptions::default(),
+    )
+    .expect("nginx");
+    let knot = format!("{}/m/model.knot", nginx.url());
+    let base = format!("{}/m/", nginx.url());
+    let args = [
+        &knot,
+        "--columnar-embed",
+        &base,
+        "--warm",
+        "--no-cache",
+        "--prompt-ids",
+        "5,17,300",
+        "--max-new-tokens",
+        "2",
+    ];
+    let v = json(&decode(&[&args[..], &["--json"]].concat()));
+    let w = &v["warm"];
+    assert_eq!(
+        (w["seeded"].as_u64(), w["requests"].as_u64()),
+        (Some(6), Some(1)),
+        "{w}"
+    );
+    let o = decode(&args);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("warm: 6 of 6 warm rows seeded in 1 requests"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}

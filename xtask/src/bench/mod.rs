@@ -10,6 +10,7 @@ mod fleet;
 mod pack;
 mod quant;
 mod reader;
+mod report;
 mod spectral;
 mod verify;
 mod wire;
@@ -38,6 +39,8 @@ pub(crate) enum Which {
     Quant,
     /// 8 nodes boot the qwen2.5-0.5b preset at once: straight to a 100 MB/s origin, through an nginx slice cache, from a gkq-mirror copy, and with a hostile mirror: origin egress and ready times.
     Fleet,
+    /// gkq-report on the qwen2.5-0.5b preset with the Qwen2.5 BPE and the six workloads of fixtures/texts, without and with a top-100 warm object: the warm-up's requests and the 100 sessions on the wire against the computed report.
+    Report,
     /// A cold node ready at link speed: decode from a package behind a 100 MB/s link with 25 MB/s per response, against the sequential pull, curl --parallel and a local-file decode; warm restarts.
     Coldstart,
 }
@@ -61,5 +64,6 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Coldstart => coldstart::run(),
         Which::Quant => quant::run(),
         Which::Fleet => fleet::run(),
+        Which::Report => report::run(),
     }
 }

@@ -98,7 +98,7 @@ fn warm(base: &str, s: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
     println!("| | mix100 | fresh100 | proposal |");
     println!("|---|---:|---:|---:|");
     let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-    let w = |v: &Value| v["warm"]["payload_bytes"].as_f64().unwrap_or(0.0);
+    let w = |v: &Value| v["prefetch"]["payload_bytes"].as_f64().unwrap_or(0.0);
     let total = |v: &Value| w(v) + f(v, "payload_bytes");
     let (a, b) = (&cols[0], &cols[1]);
     println!("| warm seed | {} | {} | 350 KB |", kib(w(a)), kib(w(b)));
