@@ -16,6 +16,10 @@ fn served(preset: &str, dtypes: &[gkq_format::DType]) -> (tempfile::TempDir, Ngi
     if !dtypes.is_empty() {
         opts.dtypes = dtypes.to_vec();
     }
+    // every package here has a warm object (FORMAT.md 7d), as published ones may
+    let ids = tmp.path().join("warm.txt");
+    fs::write(&ids, "1 2 3 40").expect("ids");
+    opts.warm.ids = Some(ids);
     gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     let nginx = Nginx::start(
         &tmp.path().join("www"),
@@ -519,6 +523,7 @@ fn gkq_mirror_makes_a_verified_servable_copy() {
         .filter_map(|o| o["name"].as_str())
         .collect();
     assert_eq!(names.last(), Some(&"model.sig"), "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with(".rows.warm")), "{names:?}");
     for name in &names {
         assert_eq!(
             fs::read(out.join(name)).expect("origin"),

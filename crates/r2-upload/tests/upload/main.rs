@@ -62,11 +62,14 @@ fn packed(tmp: &Path, big: bool) -> PathBuf {
     let src = tmp.join("model");
     fixtures::write_model(&src, &spec).expect("fixture");
     let out = tmp.join("out");
-    gkq_pack::pack(
-        &gkq_pack::PackOptions::new(&src, &out),
-        &gkq_pack::NoProgress,
-    )
-    .expect("pack");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    if !big {
+        // a warm object (FORMAT.md 7d) is published like the other objects
+        let ids = tmp.join("warm.txt");
+        std::fs::write(&ids, "1 2 3 100").expect("ids");
+        opts.warm.ids = Some(ids);
+    }
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     out
 }
 
@@ -127,6 +130,11 @@ async fn single_and_multipart_uploads_then_skip_on_rerun() {
             objects.last().expect("knot").kind,
             ObjectKind::Knot,
             "knot last"
+        );
+        assert_eq!(
+            objects.iter().any(|o| o.kind == ObjectKind::Warm),
+            !big,
+            "the warm object is published"
         );
         let up = uploader(&s3.url(), S3_SECRET_KEY, 5).await;
         up.check_bucket().await.expect("bucket exists");
