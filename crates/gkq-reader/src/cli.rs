@@ -52,7 +52,7 @@ pub struct NetArgs {
     /// Use a package only if its model.sig is signed by this ECDSA P-256 public key (PEM; repeatable: any one of them, for key rotation), or its id is the pinned --knot-id; an unsigned or wrongly signed package is refused.
     #[arg(long = "trust-key", value_name = "PUB.pem", help_heading = "Network")]
     pub trust_keys: Vec<PathBuf>,
-    /// Base URL of a mirror of the package (repeatable): row runs and bulk parts are spread over the mirrors and the knot's own base, every answer verified; a mirror that fails or serves a wrong byte is dropped, with the evidence in the report.
+    /// Base URL of a mirror of the package (repeatable): row runs and bulk parts are spread over the mirrors and the knot's own base, every answer verified; a mirror that fails or serves a wrong byte is dropped, with the evidence in the report. With --knot-id or --trust-key the knot header and signature may come from a mirror too (the open's report says which source served it).
     #[arg(long = "mirror", value_name = "BASE_URL", help_heading = "Network")]
     pub mirrors: Vec<String>,
     /// A PEM file of CA certificates to trust besides the system store (repeatable; for a private CA, a mirror, a test server). SSL_CERT_FILE replaces the system store.

@@ -76,8 +76,11 @@ pub struct ReaderConfig {
     /// a regional copy made with gkq-mirror, a caching proxy): row runs and
     /// bulk parts are spread over them and the origin, each answer verified
     /// as always; a mirror that fails or serves a wrong byte is dropped for
-    /// the session, with its evidence (`Reader::sources`). The knot header
-    /// and the signature always come from the knot's own URL.
+    /// the session, with its evidence (`Reader::sources`). The knot header,
+    /// the signature and the row files' HEADs come from the knot's own URL,
+    /// unless trust does not depend on the channel (`knot_id` or `trust`
+    /// set): then from any source, the same way (`KnotHandle::header_from`
+    /// says which).
     pub mirrors: Vec<String>,
     /// The row file dtype to fetch when `columnar_embed` is a base URL
     /// (`--embed-dtype`). Default: the narrowest row file the knot marks

@@ -87,8 +87,10 @@ fn open_cache(c: &crate::cache::CacheConfig) -> Result<Option<Arc<DiskCache>>> {
     }
 }
 
-/// Spreads the reads of the package at `location` over its mirrors.
-fn set_mirrors(store: &Store, location: &str, mirrors: &[String]) -> Result<()> {
+/// Spreads the reads of the package at `location` over its mirrors; the
+/// header reads too when `trusted` (trust that does not depend on the
+/// channel: a pinned id, or trusted keys).
+fn set_mirrors(store: &Store, location: &str, mirrors: &[String], trusted: bool) -> Result<()> {
     if mirrors.is_empty() {
         return Ok(());
     }
@@ -104,7 +106,7 @@ fn set_mirrors(store: &Store, location: &str, mirrors: &[String]) -> Result<()> 
     if crate::knot::is_url(&knot) {
         let bare = gkq_store::url::without_query(&knot);
         let base = bare.rfind('/').map_or(bare, |i| &bare[..=i]);
-        store.set_mirrors(base, mirrors);
+        store.set_mirrors(base, mirrors, trusted);
     }
     Ok(())
 }
@@ -133,7 +135,8 @@ impl Inner {
             gkq_store::url::refuse_credentials(url)?;
         }
         let store = Arc::new(Store::new(config.store.clone())?);
-        set_mirrors(&store, location, &config.mirrors)?;
+        let trusted = config.knot_id.is_some() || !config.trust.is_empty();
+        set_mirrors(&store, location, &config.mirrors, trusted)?;
         let disk = open_cache(&config.cache)?;
         let policy = crate::knot::Policy {
             pin: config.knot_id,

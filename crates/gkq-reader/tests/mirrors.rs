@@ -354,3 +354,98 @@ fn an_object_replaced_in_place_is_noticed() {
     let text = gkq_format::error_chain(&err);
     assert!(text.contains("the object changed at this URL"), "{text}");
 }
+
+/// The knot header from a mirror (issue 32, item 1), only when trust does
+/// not depend on the channel. The origin cannot be reached (an air-gapped
+/// site): without a pin or a key the node cannot open; with a pinned id,
+/// or a trusted key, it opens from a mirror and says which served the
+/// header. A mirror serving another package's knot under the same name,
+/// or a signature by another key, is dropped with why, and the next
+/// source asked; every row is right.
+#[test]
+fn the_header_comes_from_a_mirror_only_when_trust_does_not_depend_on_the_channel() {
+    use sha2::Digest;
+    let s = site();
+    let key =
+        p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
+    gkq_sign::sign_package(&s.pkg, &key).expect("sign");
+    let id = gkq_sign::knot_id_of(&s.pkg).expect("id");
+    let (_g, good) = mirror(&s, "good", &NginxOptions::default(), |_| {});
+    // another package's knot and signature (another key) under the same names
+    let other = s.tmp.path().join("other-src");
+    let mut spec = fixtures::preset("qwen2-tiny-f32").expect("preset");
+    spec.seed = spec.seed.wrapping_add(1);
+    fixtures::write_model(&other, &spec).expect("model");
+    let other_pkg = s.tmp.path().join("other-pkg");
+    let mut opts = gkq_pack::PackOptions::new(&other, &other_pkg);
+    opts.dtypes = vec![DType::F32];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let intruder =
+        p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"intruder")).expect("key");
+    gkq_sign::sign_package(&other_pkg, &intruder).expect("sign");
+    let (_f, foreign) = mirror(&s, "foreign", &NginxOptions::default(), |d| {
+        fs::copy(other_pkg.join("model.knot"), d.join("model.knot")).expect("copy");
+    });
+    let (_b, badsig) = mirror(&s, "badsig", &NginxOptions::default(), |d| {
+        fs::copy(other_pkg.join("model.sig"), d.join("model.sig")).expect("copy");
+    });
+    let port = fixtures::servers::free_port().expect("port");
+    let knot = format!("http://127.0.0.1:{port}/m/model.knot");
+    let open = |mirrors: &[&str], trust: (Option<gkq_format::KnotId>, bool)| {
+        let mut c = config(&s, mirrors);
+        c.columnar_embed = Some(format!("http://127.0.0.1:{port}/m/"));
+        c.knot_id = trust.0;
+        if trust.1 {
+            c.trust = vec![gkq_format::sig::PublicKey::from_key(*key.verifying_key())];
+        }
+        Reader::open(&knot, c, Serve::INPUT)
+    };
+    // the channel's trust: the origin's header or nothing
+    let e = open(&[&good], (None, false)).expect_err("no origin, no trust");
+    assert!(
+        gkq_format::error_chain(&e).contains(&format!("127.0.0.1:{port}")),
+        "{e}"
+    );
+    let plain = Reader::open(
+        &format!("{}/m/model.knot", s.origin.url()),
+        config(&s, &[]),
+        Serve::INPUT,
+    )
+    .expect("origin");
+    let ids: Vec<u64> = (0..512).step_by(7).collect();
+    let want = plain.embedding().expect("e").rows(&ids).expect("rows");
+    let check = |r: &Reader| {
+        let got = r.embedding().expect("e").rows(&ids).expect("rows");
+        for (i, id) in ids.iter().enumerate() {
+            assert!(got.bytes(i) == want.bytes(i), "row {id}");
+        }
+    };
+    for (mirrors, trust, dropped) in [
+        (vec![good.as_str()], (Some(id), false), None),
+        (vec![good.as_str()], (None, true), None),
+        (
+            vec![foreign.as_str(), good.as_str()],
+            (Some(id), false),
+            Some(&foreign),
+        ),
+        (
+            vec![badsig.as_str(), good.as_str()],
+            (None, true),
+            Some(&badsig),
+        ),
+    ] {
+        let r = open(&mirrors, trust).expect("opens from a mirror");
+        assert_eq!(r.knot().header_from(), Some(good.as_str()), "{mirrors:?}");
+        assert_eq!(r.knot_id(), id.to_string());
+        check(&r);
+        let report = r.sources();
+        if let Some(bad) = dropped {
+            let d = report
+                .iter()
+                .find(|x| &x.base == bad)
+                .and_then(|x| x.dropped.clone())
+                .unwrap_or_else(|| panic!("{bad} not dropped: {report:?}"));
+            assert!(d.contains("model."), "the evidence names the object: {d}");
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! What every backend checks of an answer to a range request, in one
 //! place: the `Content-Range` it must carry (exactly the range asked for,
-//! of an object of the length the caller knows), and a body of exactly
-//! that length, streamed into the caller's buffer as it arrives.
+//! of an object of the length the caller knows), a body of exactly that
+//! length, streamed into the caller's buffer as it arrives, and the
+//! object's validator: the strong ETag first seen, which every later
+//! answer must carry (HTTP sends it as `If-Range`, S3 as `If-Match`).
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -13,6 +15,44 @@ use crate::error::StoreError;
 use crate::range::{Expect, parse_content_range};
 use crate::retry::{Attempt, Transient};
 use crate::stats::Counters;
+
+/// The strong ETag first seen for each object (by URL without its query):
+/// an answer with another one comes from another version of the object,
+/// replaced at its URL meanwhile, and is [`StoreError::Changed`], never
+/// mixed with the first version's bytes. Weak ETags (`W/`) say nothing of
+/// the bytes and are ignored.
+#[derive(Debug, Default)]
+pub(crate) struct Validators(Mutex<std::collections::HashMap<String, String>>);
+
+impl Validators {
+    /// The validator recorded for `url`.
+    pub(crate) fn get(&self, url: &str) -> Option<String> {
+        let key = crate::url::without_query(url);
+        crate::blocking::lock(&self.0).get(key).cloned()
+    }
+
+    /// Records `etag` for `url` the first time, else checks it is the one
+    /// first seen.
+    pub(crate) fn check(&self, url: &str, etag: Option<&str>) -> Result<(), StoreError> {
+        let Some(now) = etag.filter(|e| !e.starts_with("W/")) else {
+            return Ok(());
+        };
+        let key = crate::url::without_query(url).to_owned();
+        let mut v = crate::blocking::lock(&self.0);
+        match v.get(&key) {
+            Some(was) if was != now => Err(StoreError::Changed {
+                url: url.to_owned(),
+                was: was.clone(),
+                now: now.to_owned(),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                v.insert(key, now.to_owned());
+                Ok(())
+            }
+        }
+    }
+}
 
 /// A body that arrives in chunks (a reqwest response, an S3 byte stream).
 pub(crate) trait Body: Send {

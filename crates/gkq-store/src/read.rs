@@ -85,6 +85,12 @@ pub trait RangeRead: Send + Sync + Debug {
     /// drops the one that served them. Nothing to do otherwise.
     fn distrust(&self, _location: &str, _range: (u64, u64), _reason: &str) {}
 
+    /// The base URL of the source that served the read of `location` at
+    /// `start`, when a store with mirrors spread it; `None` otherwise.
+    fn served_by(&self, _location: &str, _start: u64) -> Option<String> {
+        None
+    }
+
     /// The gate of parts in flight that this backend's parallel reads share.
     fn gate(&self) -> &Gate;
 

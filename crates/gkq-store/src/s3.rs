@@ -193,6 +193,9 @@ pub struct S3Store {
     config: StoreConfig,
     counters: Counters,
     gate: Gate,
+    /// The ETag first seen for each object: later GetObjects send it as
+    /// `If-Match` and must answer with it (`crate::answer::Validators`).
+    validators: crate::answer::Validators,
 }
 
 type Try<T> = Attempt<T, StoreError>;
@@ -253,6 +256,7 @@ impl S3Store {
             gate: Gate::new(config.parallel),
             config,
             counters: Counters::default(),
+            validators: crate::answer::Validators::default(),
         }
     }
 
@@ -322,11 +326,26 @@ impl S3Store {
         let Some((bucket, key)) = parse_s3_url(url) else {
             return Attempt::Fail(bad_url(url));
         };
+        let was = self.validators.get(url);
         let get = self.client.get_object().bucket(bucket).key(key);
-        let out = match get.range(format!("bytes={start}-{end}")).send().await {
+        let get = get
+            .range(format!("bytes={start}-{end}"))
+            .set_if_match(was.clone());
+        let out = match get.send().await {
             Ok(o) => o,
+            // If-Match refused: the object is not the version first seen
+            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 412) => {
+                return Attempt::Fail(StoreError::Changed {
+                    url: url.into(),
+                    was: was.unwrap_or_default(),
+                    now: "another (the server refused If-Match)".into(),
+                });
+            }
             Err(e) => return never(attempt_error(url, "GetObject", &e)),
         };
+        if let Err(e) = self.validators.check(url, out.e_tag()) {
+            return Attempt::Fail(e);
+        }
         let cr = out.content_range().unwrap_or_default().to_owned();
         let (end, total) = match content_range(url, &cr, (start, end), expect) {
             Ok(v) => v,

@@ -20,8 +20,12 @@
 //!   of three, a third of the samples are slow, and a percentile above
 //!   them would never fire.)
 //!
-//! Headers (`read_prefix`, `head`) always go to the origin: the knot
-//! header and the signature come from the URL the node was given.
+//! Headers (`read_prefix`, `head`: the knot header, the signature, HEADs of
+//! row files) go to the origin, unless the node's trust does not depend on
+//! the channel (a pinned knot id, or a signature by a trusted key, which
+//! are checked on whatever bytes arrive): then they are spread and fail
+//! over like the rest ([`Sources::new`]'s `headers_anywhere`), so a site
+//! whose origin is far or unreachable boots from its mirrors.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -74,11 +78,14 @@ pub struct Sources {
     next: AtomicUsize,
     served: Mutex<HashMap<(String, u64), usize>>,
     times: Mutex<[Vec<Duration>; 2]>,
+    headers_anywhere: bool,
 }
 
 impl Sources {
-    /// The origin's base (`https://host/pkg/v1/`) and mirror bases.
-    pub fn new(origin: &str, mirrors: &[String]) -> Sources {
+    /// The origin's base (`https://host/pkg/v1/`) and mirror bases; with
+    /// `headers_anywhere` (trust that does not depend on the channel),
+    /// header reads are spread too.
+    pub fn new(origin: &str, mirrors: &[String], headers_anywhere: bool) -> Sources {
         let base = |b: &str| {
             let b = crate::url::without_query(b);
             if b.ends_with('/') {
@@ -102,7 +109,19 @@ impl Sources {
             next: AtomicUsize::new(0),
             served: Mutex::new(HashMap::new()),
             times: Mutex::new([Vec::new(), Vec::new()]),
+            headers_anywhere,
         }
+    }
+
+    /// Whether header reads may come from a mirror.
+    pub(crate) fn headers_anywhere(&self) -> bool {
+        self.headers_anywhere
+    }
+
+    /// The base URL of the source that served `location` at `start`.
+    pub(crate) fn served_by(&self, location: &str, start: u64) -> Option<String> {
+        let i = *lock(&self.served).get(&(location.to_owned(), start))?;
+        self.sources.get(i).map(|s| s.base.clone())
     }
 
     /// The object name of `location` when it is under the origin's base.

@@ -209,6 +209,10 @@ impl<R: RangeRead + ?Sized> RangeRead for Counted<'_, R> {
         self.inner.distrust(location, range, reason);
     }
 
+    fn served_by(&self, location: &str, start: u64) -> Option<String> {
+        self.inner.served_by(location, start)
+    }
+
     fn head<'a>(&'a self, location: &'a str) -> BoxFuture<'a, Result<Head>> {
         Box::pin(async move {
             let h = self.inner.head(location).await?;

@@ -6,7 +6,7 @@
 //! [`Gate`] of parts in flight.
 
 use crate::config::StoreConfig;
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::http::HttpStore;
 use crate::local::LocalStore;
 use crate::parallel::Gate;
@@ -64,10 +64,14 @@ impl Store {
     }
 
     /// Spreads the reads of objects under `origin` (a base URL) over it
-    /// and `mirrors` (see [`Sources`]); once, before the first read.
-    pub fn set_mirrors(&self, origin: &str, mirrors: &[String]) {
+    /// and `mirrors` (see [`Sources`]), header reads too when
+    /// `headers_anywhere` (trust that does not depend on the channel);
+    /// once, before the first read.
+    pub fn set_mirrors(&self, origin: &str, mirrors: &[String], headers_anywhere: bool) {
         if !mirrors.is_empty() {
-            let _ = self.sources.set(Sources::new(origin, mirrors));
+            let _ = self
+                .sources
+                .set(Sources::new(origin, mirrors, headers_anywhere));
         }
     }
 
@@ -90,8 +94,8 @@ impl Store {
             .await
     }
 
-    /// A read of object `name` from the next live source; a mirror that
-    /// fails is dropped and the read goes to the next (see [`Sources`]).
+    /// A read of object `name` from the next live source, hedged once its
+    /// size class has a median (see [`Sources`]).
     async fn read_spread(
         &self,
         s: &Sources,
@@ -102,21 +106,9 @@ impl Store {
     ) -> Result<u64> {
         let len = dest.len();
         let end = start.saturating_add(len as u64).saturating_sub(1);
-        let mut origin_failed = None;
+        let mut f = Failover::new(s, (name, location, start), format!("bytes {start}-{end}"));
         loop {
-            let i = match origin_failed.take() {
-                None => s.pick(),
-                // the origin failed: the live mirrors, then the error
-                Some(e) => match s.other(0) {
-                    Some(m) => {
-                        origin_failed = Some(e);
-                        m
-                    }
-                    None => return Err(s.failed(e)),
-                },
-            };
-            let url = s.url(i, name, location);
-            let t = Instant::now();
+            let (i, url, t) = f.next()?;
             let got = match (s.hedge_after(len), s.other(i)) {
                 (Some(after), Some(j)) => {
                     let alt = s.url(j, name, location);
@@ -130,15 +122,8 @@ impl Store {
                     .map_err(|e| (e, i)),
             };
             match got {
-                Ok((n, won)) => {
-                    s.done(won, (location, start, len), t.elapsed(), won != i);
-                    return Ok(n);
-                }
-                Err((e, 0)) => origin_failed = Some(e),
-                Err((e, who)) => {
-                    let at = s.url(who, name, location);
-                    s.drop_source(who, format!("{at}: bytes {start}-{end}: {e}"));
-                }
+                Ok((n, won)) => return Ok(f.done(n, (i, won), len, t)),
+                Err((e, who)) => f.failed(e, who),
             }
         }
     }
@@ -203,9 +188,30 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The sources and the object name of `location`, when header reads of
+    /// it are spread over mirrors.
+    fn header_spread<'a>(&self, location: &'a str) -> Option<(&Sources, &'a str)> {
+        let s = self.sources.get().filter(|s| s.headers_anywhere())?;
+        Some((s, s.name_of(location)?))
+    }
+}
+
 impl RangeRead for Store {
     fn head<'a>(&'a self, location: &'a str) -> BoxFuture<'a, Result<Head>> {
-        Box::pin(async move { self.backend(location).await?.head(location).await })
+        Box::pin(async move {
+            let Some((s, name)) = self.header_spread(location) else {
+                return self.backend(location).await?.head(location).await;
+            };
+            let mut f = Failover::new(s, (name, location, u64::MAX), "HEAD".into());
+            loop {
+                let (i, url, t) = f.next()?;
+                match self.backend(&url).await?.head(&url).await {
+                    Ok(h) => return Ok(f.done(h, (i, i), 0, t)),
+                    Err(e) => f.failed(e, i),
+                }
+            }
+        })
     }
 
     fn read_into<'a>(
@@ -236,16 +242,34 @@ impl RangeRead for Store {
         }
     }
 
+    fn served_by(&self, location: &str, start: u64) -> Option<String> {
+        self.sources.get()?.served_by(location, start)
+    }
+
     fn read_prefix<'a>(
         &'a self,
         location: &'a str,
         max: u64,
     ) -> BoxFuture<'a, Result<(Vec<u8>, u64)>> {
         Box::pin(async move {
-            self.backend(location)
-                .await?
-                .read_prefix(location, max)
-                .await
+            let Some((s, name)) = self.header_spread(location) else {
+                return self
+                    .backend(location)
+                    .await?
+                    .read_prefix(location, max)
+                    .await;
+            };
+            let mut f = Failover::new(s, (name, location, 0), format!("the first {max} bytes"));
+            loop {
+                let (i, url, t) = f.next()?;
+                match self.backend(&url).await?.read_prefix(&url, max).await {
+                    Ok(p) => {
+                        let len = p.0.len();
+                        return Ok(f.done(p, (i, i), len, t));
+                    }
+                    Err(e) => f.failed(e, i),
+                }
+            }
         })
     }
 
@@ -260,5 +284,64 @@ impl RangeRead for Store {
 
     fn multiplexed(&self) -> bool {
         self.http.multiplexed()
+    }
+}
+
+/// One request's walk over the sources: the next live one (round robin),
+/// a mirror that fails dropped with the evidence, an origin failure sent
+/// to the live mirrors and then returned naming every mirror dropped (see
+/// [`Sources`]).
+struct Failover<'a> {
+    s: &'a Sources,
+    name: &'a str,
+    location: &'a str,
+    start: u64,
+    what: String,
+    origin_failed: Option<StoreError>,
+}
+
+impl<'a> Failover<'a> {
+    fn new(s: &'a Sources, (name, location, start): (&'a str, &'a str, u64), what: String) -> Self {
+        Failover {
+            s,
+            name,
+            location,
+            start,
+            what,
+            origin_failed: None,
+        }
+    }
+
+    /// The next source to ask, its URL and the time it was asked; the
+    /// error when none is left.
+    fn next(&mut self) -> Result<(usize, String, Instant)> {
+        let i = match self.origin_failed.take() {
+            None => self.s.pick(),
+            Some(e) => match self.s.other(0) {
+                Some(m) => {
+                    self.origin_failed = Some(e);
+                    m
+                }
+                None => return Err(self.s.failed(e)),
+            },
+        };
+        Ok((i, self.s.url(i, self.name, self.location), Instant::now()))
+    }
+
+    /// Source `won` answered `len` bytes of a request sent to `asked` at `t`.
+    fn done<T>(&self, v: T, (asked, won): (usize, usize), len: usize, t: Instant) -> T {
+        let at = (self.location, self.start, len);
+        self.s.done(won, at, t.elapsed(), won != asked);
+        v
+    }
+
+    /// Source `who` failed with `e`.
+    fn failed(&mut self, e: StoreError, who: usize) {
+        if who == 0 {
+            self.origin_failed = Some(e);
+        } else {
+            let at = self.s.url(who, self.name, self.location);
+            self.s.drop_source(who, format!("{at}: {}: {e}", self.what));
+        }
     }
 }

@@ -164,3 +164,62 @@ fn s3_keeps_the_contract() {
     ));
     assert!(b.stats().requests > 0);
 }
+
+/// Reads a range of `obj`, lets `replace` put another version of the
+/// object at its URL, and reads again: the store notices (the validator
+/// first seen is not the new version's) and never mixes the two.
+async fn replaced_is_noticed(name: &str, b: &dyn RangeRead, obj: &str, replace: impl FnOnce()) {
+    let opts = ReadOptions::default();
+    let first = b.read_vec(obj, 0, 99, opts).await.expect("first read");
+    assert!(first[..] == object()[..100], "{name}");
+    replace();
+    let e = b
+        .read_vec(obj, 100, 199, opts)
+        .await
+        .expect_err("another version");
+    assert!(matches!(e, StoreError::Changed { .. }), "{name}: {e}");
+    assert!(e.to_string().contains("changed"), "{name}: {e}");
+}
+
+/// Another version of the object in `dir`: other bytes, the same length,
+/// a later mtime (nginx's ETag is the mtime in seconds and the length).
+fn another_version(dir: &Path) {
+    let mut v = object();
+    v[150] ^= 0xff;
+    let path = dir.join("object");
+    std::fs::write(&path, v).expect("write");
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    let f = std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f.set_modified(later).expect("mtime");
+}
+
+#[test]
+fn an_object_replaced_at_its_url_is_noticed_over_http_and_s3() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let www = tmp.path().join("www");
+    write_object(&www);
+    let nginx = Nginx::start(&www, &tmp.path().join("nginx"), &NginxOptions::default())
+        .expect("nginx (scripts/install-test-deps.sh)");
+    let http = HttpStore::new(config()).expect("client");
+    let url = format!("{}/object", nginx.url());
+    rt().block_on(replaced_is_noticed("http", &http, &url, || {
+        another_version(&www)
+    }));
+    let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs (scripts/install-test-deps.sh)");
+    let bucket = s3.data().join("bucket");
+    write_object(&bucket);
+    let ep = gkq_store::s3::Endpoint {
+        url: s3.url(),
+        region: "us-east-1".into(),
+    };
+    let creds = aws_sdk_s3::config::SharedCredentialsProvider::new(
+        aws_sdk_s3::config::Credentials::new(S3_ACCESS_KEY, S3_SECRET_KEY, None, None, "test"),
+    );
+    let b = gkq_store::s3::S3Store::new(&ep, creds, config());
+    rt().block_on(replaced_is_noticed("s3", &b, "s3://bucket/object", || {
+        another_version(&bucket)
+    }));
+}

@@ -67,6 +67,15 @@ pub enum UploadError {
     /// The S3 client's setup (credentials, endpoint), in `gkq-store`.
     #[error(transparent)]
     Store(#[from] gkq_store::StoreError),
+    /// A package given by URL could not be copied (verified) for upload.
+    #[error("cannot copy {url} for upload")]
+    Mirror {
+        /// The package's knot URL (credentials hidden).
+        url: String,
+        /// What the mirror found.
+        #[source]
+        source: Box<gkq_node::NodeError>,
+    },
     /// Bad option values (a part size over the limits).
     #[error("{0}")]
     Options(String),

@@ -21,10 +21,12 @@
 
 mod error;
 mod local;
+mod source;
 mod upload;
 
 pub use error::{Result, UploadError};
 pub use local::{knot_id, prepare};
+pub use source::{Staged, stage};
 pub use upload::{
     LocalObject, NoProgress, ObjectKind, ObjectReport, Progress, UploadOptions, Uploader, part_size,
 };

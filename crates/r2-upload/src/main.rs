@@ -10,7 +10,8 @@ use clap::Parser;
 use r2_upload::{UploadOptions, Uploader};
 use serde_json::json;
 
-/// Publish a packed model directory to R2 (or any S3-compatible store).
+/// Publish a packed model directory to R2 (or any S3-compatible store), or
+/// copy a published package into a bucket of its own (a regional mirror).
 ///
 /// Row files and companion files first, the knot last; objects already
 /// present with the same length and sha256 are skipped, so a re-run resumes.
@@ -19,11 +20,25 @@ use serde_json::json;
     name = "cargo xtask upload",
     bin_name = "cargo xtask upload",
     version = gkq_cli::version_line(&["s3"]),
-    after_help = "Examples:\n  cargo xtask upload out/qwen --bucket models --prefix qwen2.5-0.5b/v1 --public-url https://models.example/qwen2.5-0.5b/v1\n  cargo xtask upload out/qwen --bucket models --prefix qwen2.5-0.5b/v1 --dry-run\n  cargo xtask upload out/qwen --bucket models --prefix t/v1 --endpoint http://127.0.0.1:8014   (cargo xtask local-servers)\n\nOutput: one line per object on stderr (--json: one JSON object per object on stdout), then the knot id.\n\nCredentials: R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (an R2 API token with Object Read & Write on the bucket); else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN); else an AWS profile (AWS_PROFILE, ~/.aws/credentials).\nEndpoint: --endpoint, else https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com.\nTo try it locally: `bash scripts/install-test-deps.sh`, then `cargo xtask local-servers`.\n\nExit status: 0 published (or already there); 1 error (the message says what to do)."
+    after_help = "Examples:\n  cargo xtask upload out/qwen --bucket models --prefix qwen2.5-0.5b/v1 --public-url https://models.example/qwen2.5-0.5b/v1\n  cargo xtask upload https://models.example/qwen2.5-0.5b/v1/model.knot --trust-key publisher.pub.pem --bucket eu-mirror --prefix qwen2.5-0.5b/v1\n      (a published package copied, verified, into another bucket)\n  cargo xtask upload out/qwen --bucket models --prefix qwen2.5-0.5b/v1 --dry-run\n  cargo xtask upload out/qwen --bucket models --prefix t/v1 --endpoint http://127.0.0.1:8014   (cargo xtask local-servers)\n\nOutput: one line per object on stderr (--json: one JSON object per object on stdout), then the knot id.\n\nCredentials: R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY (an R2 API token with Object Read & Write on the bucket); else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN); else an AWS profile (AWS_PROFILE, ~/.aws/credentials).\nEndpoint: --endpoint, else https://$R2_ACCOUNT_ID.r2.cloudflarestorage.com.\nTo try it locally: `bash scripts/install-test-deps.sh`, then `cargo xtask local-servers`.\n\nExit status: 0 published (or already there); 1 error (the message says what to do)."
 )]
 struct UploadArgs {
-    /// A gkq-pack output directory.
-    out_dir: PathBuf,
+    /// A gkq-pack output directory, or a published package's knot URL
+    /// (http(s):// or s3://), copied and verified by gkq-mirror's engine
+    /// into --staging first.
+    package: String,
+    /// With a URL: the directory it is copied into (kept, so a re-run
+    /// resumes) [default: a directory under the system's temporary
+    /// directory, removed once published].
+    #[arg(long, value_name = "DIR")]
+    staging: Option<PathBuf>,
+    /// With a URL: use the package only if its model.sig is signed by this
+    /// public key (PEM; repeatable).
+    #[arg(long = "trust-key", value_name = "PUB.pem")]
+    trust_keys: Vec<PathBuf>,
+    /// With a URL: use the package only if its knot id is this one.
+    #[arg(long = "knot-id", value_name = "HEX")]
+    knot_id: Option<String>,
     /// Bucket name.
     #[arg(long)]
     bucket: String,
@@ -65,31 +80,84 @@ fn main() -> ExitCode {
     gkq_cli::exit("cargo xtask upload", run(UploadArgs::parse()))
 }
 
-fn run(a: UploadArgs) -> anyhow::Result<()> {
-    let objects = r2_upload::prepare(&a.out_dir, &a.prefix)?;
-    let part = a.part_size.map(|m| m << 20);
-    if a.dry_run {
-        for o in &objects {
-            let p = r2_upload::part_size(o.bytes, part)?;
-            let parts = if o.bytes > p { o.bytes.div_ceil(p) } else { 1 };
-            if a.json {
-                println!(
-                    "{}",
-                    json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "status": "planned", "parts": parts})
-                );
-            } else {
-                eprintln!(
-                    "would upload {} ({} bytes, {} part{}, sha256 {})",
-                    o.key,
-                    o.bytes,
-                    parts,
-                    if parts == 1 { "" } else { "s" },
-                    o.sha256
-                );
-            }
-        }
-        return Ok(());
+/// The directory to publish: `package` itself, or its URL's package copied.
+fn staged(a: &UploadArgs) -> anyhow::Result<r2_upload::Staged> {
+    let mut config = gkq_reader::ReaderConfig::default();
+    for p in &a.trust_keys {
+        let pem =
+            std::fs::read_to_string(p).with_context(|| format!("--trust-key {}", p.display()))?;
+        let key = gkq_format::sig::PublicKey::from_pem(&pem)
+            .with_context(|| format!("--trust-key {}", p.display()))?;
+        config.trust.push(key);
     }
+    if let Some(id) = &a.knot_id {
+        config.knot_id = Some(gkq_format::KnotId::parse(id).context("--knot-id")?);
+    }
+    let s = r2_upload::stage(&a.package, a.staging.as_deref(), config)?;
+    if let Some(m) = &s.mirrored {
+        eprintln!(
+            "copied knot {} into {} ({}; {} bytes fetched)",
+            m.knot_id,
+            s.dir.display(),
+            m.trusted,
+            m.fetched_bytes
+        );
+    }
+    Ok(s)
+}
+
+/// `--dry-run`: the plan, one line (or JSON object) per object.
+fn plan(a: &UploadArgs, objects: &[r2_upload::LocalObject]) -> anyhow::Result<()> {
+    let part = a.part_size.map(|m| m << 20);
+    for o in objects {
+        let p = r2_upload::part_size(o.bytes, part)?;
+        let parts = if o.bytes > p { o.bytes.div_ceil(p) } else { 1 };
+        if a.json {
+            println!(
+                "{}",
+                json!({"key": o.key, "bytes": o.bytes, "sha256": o.sha256, "status": "planned", "parts": parts})
+            );
+        } else {
+            eprintln!(
+                "would upload {} ({} bytes, {} part{}, sha256 {})",
+                o.key,
+                o.bytes,
+                parts,
+                if parts == 1 { "" } else { "s" },
+                o.sha256
+            );
+        }
+    }
+    Ok(())
+}
+
+fn run(a: UploadArgs) -> anyhow::Result<()> {
+    let staged = staged(&a)?;
+    let out_dir = staged.dir.clone();
+    let objects = r2_upload::prepare(&out_dir, &a.prefix)?;
+    if a.dry_run {
+        return plan(&a, &objects);
+    }
+    publish(&a, &objects)?;
+    let id = r2_upload::knot_id(&out_dir)?;
+    if a.json {
+        println!("{}", json!({ "knot_id": id }));
+    } else {
+        eprintln!("knot id {id}: nodes pin this model with --knot-id {id}");
+    }
+    if let Some(url) = &a.public_url {
+        r2_upload::verify_public(&out_dir, url)?;
+        if !a.json {
+            eprintln!("gkq-verify --url {url}: PASS");
+        }
+    }
+    staged.finish();
+    Ok(())
+}
+
+/// Sends the objects and reports each.
+fn publish(a: &UploadArgs, objects: &[r2_upload::LocalObject]) -> anyhow::Result<()> {
+    let part = a.part_size.map(|m| m << 20);
     let ep = gkq_store::s3::endpoint(a.endpoint.as_deref(), a.region.as_deref(), &env)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -110,7 +178,7 @@ fn run(a: UploadArgs) -> anyhow::Result<()> {
         );
         up.check_bucket().await?;
         let bar = gkq_cli::Bar::new("", !a.json);
-        let r = up.publish(&objects, &bar).await;
+        let r = up.publish(objects, &bar).await;
         bar.finish();
         anyhow::Ok(r?)
     })?;
@@ -125,18 +193,6 @@ fn run(a: UploadArgs) -> anyhow::Result<()> {
             for n in &r.notes {
                 eprintln!("warning: {n}");
             }
-        }
-    }
-    let id = r2_upload::knot_id(&a.out_dir)?;
-    if a.json {
-        println!("{}", json!({ "knot_id": id }));
-    } else {
-        eprintln!("knot id {id}: nodes pin this model with --knot-id {id}");
-    }
-    if let Some(url) = &a.public_url {
-        r2_upload::verify_public(&a.out_dir, url)?;
-        if !a.json {
-            eprintln!("gkq-verify --url {url}: PASS");
         }
     }
     Ok(())

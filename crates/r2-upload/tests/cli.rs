@@ -251,3 +251,99 @@ fn the_signature_is_published_last_and_a_stale_one_refused() {
     );
     drop(tmp);
 }
+
+/// A regional mirror in a bucket of its own (issue 32, item 3): a package
+/// published at one URL, given to the upload by its knot URL, is copied by
+/// gkq-mirror's engine (verified against the knot and the publisher's key)
+/// and published through the same upload path; the copy serves a node. An
+/// origin serving a wrong row file is refused, and nothing is uploaded.
+#[test]
+fn a_published_package_is_mirrored_into_another_bucket() {
+    use p256::pkcs8::{EncodePublicKey, LineEnding};
+    use sha2::Digest;
+    let (tmp, out, s3) = packed_and_s3();
+    let key =
+        p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
+    gkq_sign::sign_package(&out, &key).expect("sign");
+    let public_key = tmp.path().join("pub.pem");
+    let pem = key
+        .verifying_key()
+        .to_public_key_pem(LineEnding::LF)
+        .expect("pem");
+    std::fs::write(&public_key, pem).expect("write");
+    // the origin: another site serving the package
+    let www = tmp.path().join("www/m");
+    std::fs::create_dir_all(&www).expect("www");
+    for e in std::fs::read_dir(&out).expect("out") {
+        let p = e.expect("entry").path();
+        std::fs::copy(&p, www.join(p.file_name().expect("name"))).expect("copy");
+    }
+    let origin = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx-origin"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let bucket = Nginx::start(
+        s3.data(),
+        &tmp.path().join("nginx-bucket"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let staging = tmp.path().join("staging");
+    let upload = |prefix: &str| {
+        Command::new(env!("CARGO_BIN_EXE_r2-upload"))
+            .arg(format!("{}/m/model.knot", origin.url()))
+            .arg("--staging")
+            .arg(&staging)
+            .arg("--trust-key")
+            .arg(&public_key)
+            .args([
+                "--bucket",
+                "models",
+                "--prefix",
+                prefix,
+                "--endpoint",
+                &s3.url(),
+            ])
+            .args([
+                "--public-url",
+                &format!("{}/models/{prefix}", bucket.url()),
+                "--json",
+            ])
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env("R2_ACCESS_KEY_ID", S3_ACCESS_KEY)
+            .env("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY)
+            .output()
+            .expect("run xtask upload")
+    };
+    let o = upload("eu/m");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for e in std::fs::read_dir(&out).expect("out") {
+        let p = e.expect("entry").path();
+        let name = p.file_name().expect("name");
+        let copy = s3.data().join("models/eu/m").join(name);
+        assert!(
+            std::fs::read(&p).expect("origin") == std::fs::read(&copy).expect("bucket"),
+            "{name:?}"
+        );
+    }
+    // an origin that now serves a flipped row: refused before any upload
+    let rows = www.join("token_embd.f32.rows");
+    let mut b = std::fs::read(&rows).expect("rows");
+    b[100] ^= 1;
+    std::fs::write(&rows, b).expect("write");
+    std::fs::remove_dir_all(&staging).expect("fresh staging");
+    let o = upload("eu/bad");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("cannot copy") && err.contains("token_embd.f32.rows"),
+        "{err}"
+    );
+    assert!(
+        !s3.data().join("models/eu/bad").exists(),
+        "nothing uploaded"
+    );
+}

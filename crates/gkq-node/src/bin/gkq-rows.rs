@@ -330,10 +330,13 @@ fn run(a: Args) -> anyhow::Result<()> {
     let res = e.resolution();
     let mut out = json!({
         "knot": a.knot,
-        "open": { "requests": open.requests, "payload_bytes": open.payload_bytes, "http_bytes": open.http_bytes, "beyond_header": reader.knot().beyond_header(), "seconds": t0.elapsed().as_secs_f64(), "trusted": reader.knot().trusted() },
+        "open": { "requests": open.requests, "payload_bytes": open.payload_bytes, "http_bytes": open.http_bytes, "beyond_header": reader.knot().beyond_header(), "seconds": t0.elapsed().as_secs_f64(), "trusted": reader.knot().trusted(), "header_from": reader.knot().header_from() },
     });
     if !a.json {
         eprintln!("knot {}: {}", reader.knot_id(), reader.knot().trusted());
+        if let Some(from) = reader.knot().header_from() {
+            eprintln!("knot header from {from}");
+        }
         eprintln!("resolution: {:?}: {}", res.kind(), res.reason());
     }
     warn_fallback(&a, &reader);

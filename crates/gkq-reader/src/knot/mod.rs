@@ -36,6 +36,9 @@ pub struct KnotHandle {
     beyond_header: u64,
     /// Why the knot is trusted.
     trusted: Trusted,
+    /// The base URL of the source that served the header, when mirrors
+    /// spread header reads (trust that does not depend on the channel).
+    header_from: Option<String>,
 }
 
 impl std::fmt::Debug for KnotHandle {
@@ -177,6 +180,50 @@ async fn read_header(
     }
 }
 
+/// The header's bytes and the trust in them (see [`read_header`] and
+/// [`Policy::check`]), with the source that served them when header reads
+/// are spread over mirrors (a pinned id or trusted keys): a mirror whose
+/// knot header (another id) or signature fails the policy is dropped for
+/// the session and the next source asked; the origin's failure is the
+/// error.
+async fn trusted_header(
+    location: &str,
+    store: &dyn RangeRead,
+    (cache, first): (Option<&DiskCache>, u64),
+    policy: &Policy<'_>,
+) -> Result<(KnotId, Vec<u8>, u64, Option<String>, Trusted)> {
+    let origin = gkq_store::url::sibling(location, "");
+    let origin = gkq_store::url::without_query(&origin).to_owned();
+    let sig = sibling(location, gkq_format::sig::SIGNATURE_NAME);
+    // each turn drops a mirror; the bound only guards against a store
+    // that could not
+    for _ in 0..64 {
+        let (id, all, total) = read_header(location, store, first).await?;
+        let from = store.served_by(location, 0);
+        let e = match policy.check(location, id, store, cache).await {
+            Ok(trusted) => return Ok((id, all, total, from, trusted)),
+            Err(e) => e,
+        };
+        // the object that failed, and the source that served it
+        let culprit = match &e {
+            ReaderError::KnotId { .. } => location,
+            ReaderError::Signature { .. } | ReaderError::Unsigned { .. } => sig.as_str(),
+            _ => return Err(e),
+        };
+        match store.served_by(culprit, 0) {
+            Some(base) if base != origin => {
+                let why = gkq_format::error_chain(&e);
+                tracing::warn!(object = %culprit, mirror = %base, reason = %why, "a mirror's knot header or signature fails the trust policy: dropped");
+                store.distrust(culprit, (0, u64::MAX), &why);
+            }
+            _ => return Err(e),
+        }
+    }
+    Err(ReaderError::Missing(format!(
+        "{location}: no source served a knot header the trust policy accepts"
+    )))
+}
+
 /// The header in `bytes`, decoded and validated; the file's length must be
 /// its `file_len`.
 fn decode_header(location: &str, bytes: &[u8], total: u64) -> Result<KnotHeader> {
@@ -225,14 +272,13 @@ impl KnotHandle {
                 from_cache: true,
                 beyond_header: 0,
                 trusted: Trusted::Pinned,
+                header_from: None,
             });
         }
         let hint_key = hint_key(&location);
         let first = first_read(cache.filter(|_| remote), &hint_key).await;
-        let (id, all, total) = read_header(&location, store, first).await?;
-        let trusted = policy
-            .check(&location, id, store, cache.filter(|_| remote))
-            .await?;
+        let (id, all, total, header_from, trusted) =
+            trusted_header(&location, store, (cache.filter(|_| remote), first), policy).await?;
         let header = decode_header(&location, &all, total)?;
         let beyond = (all.len() as u64).saturating_sub(header.header_end());
         if let (true, Some(c)) = (remote, cache) {
@@ -246,12 +292,21 @@ impl KnotHandle {
             from_cache: false,
             beyond_header: if remote { beyond } else { 0 },
             trusted,
+            header_from,
         })
     }
 
     /// Why the knot is trusted.
     pub fn trusted(&self) -> &Trusted {
         &self.trusted
+    }
+
+    /// The base URL of the source that served the header: a mirror's, or
+    /// the origin's, when header reads were spread over mirrors (a pinned
+    /// id or a trust key: `ReaderConfig::mirrors`); `None` when the header
+    /// came from the knot's own URL as always, or from the disk cache.
+    pub fn header_from(&self) -> Option<&str> {
+        self.header_from.as_deref()
     }
 
     /// `e`, a failed read of something this knot names (a digest or a

@@ -50,7 +50,7 @@ pub struct HttpStore {
     /// The strong ETag first seen for each object (by URL without its
     /// query): later ranges are sent with `If-Range`, so that an object
     /// replaced at the same URL mid-session is noticed, never mixed.
-    validators: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    validators: crate::answer::Validators,
 }
 
 type Try<T> = Attempt<T, StoreError>;
@@ -139,36 +139,8 @@ impl HttpStore {
             gate: Gate::new(config.parallel),
             config,
             counters,
-            validators: std::sync::Mutex::new(std::collections::HashMap::new()),
+            validators: crate::answer::Validators::default(),
         })
-    }
-
-    /// The validator recorded for `url`.
-    fn validator(&self, url: &str) -> Option<String> {
-        let key = crate::url::without_query(url);
-        crate::blocking::lock(&self.validators).get(key).cloned()
-    }
-
-    /// Records the ETag of a 206 for `url`, or says the object changed:
-    /// its ETag is not the one first seen (a server that ignores If-Range).
-    fn validate(&self, url: &str, etag: Option<String>) -> std::result::Result<(), StoreError> {
-        let Some(now) = etag.filter(|e| !e.starts_with("W/")) else {
-            return Ok(());
-        };
-        let key = crate::url::without_query(url).to_owned();
-        let mut v = crate::blocking::lock(&self.validators);
-        match v.get(&key) {
-            Some(was) if *was != now => Err(StoreError::Changed {
-                url: url.to_owned(),
-                was: was.clone(),
-                now,
-            }),
-            Some(_) => Ok(()),
-            None => {
-                v.insert(key, now);
-                Ok(())
-            }
-        }
     }
 
     /// The counters of every request this backend sent.
@@ -308,7 +280,7 @@ impl HttpStore {
         let mut req = client
             .get(url)
             .header(RANGE, format!("bytes={start}-{end}"));
-        let validator = self.validator(url);
+        let validator = self.validators.get(url);
         if let Some(v) = &validator {
             req = req.header(reqwest::header::IF_RANGE, v.as_str());
         }
@@ -356,7 +328,8 @@ impl HttpStore {
             let what = format!("bytes={start}-{end}");
             return Attempt::Fail(self.refused(url, what, resp).await);
         }
-        if let Err(e) = self.validate(url, header_str(resp.headers(), "etag")) {
+        if let Err(e) = (self.validators).check(url, header_str(resp.headers(), "etag").as_deref())
+        {
             return Attempt::Fail(e);
         }
         let cr = header_str(resp.headers(), "content-range").unwrap_or_default();
