@@ -160,7 +160,12 @@ fn conf(
     retry: RetryConfig,
     timeouts: TimeoutConfig,
 ) -> aws_sdk_s3::Config {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    let https = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
     aws_sdk_s3::config::Builder::new()
+        .http_client(https)
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(ep.region.clone()))
         .endpoint_url(ep.url.clone())
