@@ -76,12 +76,23 @@ impl RunsLayout {
 
     /// The `(row, record)` pairs of a fetched range of whole strides.
     pub fn split<'a>(&self, bytes: &'a [u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-        let rb = usize::try_from(self.row_bytes).unwrap_or(usize::MAX);
-        let stride = usize::try_from(self.stride()).unwrap_or(usize::MAX).max(1);
-        bytes
-            .chunks_exact(stride)
-            .map(move |s| s.split_at(rb.min(s.len())))
+        strides(bytes, self.row_bytes, self.stride())
     }
+}
+
+/// The `(row, record)` pairs of whole strides of `stride` bytes, each a row
+/// of `row_bytes` followed by its record (runs objects, 7b; the entries of
+/// warm objects, 7d).
+pub(crate) fn strides(
+    bytes: &[u8],
+    row_bytes: u64,
+    stride: u64,
+) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let rb = usize::try_from(row_bytes).unwrap_or(usize::MAX);
+    let stride = usize::try_from(stride).unwrap_or(usize::MAX).max(1);
+    bytes
+        .chunks_exact(stride)
+        .map(move |s| s.split_at(rb.min(s.len())))
 }
 
 /// Writes the runs object of a row file: `rows` yields the row file's

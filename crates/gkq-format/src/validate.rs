@@ -85,19 +85,18 @@ fn validate_metadata(h: &Header) -> Result<()> {
     validate_roles(h)
 }
 
-/// `columnar.runs` (section 7b): strictly ascending names of row files
-/// that carry a proof of height 1 or more.
-fn validate_runs(h: &Header) -> Result<()> {
-    let Some(list) = h.meta_list(keys::COLUMNAR_RUNS) else {
-        return Ok(());
-    };
-    let bad = Error::RunsMetadata;
+/// The row files a `columnar.*` list names (7b, 7d), in order: the list
+/// must be strictly ascending and name only descriptor objects; else the
+/// first entry that does not, in words.
+pub(crate) fn listed_row_files<'h>(
+    h: &'h Header,
+    list: &'h [String],
+) -> std::result::Result<Vec<&'h ColumnarDescriptor>, String> {
     let mut previous: Option<&str> = None;
+    let mut out = Vec::with_capacity(list.len());
     for name in list {
         if previous.is_some_and(|p| p.as_bytes() >= name.as_bytes()) {
-            return Err(bad(format!(
-                "{name:?}: the list must be strictly ascending"
-            )));
+            return Err(format!("{name:?}: the list must be strictly ascending"));
         }
         previous = Some(name);
         let d = h
@@ -105,14 +104,33 @@ fn validate_runs(h: &Header) -> Result<()> {
             .iter()
             .flat_map(|b| &b.columnar)
             .find(|d| d.object == *name);
-        match d.and_then(|d| d.proof) {
+        out.push(d.ok_or_else(|| format!("{name:?} is not a row file of the knot"))?);
+    }
+    Ok(out)
+}
+
+/// `columnar.runs` (section 7b): strictly ascending names of row files
+/// that carry a proof of height 1 or more.
+fn validate_runs(h: &Header) -> Result<()> {
+    let Some(list) = h.meta_list(keys::COLUMNAR_RUNS) else {
+        return Ok(());
+    };
+    let bad = Error::RunsMetadata;
+    for d in listed_row_files(h, list).map_err(bad)? {
+        match d.proof {
             Some(p) if p.height > 0 => {}
             Some(_) => {
                 return Err(bad(format!(
-                    "{name:?} has proof height 0: it is its own runs object"
+                    "{:?} has proof height 0: it is its own runs object",
+                    d.object
                 )));
             }
-            None => return Err(bad(format!("{name:?} is not a row file with a row proof"))),
+            None => {
+                return Err(bad(format!(
+                    "{:?} is not a row file with a row proof",
+                    d.object
+                )));
+            }
         }
     }
     Ok(())

@@ -9,8 +9,6 @@
 //! len  = 32 × chunks + K × (row_bytes + 32 × proof_height)
 //! ```
 
-use std::collections::HashSet;
-
 use crate::error::{Error, Result};
 use crate::layout::MAX_LIST_LEN;
 use crate::merkle::{Hash, ProofLayout, check_row, check_table, layout_of};
@@ -68,11 +66,7 @@ impl WarmLayout {
 
     /// The `(row, record)` pairs of the entries (the bytes after the table).
     pub fn split<'a>(&self, entries: &'a [u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-        let rb = usize::try_from(self.row_bytes).unwrap_or(usize::MAX);
-        let stride = usize::try_from(self.stride()).unwrap_or(usize::MAX).max(1);
-        entries
-            .chunks_exact(stride)
-            .map(move |s| s.split_at(rb.min(s.len())))
+        crate::runs::strides(entries, self.row_bytes, self.stride())
     }
 }
 
@@ -250,38 +244,20 @@ pub(crate) fn validate_warm(h: &Header) -> Result<()> {
         last = Some(n);
     }
     let max = last.unwrap_or_default();
-    let mut seen = HashSet::new();
-    let mut previous: Option<&str> = None;
-    for name in objects {
-        if previous.is_some_and(|p| p.as_bytes() >= name.as_bytes()) || !seen.insert(name) {
+    let files = crate::validate::listed_row_files(h, objects)
+        .map_err(|e| bad(format!("columnar.warm: {e}")))?;
+    for d in files {
+        if d.proof.is_none() {
             return Err(bad(format!(
-                "columnar.warm: {name:?}: the list must be strictly ascending"
+                "columnar.warm: {:?} has no row proof (a version 2 descriptor)",
+                d.object
             )));
         }
-        previous = Some(name);
-        let d = h
-            .blocks
-            .iter()
-            .flat_map(|b| &b.columnar)
-            .find(|d| d.object == *name);
-        match d {
-            Some(d) if d.proof.is_none() => {
-                return Err(bad(format!(
-                    "columnar.warm: {name:?} has no row proof (a version 2 descriptor)"
-                )));
-            }
-            Some(d) if max >= d.rows => {
-                return Err(bad(format!(
-                    "columnar.warm_rows: row {max} is past the end of {name:?} ({} rows)",
-                    d.rows
-                )));
-            }
-            Some(_) => {}
-            None => {
-                return Err(bad(format!(
-                    "columnar.warm: {name:?} is not a row file of the knot"
-                )));
-            }
+        if max >= d.rows {
+            return Err(bad(format!(
+                "columnar.warm_rows: row {max} is past the end of {:?} ({} rows)",
+                d.object, d.rows
+            )));
         }
     }
     Ok(())

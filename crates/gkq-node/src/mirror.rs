@@ -247,15 +247,7 @@ fn check(dir: &Path, id: gkq_format::KnotId) -> Result<(), NodeError> {
         }
     })?;
     let copied = gkq_sign::knot_id_of(dir).ok();
-    let mut failures: Vec<String> = report
-        .checks
-        .iter()
-        .flat_map(|c| {
-            c.failures
-                .iter()
-                .map(move |f| format!("{}: {}: {}", c.name, f.object, f.message))
-        })
-        .collect();
+    let mut failures = report.failure_lines();
     if copied != Some(id) {
         failures.push(format!("{KNOT_NAME}: not knot {id}"));
     }

@@ -54,6 +54,31 @@ impl Validators {
     }
 }
 
+/// A `206` accepted the one way for every backend: its validator (the
+/// ETag first seen), its `Content-Range` (see [`content_range`]), then its
+/// body into `dest` (see [`fill`]); the end the body covers and the
+/// object's length.
+pub(crate) async fn accept(
+    body: &mut impl Body,
+    (url, (start, end), expect): (&str, (u64, u64), Expect),
+    (validators, etag, cr): (&Validators, Option<&str>, &str),
+    dest: &Mutex<&mut [u8]>,
+    counted: (&Counters, &AtomicU64),
+) -> Attempt<(u64, u64), StoreError> {
+    if let Err(e) = validators.check(url, etag) {
+        return Attempt::Fail(e);
+    }
+    let (end, total) = match content_range(url, cr, (start, end), expect) {
+        Ok(v) => v,
+        Err(e) => return Attempt::Fail(e),
+    };
+    match fill(body, url, (start, end), dest, counted).await {
+        Attempt::Done(()) => Attempt::Done((end, total)),
+        Attempt::Retry(f) => Attempt::Retry(f),
+        Attempt::Fail(e) => Attempt::Fail(e),
+    }
+}
+
 /// A body that arrives in chunks (a reqwest response, an S3 byte stream).
 pub(crate) trait Body: Send {
     /// The next chunk; `Err` with the cause in words and whether it was a
@@ -63,7 +88,7 @@ pub(crate) trait Body: Send {
 
 /// The end the body of a `206` covers and the object's length, from its
 /// `Content-Range`, or why it is not the answer to `bytes=start-end`.
-pub(crate) fn content_range(
+fn content_range(
     url: &str,
     cr: &str,
     (start, end): (u64, u64),
@@ -91,7 +116,7 @@ pub(crate) fn content_range(
 /// Streams `body` (the answer for bytes `start..=end`) into the start of
 /// `dest`, counting into `counters` and `got`: done when exactly those
 /// bytes arrived; a longer body is final, a cut or short one is retried.
-pub(crate) async fn fill(
+async fn fill(
     body: &mut impl Body,
     url: &str,
     (start, end): (u64, u64),

@@ -14,7 +14,6 @@ use aws_sdk_s3::config::{
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::answer::{content_range, fill};
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::parallel::Gate;
@@ -348,20 +347,12 @@ impl S3Store {
             }
             Err(e) => return never(attempt_error(url, "GetObject", &e)),
         };
-        if let Err(e) = self.validators.check(url, out.e_tag()) {
-            return Attempt::Fail(e);
-        }
+        let etag = out.e_tag().map(str::to_owned);
         let cr = out.content_range().unwrap_or_default().to_owned();
-        let (end, total) = match content_range(url, &cr, (start, end), expect) {
-            Ok(v) => v,
-            Err(e) => return Attempt::Fail(e),
-        };
         let mut body = out.body;
-        match fill(&mut body, url, (start, end), dest, (&self.counters, got)).await {
-            Attempt::Done(()) => Attempt::Done((end, total)),
-            Attempt::Retry(f) => Attempt::Retry(f),
-            Attempt::Fail(e) => Attempt::Fail(e),
-        }
+        let checks = (&self.validators, etag.as_deref(), cr.as_str());
+        let at = (url, (start, end), expect);
+        crate::answer::accept(&mut body, at, checks, dest, (&self.counters, got)).await
     }
 
     /// [`S3Store::get_once`] under the runner; a 416 (a range past the

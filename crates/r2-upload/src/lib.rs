@@ -45,6 +45,6 @@ pub fn verify_public(out_dir: &std::path::Path, url: &str) -> Result<()> {
     }
     Err(UploadError::PublicCheck {
         url: url.to_owned(),
-        failures: local::failures(&report),
+        failures: report.failure_lines(),
     })
 }

@@ -11,19 +11,6 @@ use sha2::{Digest, Sha256};
 use crate::error::{BoxError, Result, UploadError};
 use crate::upload::{LocalObject, ObjectKind};
 
-/// Every failure of a verification report, one line each.
-pub(crate) fn failures(report: &gkq_verify::VerifyReport) -> Vec<String> {
-    report
-        .checks
-        .iter()
-        .flat_map(|c| {
-            c.failures
-                .iter()
-                .map(move |f| format!("{}: {}: {}", c.name, f.object, f.message))
-        })
-        .collect()
-}
-
 /// Joins a prefix and a file name into a key (`prefix/name`, no double slash).
 pub(crate) fn key(prefix: &str, name: &str) -> String {
     let p = prefix.trim_matches('/');
@@ -105,7 +92,7 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
     if !report.passed {
         return Err(UploadError::LocalCheck {
             dir,
-            failures: failures(&report),
+            failures: report.failure_lines(),
         });
     }
     let mut out = package_objects(&knot, &dir, prefix)?;

@@ -41,7 +41,8 @@ fn default_staging(url: &str) -> PathBuf {
 }
 
 /// `package` as a directory to publish: itself when it is a path; a URL's
-/// package copied into `staging` (or [`default_staging`]) with `config`'s
+/// package copied into `staging` (or a directory of its own under the
+/// system's temporary directory, one per URL) with `config`'s
 /// trust (`--trust-key`, `--knot-id`).
 pub fn stage(package: &str, staging: Option<&Path>, config: ReaderConfig) -> Result<Staged> {
     if !gkq_store::is_remote(package) {

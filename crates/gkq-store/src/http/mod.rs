@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gkq_format::root_cause;
 use reqwest::header::{HeaderMap, RANGE};
 
-use crate::answer::{content_range, fill};
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::parallel::Gate;
@@ -328,20 +327,11 @@ impl HttpStore {
             let what = format!("bytes={start}-{end}");
             return Attempt::Fail(self.refused(url, what, resp).await);
         }
-        if let Err(e) = (self.validators).check(url, header_str(resp.headers(), "etag").as_deref())
-        {
-            return Attempt::Fail(e);
-        }
+        let etag = header_str(resp.headers(), "etag");
         let cr = header_str(resp.headers(), "content-range").unwrap_or_default();
-        let (end, object_len) = match content_range(url, &cr, (start, end), expect) {
-            Ok(v) => v,
-            Err(e) => return Attempt::Fail(e),
-        };
-        match fill(&mut resp, url, (start, end), dest, (&self.counters, got)).await {
-            Attempt::Done(()) => Attempt::Done((end, object_len)),
-            Attempt::Retry(f) => Attempt::Retry(f),
-            Attempt::Fail(e) => Attempt::Fail(e),
-        }
+        let checks = (&self.validators, etag.as_deref(), cr.as_str());
+        let at = (url, (start, end), expect);
+        crate::answer::accept(&mut resp, at, checks, dest, (&self.counters, got)).await
     }
 
     /// [`HttpStore::ranged_once`] under the store's retry runner, each
