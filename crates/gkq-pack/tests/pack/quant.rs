@@ -183,36 +183,57 @@ fn the_32_value_types_equal_gguf_py_on_the_test_models() {
 }
 
 #[test]
-fn real_minilm_equals_gguf_py_and_k_types_fall_back() {
+fn real_minilm_q8_0_equals_gguf_py() {
+    real_minilm_equals_gguf_py(DType::Q8_0);
+}
+
+#[test]
+fn real_minilm_q4_0_equals_gguf_py() {
+    real_minilm_equals_gguf_py(DType::Q4_0);
+}
+
+#[test]
+fn real_minilm_q4_k_equals_gguf_py_and_falls_back() {
+    real_minilm_equals_gguf_py(DType::Q4_K);
+}
+
+#[test]
+fn real_minilm_q6_k_equals_gguf_py_and_falls_back() {
+    real_minilm_equals_gguf_py(DType::Q6_K);
+}
+
+/// all-MiniLM-L6-v2 packed with `--quant t` equals gguf-py's quantization
+/// of every block; a 256-value type takes the six [384, 1536] matrices and
+/// falls back on rows of 384 values, as llama-quantize does. (One test per
+/// type, so that the four packs and gguf-py runs share the cores.)
+fn real_minilm_equals_gguf_py(t: DType) {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = minilm();
-    for t in [DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K] {
-        let out = tmp.path().join(t.name());
-        let r = packs(&src, &out, &["--quant", t.name(), "--json"], "minilm");
-        let blocks = check_against_gguf_py(&src, &out, tmp.path());
-        let report = json_report(&r);
-        let fallbacks = report["fallbacks"].as_array().expect("fallbacks");
-        if t.block().is_some_and(|b| b.0 == 256) {
-            // rows of 1536 values take the K type; rows of 384 fall back
-            let k = blocks.iter().filter(|(_, d)| *d == t).count();
-            assert_eq!(k, 6, "{t}: the six output.dense [384, 1536] matrices");
-            assert!(!fallbacks.is_empty());
-            for f in fallbacks {
-                assert_eq!(f["asked"], t.name());
-                let second = if t == DType::Q4_K { "q5_0" } else { "q8_0" };
-                assert_eq!(f["stored"], second, "{f}");
-                assert!(
-                    f["reason"]
-                        .as_str()
-                        .expect("reason")
-                        .contains("not a multiple of 256"),
-                    "{f}"
-                );
-            }
-        } else {
-            assert!(fallbacks.is_empty(), "{t}: {fallbacks:?}");
-            assert!(blocks.iter().all(|(_, d)| *d == t));
+    let out = tmp.path().join(t.name());
+    let r = packs(&src, &out, &["--quant", t.name(), "--json"], "minilm");
+    let blocks = check_against_gguf_py(&src, &out, tmp.path());
+    let report = json_report(&r);
+    let fallbacks = report["fallbacks"].as_array().expect("fallbacks");
+    if t.block().is_some_and(|b| b.0 == 256) {
+        // rows of 1536 values take the K type; rows of 384 fall back
+        let k = blocks.iter().filter(|(_, d)| *d == t).count();
+        assert_eq!(k, 6, "{t}: the six output.dense [384, 1536] matrices");
+        assert!(!fallbacks.is_empty());
+        for f in fallbacks {
+            assert_eq!(f["asked"], t.name());
+            let second = if t == DType::Q4_K { "q5_0" } else { "q8_0" };
+            assert_eq!(f["stored"], second, "{f}");
+            assert!(
+                f["reason"]
+                    .as_str()
+                    .expect("reason")
+                    .contains("not a multiple of 256"),
+                "{f}"
+            );
         }
+    } else {
+        assert!(fallbacks.is_empty(), "{t}: {fallbacks:?}");
+        assert!(blocks.iter().all(|(_, d)| *d == t));
     }
 }
 
