@@ -113,6 +113,9 @@ pub(crate) fn run() -> anyhow::Result<()> {
         let v: Value = serde_json::from_slice(&report(&url, true)?)?;
         got.push(figures(&v)?);
     }
+    drop(nginx);
+    // two packages of 2.5 GB each: remade by every run
+    std::fs::remove_dir_all(&www)?;
     let ((plain_req, _, _), (warm_req, measured, computed)) = (got[0], got[1]);
     println!();
     println!("| target | measured | |");
