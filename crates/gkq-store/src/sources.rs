@@ -195,7 +195,8 @@ impl Sources {
             }
         }
         let mut times = lock(&self.times);
-        if let Some(t) = times.get_mut(usize::from(len >= SMALL)) {
+        // a HEAD (no bytes) says nothing of how long a read takes
+        if let Some(t) = times.get_mut(usize::from(len >= SMALL)).filter(|_| len > 0) {
             if t.len() >= WINDOW {
                 t.remove(0);
             }

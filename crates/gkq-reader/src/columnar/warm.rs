@@ -107,11 +107,12 @@ impl Backend {
         if self.table.get().is_some() || on_disk {
             self.roots().await?;
             let cached = self.cached_rows_on_disk(ids).await;
-            report.from_disk = cached.len() as u64;
             if cached.len() == ids.len() {
+                report.from_disk = cached.len() as u64;
                 report.seeded = self.seed(cached.into_iter());
                 return Ok(());
             }
+            // some are missing: the one range brings them all
         }
         // a verification failure (a mirror that served other bytes, now
         // dropped) is fetched once more, as row runs are
