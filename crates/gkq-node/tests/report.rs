@@ -200,6 +200,27 @@ fn a_warm_object_warms_a_node_in_one_request_and_the_report_predicts_the_wire() 
     // the cold tail on the wire is the computed one, request for request
     assert_eq!(m["cold"]["bytes"], c["cold_bytes"], "{m} {c}");
     assert_eq!(m["cold"]["requests"], c["cold_requests"], "{m} {c}");
+    // round trips, behind 20 ms of latency (on loopback alone a request can
+    // finish before the next of its wave starts): the warm-up is one, each
+    // session that misses a row one more, as the report computes
+    let proxy =
+        fixtures::servers::WireProxy::start(nginx.port(), std::time::Duration::from_millis(10))
+            .expect("proxy");
+    let slow = format!("http://127.0.0.1:{}/warm/model.knot", proxy.port());
+    let o = report(&slow, &["--json", "--url", "--no-cache"], &texts());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let m = &p["amortised"]["measured"];
+    assert_eq!(m["warm"]["round_trips"], 1, "{m}");
+    assert_eq!(
+        m["cold"]["round_trips"],
+        amortised(&p, "f32")["cold_round_trips"],
+        "{m}"
+    );
+    assert_eq!(
+        p["workloads"][0]["measured"]["round_trips"], 1,
+        "one wave per session"
+    );
     // the same warm set as the report's: the same cold tail as predicted there
     assert_eq!(
         amortised(&v, "f32")["cold_bytes"],

@@ -152,10 +152,10 @@ impl<'a> Runner<'a> {
                 tracing::warn!(url, what, attempt = n + 1, wait_ms = wait.as_millis() as u64, reason = %last.message, "retrying a request");
                 tokio::time::sleep(wait).await;
             }
-            if let Some(c) = self.counters {
-                c.request(n > 0);
-            }
-            match tokio::time::timeout(self.deadline, attempt()).await {
+            let in_flight = self.counters.map(|c| c.begin(n > 0));
+            let answer = tokio::time::timeout(self.deadline, attempt()).await;
+            drop(in_flight);
+            match answer {
                 Err(_) => {
                     last = Transient {
                         timeout: true,

@@ -110,6 +110,11 @@ stats! {
         pub retries,
         /// TCP connections opened (TLS included), for every origin.
         pub connections,
+        /// Round trips of requests: each time a request was sent while none
+        /// was in flight (requests sent together are one; each answer
+        /// waited for before the next request is one more). Connection
+        /// handshakes are counted apart (`connections`).
+        pub round_trips,
     }
 }
 
@@ -118,6 +123,16 @@ stats! {
 pub(crate) struct Counters {
     pub(crate) net: NetCounters,
     h2: AtomicBool,
+    in_flight: std::sync::atomic::AtomicU64,
+}
+
+/// One request in flight (see [`Counters::begin`]); its end when dropped.
+pub(crate) struct InFlight<'a>(&'a Counters);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Counters {
@@ -125,12 +140,18 @@ impl Counters {
         self.net.snapshot()
     }
 
-    /// One attempt of a request (`retry`: not the first).
-    pub(crate) fn request(&self, retry: bool) {
+    /// One attempt of a request (`retry`: not the first), in flight until
+    /// the guard is dropped; the first while none is in flight starts a
+    /// round trip.
+    pub(crate) fn begin(&self, retry: bool) -> InFlight<'_> {
         bump(&self.net.requests, 1);
         if retry {
             bump(&self.net.retries, 1);
         }
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+            bump(&self.net.round_trips, 1);
+        }
+        InFlight(self)
     }
 
     /// Body bytes received.
@@ -286,8 +307,11 @@ mod tests {
     #[test]
     fn counters_add_up_and_differences_never_underflow() {
         let c = Counters::default();
-        c.request(false);
-        c.request(true);
+        // two requests in flight together, then a third after both: two
+        // round trips
+        let (a, b) = (c.begin(false), c.begin(true));
+        drop((a, b));
+        drop(c.begin(false));
         c.body(10);
         c.headers(5);
         c.connection();
@@ -295,16 +319,17 @@ mod tests {
         assert_eq!(
             s,
             NetStats {
-                requests: 2,
+                requests: 3,
                 payload_bytes: 10,
                 http_bytes: 15,
                 retries: 1,
-                connections: 1
+                connections: 1,
+                round_trips: 2,
             }
         );
         assert_eq!(s.since(&s), NetStats::default());
         assert_eq!(NetStats::default().since(&s), NetStats::default());
-        assert_eq!(s.plus(&s).requests, 4);
+        assert_eq!(s.plus(&s).requests, 6);
         assert!(!c.multiplexed());
         c.saw_h2();
         assert!(c.multiplexed());

@@ -107,6 +107,7 @@ fn counters(ids: &[u64], cache: CacheStats, net: NetStats, seconds: f64) -> Valu
         "payload_bytes": net.payload_bytes,
         "http_bytes": net.http_bytes,
         "retries": net.retries,
+        "round_trips": net.round_trips,
         "seconds": seconds,
     })
 }

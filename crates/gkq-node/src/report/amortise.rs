@@ -37,6 +37,9 @@ pub struct AmortisedCost {
     pub cold_bytes: u64,
     /// Its requests (one per run from a runs object, two without).
     pub cold_requests: u64,
+    /// Its round trips: one per session that misses a row (a session's
+    /// runs, and the chunk table with the first, are sent together).
+    pub cold_round_trips: u64,
     /// Warm-up and cold tail.
     pub total_bytes: u64,
     /// Percent saved against the dense matrix shipped per session.
@@ -101,7 +104,7 @@ fn simulate(f: &RowFile, warm: &[u64], warm_len: Option<u64>, drawn: &[&[u32]]) 
     };
     let mut cache: HashSet<u64> = warm.iter().copied().collect();
     let mut table = !warm.is_empty();
-    let (mut cold_bytes, mut cold_requests) = (0, 0);
+    let (mut cold_bytes, mut cold_requests, mut cold_round_trips) = (0, 0, 0);
     for s in drawn {
         let missing: HashSet<u32> = s
             .iter()
@@ -112,6 +115,7 @@ fn simulate(f: &RowFile, warm: &[u64], warm_len: Option<u64>, drawn: &[&[u32]]) 
             continue;
         }
         let runs = runs_of(&missing);
+        cold_round_trips += 1;
         if !table {
             (cold_bytes, cold_requests, table) = (f.table_len, 1, true);
         }
@@ -128,6 +132,7 @@ fn simulate(f: &RowFile, warm: &[u64], warm_len: Option<u64>, drawn: &[&[u32]]) 
         warm_requests: u64::from(!warm.is_empty()),
         cold_bytes,
         cold_requests,
+        cold_round_trips,
         total_bytes: warm_bytes + cold_bytes,
         saved_pct: 100.0 * (1.0 - (warm_bytes + cold_bytes) as f64 / dense.max(1.0)),
     }
@@ -239,6 +244,7 @@ pub(super) fn measure(
         let d = b.since(a);
         Measured {
             requests: d.requests,
+            round_trips: d.round_trips,
             bytes: d.payload_bytes,
         }
     };

@@ -44,7 +44,7 @@ fn workloads(out: &mut String, r: &Report) {
         .collect();
     let _ = writeln!(
         out,
-        "| workload | sessions | tokens | distinct ids | {} | measured (requests, bytes) |",
+        "| workload | sessions | tokens | distinct ids | {} | measured (requests, round trips, bytes) |",
         heads.join(" | ")
     );
     let _ = writeln!(
@@ -88,18 +88,19 @@ fn amortised(out: &mut String, r: &Report) {
     );
     let _ = writeln!(
         out,
-        "| row file | warm-up (requests) | cold tail (requests) | total | saved vs dense per session |"
+        "| row file | warm-up (requests) | cold tail (requests, round trips) | total | saved vs dense per session |"
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|");
     for c in &a.cost {
         let _ = writeln!(
             out,
-            "| {} | {} ({}) | {} ({}) | {} | {:.6} % |",
+            "| {} | {} ({}) | {} ({}, {}) | {} | {:.6} % |",
             c.dtype,
             kb(c.warm_bytes),
             c.warm_requests,
             kb(c.cold_bytes),
             c.cold_requests,
+            c.cold_round_trips,
             kb(c.total_bytes),
             c.saved_pct
         );
@@ -107,11 +108,13 @@ fn amortised(out: &mut String, r: &Report) {
     if let Some(m) = &a.measured {
         let _ = writeln!(
             out,
-            "\nMeasured on a fresh node reading {}: warm-up {} requests, {}; the sessions {} requests, {}; total {}.",
+            "\nMeasured on a fresh node reading {}: warm-up {} requests in {} round trips, {}; the sessions {} requests in {} round trips, {}; total {}.",
             m.object,
             m.warm.requests,
+            m.warm.round_trips,
             kb(m.warm.bytes),
             m.cold.requests,
+            m.cold.round_trips,
             kb(m.cold.bytes),
             kb(m.warm.bytes + m.cold.bytes)
         );

@@ -91,6 +91,9 @@ pub struct Cost {
 pub struct Measured {
     /// Requests.
     pub requests: u64,
+    /// Round trips: requests sent together count once, each answer waited
+    /// for before the next request once more (connection handshakes apart).
+    pub round_trips: u64,
     /// Payload bytes.
     pub bytes: u64,
 }
