@@ -53,6 +53,19 @@ fn mirror(s: &Site, name: &str, opts: &NginxOptions, edit: impl Fn(&Path)) -> (N
     (nginx, base)
 }
 
+/// Another package of the same shape (other weights), in `other-pkg`.
+fn other_package(s: &Site) -> PathBuf {
+    let other = s.tmp.path().join("other-src");
+    let mut spec = fixtures::preset("qwen2-tiny-f32").expect("preset");
+    spec.seed = spec.seed.wrapping_add(1);
+    fixtures::write_model(&other, &spec).expect("model");
+    let pkg = s.tmp.path().join("other-pkg");
+    let mut opts = gkq_pack::PackOptions::new(&other, &pkg);
+    opts.dtypes = vec![DType::F32];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    pkg
+}
+
 /// Flips a byte at `at`, or `-at` from the end when negative.
 fn flip(path: &Path, at: isize) {
     let mut b = fs::read(path).expect("read");
@@ -132,14 +145,7 @@ fn bad_mirrors_are_dropped_with_their_evidence() {
         flip(&d.join("token_embd.f32.rows.proof"), -5);
     });
     // another package's row file under the same name (same shape, other weights)
-    let other = s.tmp.path().join("other-src");
-    let mut spec = fixtures::preset("qwen2-tiny-f32").expect("preset");
-    spec.seed = spec.seed.wrapping_add(1);
-    fixtures::write_model(&other, &spec).expect("model");
-    let other_pkg = s.tmp.path().join("other-pkg");
-    let mut opts = gkq_pack::PackOptions::new(&other, &other_pkg);
-    opts.dtypes = vec![DType::F32];
-    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let other_pkg = other_package(&s);
     let (_b, foreign) = mirror(&s, "foreign", &NginxOptions::default(), |d| {
         for name in ["token_embd.f32.rows", "token_embd.f32.rows.proof"] {
             fs::copy(other_pkg.join(name), d.join(name)).expect("copy");
@@ -372,14 +378,7 @@ fn the_header_comes_from_a_mirror_only_when_trust_does_not_depend_on_the_channel
     let id = gkq_sign::knot_id_of(&s.pkg).expect("id");
     let (_g, good) = mirror(&s, "good", &NginxOptions::default(), |_| {});
     // another package's knot and signature (another key) under the same names
-    let other = s.tmp.path().join("other-src");
-    let mut spec = fixtures::preset("qwen2-tiny-f32").expect("preset");
-    spec.seed = spec.seed.wrapping_add(1);
-    fixtures::write_model(&other, &spec).expect("model");
-    let other_pkg = s.tmp.path().join("other-pkg");
-    let mut opts = gkq_pack::PackOptions::new(&other, &other_pkg);
-    opts.dtypes = vec![DType::F32];
-    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let other_pkg = other_package(&s);
     let intruder =
         p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"intruder")).expect("key");
     gkq_sign::sign_package(&other_pkg, &intruder).expect("sign");

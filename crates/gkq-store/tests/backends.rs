@@ -111,6 +111,18 @@ async fn contract(name: &str, b: &dyn RangeRead, obj: &str, missing: &str) {
     assert!(matches!(e, StoreError::Digest { .. }), "{name}: {e}");
 }
 
+/// The S3 backend on `s3`, with the test credentials.
+fn s3_store(s3: &S3sFs) -> gkq_store::s3::S3Store {
+    let ep = gkq_store::s3::Endpoint {
+        url: s3.url(),
+        region: "us-east-1".into(),
+    };
+    let creds = aws_sdk_s3::config::SharedCredentialsProvider::new(
+        aws_sdk_s3::config::Credentials::new(S3_ACCESS_KEY, S3_SECRET_KEY, None, None, "test"),
+    );
+    gkq_store::s3::S3Store::new(&ep, creds, config())
+}
+
 fn write_object(dir: &Path) {
     std::fs::create_dir_all(dir).expect("dir");
     std::fs::write(dir.join("object"), object()).expect("object");
@@ -148,14 +160,7 @@ fn s3_keeps_the_contract() {
     let tmp = tempfile::tempdir().expect("tmp");
     let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs (scripts/install-test-deps.sh)");
     write_object(&s3.data().join("bucket"));
-    let ep = gkq_store::s3::Endpoint {
-        url: s3.url(),
-        region: "us-east-1".into(),
-    };
-    let creds = aws_sdk_s3::config::SharedCredentialsProvider::new(
-        aws_sdk_s3::config::Credentials::new(S3_ACCESS_KEY, S3_SECRET_KEY, None, None, "test"),
-    );
-    let b = gkq_store::s3::S3Store::new(&ep, creds, config());
+    let b = s3_store(&s3);
     rt().block_on(contract(
         "s3",
         &b,
@@ -211,14 +216,7 @@ fn an_object_replaced_at_its_url_is_noticed_over_http_and_s3() {
     let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs (scripts/install-test-deps.sh)");
     let bucket = s3.data().join("bucket");
     write_object(&bucket);
-    let ep = gkq_store::s3::Endpoint {
-        url: s3.url(),
-        region: "us-east-1".into(),
-    };
-    let creds = aws_sdk_s3::config::SharedCredentialsProvider::new(
-        aws_sdk_s3::config::Credentials::new(S3_ACCESS_KEY, S3_SECRET_KEY, None, None, "test"),
-    );
-    let b = gkq_store::s3::S3Store::new(&ep, creds, config());
+    let b = s3_store(&s3);
     rt().block_on(replaced_is_noticed("s3", &b, "s3://bucket/object", || {
         another_version(&bucket)
     }));

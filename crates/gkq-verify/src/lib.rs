@@ -135,3 +135,17 @@ fn unparsable(path: &Path, e: gkq_format::Error, started: Instant) -> VerifyRepo
         checks: vec![acc.check(CheckName::Knot, started, "structure".into())],
     }
 }
+
+impl VerifyReport {
+    /// Every failure, one line each: `check: object: message`.
+    pub fn failure_lines(&self) -> Vec<String> {
+        self.checks
+            .iter()
+            .flat_map(|c| {
+                c.failures
+                    .iter()
+                    .map(move |f| format!("{}: {}: {}", c.name, f.object, f.message))
+            })
+            .collect()
+    }
+}

@@ -409,20 +409,6 @@ pub struct VerifyReport {
     pub seconds: f64,
 }
 
-impl VerifyReport {
-    /// Every failure, one line each: `check: object: message`.
-    pub fn failure_lines(&self) -> Vec<String> {
-        self.checks
-            .iter()
-            .flat_map(|c| {
-                c.failures
-                    .iter()
-                    .map(move |f| format!("{}: {}: {}", c.name, f.object, f.message))
-            })
-            .collect()
-    }
-}
-
 /// What one check collects while it runs.
 #[derive(Debug, Default)]
 pub(crate) struct Acc {
