@@ -8,15 +8,6 @@ use std::process::Output;
 
 use fixtures::servers::{Nginx, NginxOptions};
 
-fn minilm() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/real-models/all-MiniLM-L6-v2");
-    assert!(
-        p.join("model.safetensors").exists(),
-        "run scripts/install-test-deps.sh (it fetches all-MiniLM-L6-v2)"
-    );
-    p
-}
-
 fn texts() -> Vec<PathBuf> {
     let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/texts");
     ["qa_short.txt", "chat.jsonl", "code.txt", "prose.txt"]
@@ -40,7 +31,7 @@ fn a_publisher_reports_on_their_own_model_and_text() {
     let tmp = tempfile::tempdir().expect("tmp");
     let www = tmp.path().join("www");
     let pkg = www.join("minilm");
-    let mut opts = gkq_pack::PackOptions::new(minilm(), &pkg);
+    let mut opts = gkq_pack::PackOptions::new(fixtures::minilm(), &pkg);
     opts.dtypes = vec![gkq_format::DType::F32, gkq_format::DType::F16];
     gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     let o = report(pkg.to_str().expect("utf8"), &["--json"], &texts());
@@ -115,7 +106,7 @@ fn bad_inputs_are_named() {
         &gkq_pack::NoProgress,
     )
     .expect("pack");
-    let tok = minilm().join("tokenizer.json");
+    let tok = fixtures::minilm().join("tokenizer.json");
     let t = tiny.to_str().expect("utf8");
     let err = |args: &[&str], texts: &[PathBuf]| {
         let o = report(t, args, texts);
@@ -166,7 +157,7 @@ fn a_warm_object_warms_a_node_in_one_request_and_the_report_predicts_the_wire() 
         Nginx::start(&www, &tmp.path().join("nginx"), &NginxOptions::default()).expect("nginx");
     // without a warm object: the report's warm_ids feed the pack
     let plain = www.join("plain");
-    let mut opts = gkq_pack::PackOptions::new(minilm(), &plain);
+    let mut opts = gkq_pack::PackOptions::new(fixtures::minilm(), &plain);
     opts.dtypes = vec![gkq_format::DType::F32];
     gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     let url = format!("{}/plain/model.knot", nginx.url());

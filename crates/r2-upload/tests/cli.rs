@@ -6,6 +6,17 @@ use std::process::Command;
 
 use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
 
+/// The r2-upload binary with the test server's credentials (and no AWS
+/// variables of the caller's).
+fn r2_upload() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_r2-upload"));
+    c.env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env("R2_ACCESS_KEY_ID", S3_ACCESS_KEY)
+        .env("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY);
+    c
+}
+
 /// The committed tiny model packed into a temporary directory, and an
 /// s3s-fs with a `models` bucket: `(tmp, package dir, server)`.
 fn packed_and_s3() -> (tempfile::TempDir, std::path::PathBuf, S3sFs) {
@@ -32,7 +43,7 @@ fn upload_then_verify_over_http() {
     .expect("nginx");
     let public = format!("{}/models/qwen2-tiny/v1", nginx.url());
     let upload = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_r2-upload"))
+        r2_upload()
             .arg(&out)
             .args([
                 "--bucket",
@@ -46,10 +57,6 @@ fn upload_then_verify_over_http() {
                 "--json",
             ])
             .args(extra)
-            .env_remove("AWS_ACCESS_KEY_ID")
-            .env_remove("AWS_SECRET_ACCESS_KEY")
-            .env("R2_ACCESS_KEY_ID", S3_ACCESS_KEY)
-            .env("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY)
             .output()
             .expect("run xtask upload")
     };
@@ -199,7 +206,7 @@ fn the_signature_is_published_last_and_a_stale_one_refused() {
     let k = p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
     gkq_sign::sign_package(&out, &k).expect("sign");
     let upload = |prefix: &str| {
-        Command::new(env!("CARGO_BIN_EXE_r2-upload"))
+        r2_upload()
             .arg(&out)
             .args([
                 "--bucket",
@@ -210,8 +217,6 @@ fn the_signature_is_published_last_and_a_stale_one_refused() {
                 &s3.url(),
                 "--json",
             ])
-            .env("R2_ACCESS_KEY_ID", S3_ACCESS_KEY)
-            .env("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY)
             .output()
             .expect("run r2-upload")
     };
@@ -292,7 +297,7 @@ fn a_published_package_is_mirrored_into_another_bucket() {
     .expect("nginx");
     let staging = tmp.path().join("staging");
     let upload = |prefix: &str| {
-        Command::new(env!("CARGO_BIN_EXE_r2-upload"))
+        r2_upload()
             .arg(format!("{}/m/model.knot", origin.url()))
             .arg("--staging")
             .arg(&staging)
@@ -311,10 +316,6 @@ fn a_published_package_is_mirrored_into_another_bucket() {
                 &format!("{}/models/{prefix}", bucket.url()),
                 "--json",
             ])
-            .env_remove("AWS_ACCESS_KEY_ID")
-            .env_remove("AWS_SECRET_ACCESS_KEY")
-            .env("R2_ACCESS_KEY_ID", S3_ACCESS_KEY)
-            .env("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY)
             .output()
             .expect("run xtask upload")
     };

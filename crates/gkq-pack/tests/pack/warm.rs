@@ -7,15 +7,6 @@
 
 use super::*;
 
-fn minilm() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/real-models/all-MiniLM-L6-v2");
-    assert!(
-        p.join("model.safetensors").exists(),
-        "run scripts/install-test-deps.sh (it fetches all-MiniLM-L6-v2)"
-    );
-    p
-}
-
 fn texts() -> Vec<String> {
     let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/texts");
     ["qa_short.txt", "chat.jsonl", "code.txt", "prose.txt"]
@@ -39,7 +30,7 @@ fn a_corpus_ranks_the_warm_set_with_the_models_tokenizer() {
     let tmp = tempfile::tempdir().expect("tmp");
     let out = tmp.path().join("out");
     let mut args = vec![
-        minilm().display().to_string(),
+        fixtures::minilm().display().to_string(),
         "--out".into(),
         out.display().to_string(),
         "--dtype".into(),
@@ -171,7 +162,7 @@ fn bad_warm_inputs_are_refused_by_name_and_nothing_is_written() {
         (&empty, "empty.txt: an empty workload"),
     ] {
         fails(
-            &minilm(),
+            &fixtures::minilm(),
             &out,
             &["--warm-set", "5", "--warm-corpus", corpus],
             &[says],
