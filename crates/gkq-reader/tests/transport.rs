@@ -109,9 +109,19 @@ fn parallel_parts_cover_each_block_once_several_at_a_time() {
         next = p.3 + 1;
     }
     assert_eq!(next, offset + len);
+    // nginx logs a part when it has sent its last byte, with millisecond
+    // times, and the client may start the next part on that slot a moment
+    // before: parts that touch within 10 ms (of about a second each) do not
+    // count as in flight together
+    let slack = 0.010;
     let overlapping = parts
         .iter()
-        .map(|p| parts.iter().filter(|q| q.0 < p.1 && p.0 < q.1).count())
+        .map(|p| {
+            parts
+                .iter()
+                .filter(|q| q.0 < p.1 - slack && p.0 < q.1 - slack)
+                .count()
+        })
         .max()
         .unwrap_or(0);
     assert!(
