@@ -27,6 +27,12 @@ macro_rules! reader_accessors {
             self.inner().store.stats()
         }
 
+        /// The most bulk parts that have been in flight at once (at most
+        /// `ReaderConfig`'s `max_parallel`).
+        pub fn peak_parts_in_flight(&self) -> usize {
+            gkq_store::RangeRead::gate(&*self.inner().store).peak_in_flight()
+        }
+
         /// Counters of the persistent cache (zero without one).
         pub fn disk_stats(&self) -> crate::cache::DiskStats {
             self.inner()

@@ -68,6 +68,8 @@ pub struct Gate {
     permits: Semaphore,
     next: AtomicUsize,
     config: Parallelism,
+    /// Parts reading now, and the most there have been at once.
+    reading: (AtomicUsize, AtomicUsize),
 }
 
 impl Gate {
@@ -77,7 +79,13 @@ impl Gate {
             permits: Semaphore::new(config.max_parallel.max(1)),
             next: AtomicUsize::new(0),
             config,
+            reading: (AtomicUsize::new(0), AtomicUsize::new(0)),
         }
+    }
+
+    /// The most parts that have been reading at once through this gate.
+    pub fn peak_in_flight(&self) -> usize {
+        self.reading.1.load(Ordering::Relaxed)
     }
 
     /// The settings.
@@ -87,6 +95,24 @@ impl Gate {
 
     fn next_connection(&self) -> Connection {
         Connection::Bulk(self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// One part reading through a gate, counted until it is dropped (also
+/// when its future is cancelled).
+struct Reading<'a>(&'a Gate);
+
+impl<'a> Reading<'a> {
+    fn start(gate: &'a Gate) -> Self {
+        let now = gate.reading.0.fetch_add(1, Ordering::Relaxed) + 1;
+        gate.reading.1.fetch_max(now, Ordering::Relaxed);
+        Reading(gate)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.reading.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -123,6 +149,7 @@ async fn part<R: RangeRead + ?Sized>(
                 total,
                 connection: gate.next_connection(),
             };
+            let _reading = Reading::start(gate);
             backend.read_into(url, at + off, &mut buf, opts).await?;
         }
         let ReadCheck::Parts { check, .. } = check else {
