@@ -9,7 +9,7 @@ use crate::error::{DecodeError, Result};
 /// rotary positions (HF "rotate half" layout), grouped-query attention and
 /// a SwiGLU MLP. Qwen2 adds biases to the q, k and v projections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Family {
+pub enum DecoderFamily {
     /// `qwen2`.
     Qwen2,
     /// `llama`.
@@ -22,7 +22,7 @@ pub enum Family {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Architecture.
-    pub arch: Family,
+    pub arch: DecoderFamily,
     /// Width of the residual stream.
     pub hidden: usize,
     /// MLP width.
@@ -86,9 +86,9 @@ impl Config {
         let kind: Kind = serde_json::from_slice(bytes)
             .map_err(|e| DecodeError::Config(format!("config.json: {e}")))?;
         let arch = match kind.model_type.as_deref() {
-            Some("qwen2") => Family::Qwen2,
-            Some("llama") => Family::Llama,
-            Some("mistral") => Family::Mistral,
+            Some("qwen2") => DecoderFamily::Qwen2,
+            Some("llama") => DecoderFamily::Llama,
+            Some("mistral") => DecoderFamily::Mistral,
             Some(other) => {
                 let encoder = [
                     "bert",
@@ -157,7 +157,7 @@ impl Config {
     /// Whether rotary pairs are adjacent dimensions (llama.cpp's Llama
     /// layout) rather than halves (Hugging Face's "rotate half").
     pub fn rope_interleaved(&self) -> bool {
-        self.gguf && self.arch == Family::Llama
+        self.gguf && self.arch == DecoderFamily::Llama
     }
 
     /// The final norm's block.

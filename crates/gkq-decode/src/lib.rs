@@ -29,7 +29,7 @@ use gkq_reader::{PathKind, PullPlan, Reader, ReaderConfig, Serve};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-pub use config::{Config, DEFAULT_MAX_POSITIONS, Family, SUPPORTED};
+pub use config::{Config, DEFAULT_MAX_POSITIONS, DecoderFamily, SUPPORTED};
 pub use error::{DecodeError, Result};
 use model::{Cache, Layer, layer_block_names, rms_norm};
 

@@ -7,7 +7,7 @@
 use candle_core::{D, DType as CDType, Device, Tensor};
 use gkq_format::DType;
 
-use crate::config::{Config, Family};
+use crate::config::{Config, DecoderFamily};
 use crate::error::{DecodeError, Result};
 
 /// `[..]` f32 weights from a block's bytes (f16/bf16 widened exactly).
@@ -94,7 +94,7 @@ pub(crate) fn layer_block_names(cfg: &Config, l: usize) -> Vec<String> {
     .iter()
     .map(|n| cfg.layer_block(l, n))
     .collect();
-    if cfg.arch == Family::Qwen2 {
+    if cfg.arch == DecoderFamily::Qwen2 {
         for b in [
             "self_attn.q_proj.bias",
             "self_attn.k_proj.bias",

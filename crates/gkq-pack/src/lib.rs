@@ -50,7 +50,7 @@ pub use report::{
 };
 pub use spectral::{SpectralReport, SpectralSpec, Target};
 pub use types::{Fallback, QuantOptions};
-pub use warm::{WarmOptions, WarmReport};
+pub use warm::{WarmOptions, WarmSetReport};
 
 use companions::{companion_reports, copy_companion, find_companions};
 use error::IoContext;
@@ -169,7 +169,7 @@ fn derived_objects(
     header: &mut gkq_format::Header,
     (src, roles): (&SourceModel, &roles::RolePlan),
     companions: &[companions::Companion],
-) -> Result<Option<WarmReport>> {
+) -> Result<Option<WarmSetReport>> {
     if !opts.runs {
         header.metadata.remove(gkq_format::keys::COLUMNAR_RUNS);
     }

@@ -161,5 +161,5 @@ pub struct PackReport {
     pub peak_rss_bytes: Option<u64>,
     /// The warm set (`--warm-set`, `--warm-corpus`, `--warm-ids`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub warm: Option<crate::warm::WarmReport>,
+    pub warm: Option<crate::warm::WarmSetReport>,
 }

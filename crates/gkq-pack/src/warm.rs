@@ -35,7 +35,7 @@ impl WarmOptions {
 
 /// The warm set written, for the report.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct WarmReport {
+pub struct WarmSetReport {
     /// Rows in the set.
     pub rows: usize,
     /// Where they came from: `corpus` or `ids`.
@@ -55,7 +55,7 @@ pub(crate) fn decide(
     o: &WarmOptions,
     tokenizer: Option<&Path>,
     vocab: u64,
-) -> Result<Option<(Vec<u64>, WarmReport)>> {
+) -> Result<Option<(Vec<u64>, WarmSetReport)>> {
     if !o.is_set() {
         return Ok(None);
     }
@@ -85,7 +85,7 @@ pub(crate) fn decide(
     };
     let mut ids: Vec<u64> = ranked.into_iter().take(o.k.unwrap_or(usize::MAX)).collect();
     ids.sort_unstable();
-    let report = WarmReport {
+    let report = WarmSetReport {
         rows: ids.len(),
         ..report
     };
@@ -93,7 +93,7 @@ pub(crate) fn decide(
 }
 
 /// A file of ids, deduplicated (first place kept), each below `vocab`.
-fn from_ids(path: &Path, vocab: u64) -> Result<(Vec<u64>, WarmReport)> {
+fn from_ids(path: &Path, vocab: u64) -> Result<(Vec<u64>, WarmSetReport)> {
     let text = std::fs::read_to_string(path).at(path)?;
     let ids = gkq_text::parse_ids(&text)
         .map_err(|e| refused(format!("--warm-ids {}: {e}", path.display())))?;
@@ -108,7 +108,7 @@ fn from_ids(path: &Path, vocab: u64) -> Result<(Vec<u64>, WarmReport)> {
     }
     let mut seen = std::collections::HashSet::new();
     let ids: Vec<u64> = ids.into_iter().filter(|id| seen.insert(*id)).collect();
-    let report = WarmReport {
+    let report = WarmSetReport {
         rows: 0,
         from: "ids".into(),
         sessions: 0,
@@ -122,7 +122,7 @@ fn from_corpus(
     tokenizer: Option<&Path>,
     vocab: u64,
     k: usize,
-) -> Result<(Vec<u64>, WarmReport)> {
+) -> Result<(Vec<u64>, WarmSetReport)> {
     let Some(tok) = tokenizer else {
         return Err(refused(
             "--warm-corpus: the source has no tokenizer.json to tokenize it with (give --warm-ids FILE)",
@@ -138,7 +138,7 @@ fn from_corpus(
         .flat_map(|(_, s)| s.iter().map(Vec::as_slice))
         .collect();
     let ids = gkq_text::warm_set(sessions.iter().copied(), k);
-    let report = WarmReport {
+    let report = WarmSetReport {
         rows: 0,
         from: "corpus".into(),
         sessions: sessions.len(),
@@ -152,7 +152,7 @@ fn from_corpus(
     _: Option<&Path>,
     _: u64,
     _: usize,
-) -> Result<(Vec<u64>, WarmReport)> {
+) -> Result<(Vec<u64>, WarmSetReport)> {
     Err(refused(
         "--warm-corpus: this gkq-pack was built without the warm-corpus feature (give --warm-ids FILE)",
     ))
