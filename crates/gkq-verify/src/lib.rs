@@ -126,7 +126,7 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
 
 /// The report of a knot that does not parse: the `knot` check alone.
 fn unparsable(path: &Path, e: gkq_format::Error, started: Instant) -> VerifyReport {
-    let mut acc = report::Acc::default();
+    let mut acc = report::CheckFindings::default();
     acc.fail(path.display().to_string(), e);
     VerifyReport {
         passed: false,

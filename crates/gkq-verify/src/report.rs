@@ -411,13 +411,13 @@ pub struct VerifyReport {
 
 /// What one check collects while it runs.
 #[derive(Debug, Default)]
-pub(crate) struct Acc {
+pub(crate) struct CheckFindings {
     pub(crate) findings: Vec<(String, Finding)>,
     pub(crate) notes: Vec<(String, Note)>,
     pub(crate) bytes: u64,
 }
 
-impl Acc {
+impl CheckFindings {
     pub(crate) fn fail(&mut self, object: impl Into<String>, finding: impl Into<Finding>) {
         self.findings.push((object.into(), finding.into()));
     }
@@ -426,7 +426,7 @@ impl Acc {
         self.notes.push((object.into(), note));
     }
 
-    pub(crate) fn merge(&mut self, other: Acc) {
+    pub(crate) fn merge(&mut self, other: CheckFindings) {
         self.findings.extend(other.findings);
         self.notes.extend(other.notes);
         self.bytes += other.bytes;

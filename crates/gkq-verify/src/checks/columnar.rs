@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::files::open_regular;
-use crate::report::{Acc, Differ, Finding};
+use crate::report::{CheckFindings, Differ, Finding};
 
 /// Mismatching rows listed per file before summarising.
 const MAX_LISTED: usize = 5;
@@ -66,7 +66,11 @@ pub(crate) struct RowFile<'d> {
 
 /// Opens the row files of `block` that can be checked; the others are
 /// reported into `cols`.
-pub(crate) fn open_all<'b>(block: &'b Block, dir: &Path, cols: &mut Acc) -> Vec<RowFile<'b>> {
+pub(crate) fn open_all<'b>(
+    block: &'b Block,
+    dir: &Path,
+    cols: &mut CheckFindings,
+) -> Vec<RowFile<'b>> {
     let mut files = Vec::new();
     for d in &block.columnar {
         let path = dir.join(&d.object);
@@ -187,7 +191,7 @@ impl<'d> RowFile<'d> {
         self.d
     }
 
-    pub(crate) fn finish(self, block: &Block, dir: &Path, cols: &mut Acc) {
+    pub(crate) fn finish(self, block: &Block, dir: &Path, cols: &mut CheckFindings) {
         if self.broken {
             return; // reported when the read failed
         }
@@ -250,7 +254,7 @@ fn open_derived(
     path: &Path,
     expected: u64,
     length: impl FnOnce(u64) -> gkq_format::Error,
-    cols: &mut Acc,
+    cols: &mut CheckFindings,
 ) -> Option<File> {
     let shown = path.display().to_string();
     match open_regular(path) {
@@ -272,7 +276,7 @@ fn compare_derived(
     (file, expected): (File, u64),
     row_at: impl Fn(u64) -> u64,
     write: impl FnOnce(&mut Compare) -> std::io::Result<()>,
-    cols: &mut Acc,
+    cols: &mut CheckFindings,
 ) {
     let shown = path.display().to_string();
     let mut cmp = Compare {
@@ -300,7 +304,7 @@ fn compare_derived(
 /// A runs object (FORMAT.md 7b) against the row file and the proof
 /// object's records it interleaves, byte for byte (both already checked
 /// against the knot).
-pub(crate) fn check_runs(d: &ColumnarDescriptor, dir: &Path, cols: &mut Acc) {
+pub(crate) fn check_runs(d: &ColumnarDescriptor, dir: &Path, cols: &mut CheckFindings) {
     use gkq_format::runs::{RunsLayout, runs_object_name, write_runs};
     use std::io::{Seek, SeekFrom};
     let name = runs_object_name(&d.object);
@@ -346,7 +350,12 @@ pub(crate) fn check_runs(d: &ColumnarDescriptor, dir: &Path, cols: &mut Acc) {
 
 /// A warm object (FORMAT.md 7d) against the proof object's chunk table
 /// and the warm rows of the row file with their records, byte for byte.
-pub(crate) fn check_warm(d: &ColumnarDescriptor, ids: &[u64], dir: &Path, cols: &mut Acc) {
+pub(crate) fn check_warm(
+    d: &ColumnarDescriptor,
+    ids: &[u64],
+    dir: &Path,
+    cols: &mut CheckFindings,
+) {
     use gkq_format::warm::{WarmLayout, WarmPart, warm_object_name, write_warm};
     let name = warm_object_name(&d.object);
     let path = dir.join(&name);

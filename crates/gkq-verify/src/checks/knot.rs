@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::columnar;
 use crate::Progress;
 use crate::files::Pages;
-use crate::report::{Acc, Finding};
+use crate::report::{CheckFindings, Finding};
 
 /// Bytes read per step.
 const CHUNK: usize = 8 << 20;
@@ -41,8 +41,8 @@ fn check_spectral_decodes(block: &Block, payload: &[u8]) -> Result<(), Finding> 
 
 /// The knot and columnar findings of one block.
 pub(crate) struct BlockChecked {
-    pub(crate) knot: Acc,
-    pub(crate) columnar: Acc,
+    pub(crate) knot: CheckFindings,
+    pub(crate) columnar: CheckFindings,
 }
 
 /// Hashes a block's payload; for a columnar block, also checks each row
@@ -54,7 +54,7 @@ pub(crate) fn check_block(
     index: usize,
     progress: &dyn Progress,
 ) -> BlockChecked {
-    let (mut acc, mut cols) = (Acc::default(), Acc::default());
+    let (mut acc, mut cols) = (CheckFindings::default(), CheckFindings::default());
     let block = &knot.blocks()[index];
     let (Some(payload), Some(p)) = (knot.payload(index), block.encoding.payload()) else {
         return BlockChecked {

@@ -21,7 +21,7 @@ use rayon::prelude::*;
 
 use crate::error::{Result, VerifyError};
 use crate::files::KnotMap;
-use crate::report::{Acc, CheckName, VerifyReport};
+use crate::report::{CheckFindings, CheckName, VerifyReport};
 use crate::{Progress, VerifyOptions};
 
 /// What every check reads.
@@ -128,12 +128,12 @@ impl Context<'_> {
                     .map(|it| match it {
                         Item::Block(i) => {
                             let b = knot::check_block(&self.knot, &pages, &self.dir, *i, progress);
-                            (b.knot, b.columnar, Acc::default())
+                            (b.knot, b.columnar, CheckFindings::default())
                         }
                         Item::Source(i) => {
                             let src = self.src().expect("source items only when it opened");
                             let s = source::check_file(&self.knot, &pages, src, *i, progress);
-                            (Acc::default(), Acc::default(), s)
+                            (CheckFindings::default(), CheckFindings::default(), s)
                         }
                     })
                     .collect::<Vec<_>>()
@@ -147,9 +147,9 @@ impl Context<'_> {
             },
         );
         let mut ran = Ran {
-            knot: Acc::default(),
-            columnar: Acc::default(),
-            source: Acc::default(),
+            knot: CheckFindings::default(),
+            columnar: CheckFindings::default(),
+            source: CheckFindings::default(),
             remote,
         };
         for (k, c, s) in results {
@@ -223,9 +223,9 @@ impl Context<'_> {
 
 /// The findings of the local checks and the remote outcome.
 struct Ran {
-    knot: Acc,
-    columnar: Acc,
-    source: Acc,
+    knot: CheckFindings,
+    columnar: CheckFindings,
+    source: CheckFindings,
     remote: Option<remote::RemoteOutcome>,
 }
 

@@ -7,13 +7,13 @@ use gkq_format::{Knot, hex, keys};
 use sha2::{Digest, Sha256};
 
 use crate::files::open_regular;
-use crate::report::{Acc, Finding};
+use crate::report::{CheckFindings, Finding};
 
 /// The findings, and how many files the knot lists; `None` when it lists none.
-pub(crate) fn check(knot: &Knot<'_>, dir: &Path) -> Option<(Acc, usize)> {
+pub(crate) fn check(knot: &Knot<'_>, dir: &Path) -> Option<(CheckFindings, usize)> {
     let h = knot.header().header();
     let files = h.meta_list(keys::PACKAGE_FILES)?;
-    let mut acc = Acc::default();
+    let mut acc = CheckFindings::default();
     for (name, want) in h.package_files() {
         let path = dir.join(name);
         let shown = path.display().to_string();

@@ -8,7 +8,7 @@
 use gkq_format::{Block, DType, Knot, decode_f32};
 
 use super::spectral::SPECTRAL_ERROR_TOLERANCE;
-use crate::report::{Acc, Note};
+use crate::report::{CheckFindings, Note};
 
 /// Sums of one quantized block's errors, chunk by chunk.
 pub(crate) struct QuantCheck<'k> {
@@ -48,7 +48,7 @@ impl<'k> QuantCheck<'k> {
     }
 
     /// Compares the measured figures with the recorded ones.
-    pub(crate) fn finish(self, knot: &Knot<'_>, object: &str, acc: &mut Acc) {
+    pub(crate) fn finish(self, knot: &Knot<'_>, object: &str, acc: &mut CheckFindings) {
         let rmse = if self.count == 0 {
             0.0
         } else {

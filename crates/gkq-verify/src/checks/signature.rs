@@ -7,11 +7,11 @@
 use gkq_format::sig::{self, SIGNATURE_NAME};
 
 use super::Context;
-use crate::report::Acc;
+use crate::report::CheckFindings;
 
 /// The findings and the summary (who signed).
-pub(crate) fn check(cx: &Context<'_>) -> (Acc, String) {
-    let mut acc = Acc::default();
+pub(crate) fn check(cx: &Context<'_>) -> (CheckFindings, String) {
+    let mut acc = CheckFindings::default();
     let local = cx.dir.join(SIGNATURE_NAME);
     let summary = match gkq_sign::verify_package(&cx.dir, &cx.trusted) {
         Ok(r) => {

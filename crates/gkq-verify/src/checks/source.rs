@@ -14,7 +14,7 @@ use super::quant::QuantCheck;
 use super::spectral::SpectralCheck;
 use crate::Progress;
 use crate::files::Pages;
-use crate::report::{Acc, Differ, Finding, Note};
+use crate::report::{CheckFindings, Differ, Finding, Note};
 
 /// Bytes read per step.
 const CHUNK: usize = 8 << 20;
@@ -45,7 +45,12 @@ struct TensorCheck<'k> {
 
 impl<'k> TensorCheck<'k> {
     /// The check of `t`, and what is wrong before any value is read.
-    fn new(knot: &'k Knot<'k>, t: &'k SourceTensor, name: &str, acc: &mut Acc) -> TensorCheck<'k> {
+    fn new(
+        knot: &'k Knot<'k>,
+        t: &'k SourceTensor,
+        name: &str,
+        acc: &mut CheckFindings,
+    ) -> TensorCheck<'k> {
         let header = knot.header().header();
         let index = header.block_index(&t.name);
         let target: Option<(&Block, &[u8])> =
@@ -207,7 +212,7 @@ impl<'k> TensorCheck<'k> {
 
     /// What the whole tensor showed: the spectral error, the loss note,
     /// exactness claims that failed, rows that differ.
-    fn finish(self, knot: &Knot<'_>, name: &str, acc: &mut Acc) {
+    fn finish(self, knot: &Knot<'_>, name: &str, acc: &mut CheckFindings) {
         let t = self.t;
         let by_rows = self.by_rows();
         if let Some(sc) = self.spectral {
@@ -276,8 +281,8 @@ pub(crate) fn check_file(
     src: &SourceModel,
     file: usize,
     progress: &dyn Progress,
-) -> Acc {
-    let mut acc = Acc::default();
+) -> CheckFindings {
+    let mut acc = CheckFindings::default();
     let name = src.files[file].path.display().to_string();
     let mut hasher = Sha256::new();
     match src.read_header(file) {
@@ -333,7 +338,13 @@ pub(crate) fn check_file(
 }
 
 /// The file's digest against `source.sha256`.
-fn check_file_digest(knot: &Knot<'_>, file: &str, digest: &str, name: &str, acc: &mut Acc) {
+fn check_file_digest(
+    knot: &Knot<'_>,
+    file: &str,
+    digest: &str,
+    name: &str,
+    acc: &mut CheckFindings,
+) {
     let header = knot.header().header();
     let files = header.meta_list(keys::SOURCE_FILES).unwrap_or_default();
     let hashes = header.meta_list(keys::SOURCE_SHA256).unwrap_or_default();
@@ -352,7 +363,7 @@ fn check_file_digest(knot: &Knot<'_>, file: &str, digest: &str, name: &str, acc:
 
 /// Every knot block comes from the source, and every file the knot lists
 /// is in it.
-pub(crate) fn check_model(knot: &Knot<'_>, src: &SourceModel, acc: &mut Acc) {
+pub(crate) fn check_model(knot: &Knot<'_>, src: &SourceModel, acc: &mut CheckFindings) {
     let header = knot.header().header();
     for b in &header.blocks {
         let aliased = matches!(b.encoding, Encoding::Alias { .. });
@@ -370,7 +381,7 @@ pub(crate) fn check_model(knot: &Knot<'_>, src: &SourceModel, acc: &mut Acc) {
 /// After every source check: when no source file has the digest the knot
 /// records and tensors are missing or differ, one line first that says
 /// what that means (the wrong model directory), before the details.
-pub(crate) fn different_model(knot: &Knot<'_>, acc: &mut Acc) {
+pub(crate) fn different_model(knot: &Knot<'_>, acc: &mut CheckFindings) {
     let header = knot.header().header();
     let files = header.meta_list(keys::SOURCE_FILES).unwrap_or_default();
     let digests = acc

@@ -7,7 +7,7 @@
 
 use gkq_format::{Block, Knot, cast_row};
 
-use crate::report::{Acc, Note};
+use crate::report::{CheckFindings, Note};
 
 /// How far the relative Frobenius error measured against `--source` may be
 /// from the one recorded in `spectral.rel_frobenius_error` (relative, plus
@@ -64,7 +64,13 @@ impl<'k> SpectralCheck<'k> {
     }
 
     /// Compares the measured figures with the recorded ones.
-    pub(crate) fn finish(self, knot: &Knot<'_>, tensor: &str, object: &str, acc: &mut Acc) {
+    pub(crate) fn finish(
+        self,
+        knot: &Knot<'_>,
+        tensor: &str,
+        object: &str,
+        acc: &mut CheckFindings,
+    ) {
         let measured = self.err.relative();
         let header = knot.header().header();
         let figures = header.spectral_figures();

@@ -9,7 +9,7 @@ use gkq_format::{ColumnarDescriptor, merkle};
 use rayon::prelude::*;
 
 use super::{Http, head, object_url, range};
-use crate::report::{Acc, RemoteFinding};
+use crate::report::{CheckFindings, RemoteFinding};
 
 /// A runs object (FORMAT.md 7b): its length, and the sampled rows fetched
 /// from it, each a single range of row and record, verified and compared
@@ -20,7 +20,7 @@ pub(super) fn check_runs(
     base: &str,
     roots: &[merkle::Hash],
     (rows, local): (&[u64], Option<&File>),
-    acc: &mut Acc,
+    acc: &mut CheckFindings,
 ) -> (u64, u64) {
     use gkq_format::runs::{RunsLayout, runs_object_name};
     let url = object_url(base, &runs_object_name(&d.object));
@@ -77,7 +77,7 @@ pub(super) fn check_warm(
     base: &str,
     ids: &[u64],
     local: Option<&File>,
-    acc: &mut Acc,
+    acc: &mut CheckFindings,
 ) -> (u64, u64) {
     use gkq_format::warm::{WarmLayout, check_warm, warm_object_name};
     let url = object_url(base, &warm_object_name(&d.object));

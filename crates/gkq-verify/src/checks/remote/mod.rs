@@ -20,7 +20,7 @@ use gkq_store::{Head, RangeRead, ReadOptions, RetryPolicy, Store, StoreConfig, S
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::report::{Acc, RemoteFinding};
+use crate::report::{CheckFindings, RemoteFinding};
 
 mod derived;
 use crate::{VerifyError, VerifyOptions};
@@ -28,7 +28,7 @@ use crate::{VerifyError, VerifyOptions};
 pub(crate) struct RemoteOutcome {
     /// The server could not be reached at all: the checks did not run.
     pub(crate) unreachable: Option<(String, String)>,
-    pub(crate) acc: Acc,
+    pub(crate) acc: CheckFindings,
     pub(crate) summary: String,
     pub(crate) seconds: f64,
 }
@@ -224,7 +224,7 @@ fn check_knot(
     knot: &Knot<'_>,
     knot_bytes: &[u8],
     base: &str,
-    acc: &mut Acc,
+    acc: &mut CheckFindings,
 ) -> Result<u64, (String, String)> {
     let url = object_url(base, gkq_format::KNOT_NAME);
     match head(http, &url, knot_bytes.len() as u64) {
@@ -258,7 +258,7 @@ fn check_row_file(
     dir: &Path,
     base: &str,
     opts: &VerifyOptions,
-    acc: &mut Acc,
+    acc: &mut CheckFindings,
 ) -> (u64, u64) {
     let url = object_url(base, &d.object);
     let mut requests = 1;
@@ -322,7 +322,7 @@ impl ProofCheck {
         http: &Http,
         d: &ColumnarDescriptor,
         base: &str,
-        acc: &mut Acc,
+        acc: &mut CheckFindings,
         requests: &mut u64,
     ) -> ProofCheck {
         let layout = merkle::layout_of(d);
@@ -430,7 +430,7 @@ fn check_companions(
     knot: &Knot<'_>,
     dir: &Path,
     base: &str,
-    acc: &mut Acc,
+    acc: &mut CheckFindings,
 ) -> (u64, u64) {
     let (mut objects, mut requests) = (0, 0);
     for (name, want) in knot.header().header().package_files() {
@@ -477,7 +477,7 @@ pub(crate) fn check_remote(
     opts: &VerifyOptions,
 ) -> RemoteOutcome {
     let started = Instant::now();
-    let mut acc = Acc::default();
+    let mut acc = CheckFindings::default();
     let mut requests = match check_knot(http, knot, knot_bytes, base, &mut acc) {
         Ok(n) => n,
         Err(down) => {
