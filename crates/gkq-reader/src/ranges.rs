@@ -11,16 +11,6 @@ pub struct RowRun {
 }
 
 impl RowRun {
-    /// Byte range `[start, end)` of the run in a row file, or `None` when
-    /// it does not fit in a `u64`.
-    pub fn byte_range(&self, row_bytes: u64) -> Option<(u64, u64)> {
-        let start = self.first.checked_mul(row_bytes)?;
-        Some((
-            start,
-            start.checked_add(self.count.checked_mul(row_bytes)?)?,
-        ))
-    }
-
     /// Whether `row` is in the run.
     pub fn contains(&self, row: u64) -> bool {
         row >= self.first && row < self.first + self.count
@@ -96,14 +86,8 @@ mod tests {
     }
 
     #[test]
-    fn byte_ranges_end_after_the_last_row_and_never_overflow() {
+    fn a_run_contains_its_rows_only() {
         let r = RowRun { first: 2, count: 3 };
-        assert_eq!(r.byte_range(12), Some((24, 60)));
         assert!(r.contains(4) && !r.contains(5) && !r.contains(1));
-        let far = RowRun {
-            first: u64::MAX / 2,
-            count: 1,
-        };
-        assert_eq!(far.byte_range(4), None, "an overflow, not a 1-byte range");
     }
 }

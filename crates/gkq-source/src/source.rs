@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 
 use gkq_format::DType;
 use safetensors::{Dtype, SafeTensors};
-use sha2::{Digest, Sha256};
 
 use crate::error::{IoContext, Result, SourceError};
 
@@ -381,27 +380,6 @@ impl SourceModel {
         let mut buf = vec![0u8; usize::try_from(f.data_start).expect("header fits in memory")];
         f.file.read_exact_at(&mut buf, 0).at(&f.path)?;
         Ok(buf)
-    }
-
-    /// SHA-256 of each whole file, read in 8 MiB chunks, files in parallel.
-    pub fn hash_files(&self) -> Result<Vec<[u8; 32]>> {
-        use rayon::prelude::*;
-        self.files
-            .par_iter()
-            .map(|f| {
-                let mut h = Sha256::new();
-                let mut buf = vec![0u8; 8 << 20];
-                let mut at = 0u64;
-                while at < f.len {
-                    let n = (f.len - at).min(buf.len() as u64) as usize;
-                    let chunk = &mut buf[..n];
-                    f.file.read_exact_at(chunk, at).at(&f.path)?;
-                    h.update(&*chunk);
-                    at += n as u64;
-                }
-                Ok(h.finalize().into())
-            })
-            .collect()
     }
 }
 

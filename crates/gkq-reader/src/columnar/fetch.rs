@@ -32,7 +32,7 @@ impl Backend {
     /// error naming the object, never a guess.
     fn overflow(&self, object: &str, run: RowRun) -> ReaderError {
         ReaderError::Compute(format!(
-            "{object}: rows {} to {} have no byte range in a file of {} rows (overflow)",
+            "{object}: rows {} to {} have no byte range in a file of {} rows",
             run.first,
             run.first.saturating_add(run.count).saturating_sub(1),
             self.desc.rows
@@ -69,7 +69,7 @@ impl Backend {
                     ranges.extend(layout.range(run.first, run.count).map(|r| (at.as_str(), r)));
                 }
                 _ => {
-                    let rows = run.byte_range(self.desc.row_bytes);
+                    let rows = self.desc.row_range(run.first, run.count);
                     ranges.extend(rows.map(|r| (self.url.as_str(), r)));
                     let records = self.layout.records_range(run.first, run.count);
                     ranges.extend(records.map(|r| (self.proof_url.as_str(), r)));
@@ -151,7 +151,7 @@ impl Backend {
                         let r = self.layout.records_range(run.first, run.count);
                         (&self.proof_url, r, proof_len)
                     } else {
-                        let r = run.byte_range(self.desc.row_bytes);
+                        let r = self.desc.row_range(run.first, run.count);
                         (&self.url, r, Some(self.desc.byte_len))
                     };
                     let Some((s, e)) = range else {
