@@ -29,6 +29,7 @@ use crate::config::Parallelism;
 use crate::error::{BoxError, Result, StoreError};
 use crate::range::{check_read, split_parts};
 use crate::read::{Connection, RangeRead, ReadOptions};
+use crate::stats::InFlight;
 use gkq_format::hex;
 
 /// A check of one part: `(offset in the range, bytes)`.
@@ -69,7 +70,7 @@ pub struct Gate {
     next: AtomicUsize,
     config: Parallelism,
     /// Parts reading now, and the most there have been at once.
-    reading: (AtomicUsize, AtomicUsize),
+    reading: InFlight,
 }
 
 impl Gate {
@@ -79,13 +80,13 @@ impl Gate {
             permits: Semaphore::new(config.max_parallel.max(1)),
             next: AtomicUsize::new(0),
             config,
-            reading: (AtomicUsize::new(0), AtomicUsize::new(0)),
+            reading: InFlight::default(),
         }
     }
 
     /// The most parts that have been reading at once through this gate.
     pub fn peak_in_flight(&self) -> usize {
-        self.reading.1.load(Ordering::Relaxed)
+        self.reading.peak()
     }
 
     /// The settings.
@@ -95,24 +96,6 @@ impl Gate {
 
     fn next_connection(&self) -> Connection {
         Connection::Bulk(self.next.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-/// One part reading through a gate, counted until it is dropped (also
-/// when its future is cancelled).
-struct Reading<'a>(&'a Gate);
-
-impl<'a> Reading<'a> {
-    fn start(gate: &'a Gate) -> Self {
-        let now = gate.reading.0.fetch_add(1, Ordering::Relaxed) + 1;
-        gate.reading.1.fetch_max(now, Ordering::Relaxed);
-        Reading(gate)
-    }
-}
-
-impl Drop for Reading<'_> {
-    fn drop(&mut self) {
-        self.0.reading.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -149,7 +132,7 @@ async fn part<R: RangeRead + ?Sized>(
                 total,
                 connection: gate.next_connection(),
             };
-            let _reading = Reading::start(gate);
+            let _reading = gate.reading.enter();
             backend.read_into(url, at + off, &mut buf, opts).await?;
         }
         let ReadCheck::Parts { check, .. } = check else {

@@ -4,7 +4,7 @@
 //! a check of the gate) around any [`RangeRead`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 
@@ -123,15 +123,38 @@ stats! {
 pub(crate) struct Counters {
     pub(crate) net: NetCounters,
     h2: AtomicBool,
-    in_flight: std::sync::atomic::AtomicU64,
+    in_flight: InFlight,
 }
 
-/// One request in flight (see [`Counters::begin`]); its end when dropped.
-pub(crate) struct InFlight<'a>(&'a Counters);
+/// How many of something are in flight, and the most there have been at
+/// once: requests (for round trips), a gate's parts.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
 
-impl Drop for InFlight<'_> {
+/// One in flight (see [`InFlight::enter`]) until dropped, also when its
+/// future is cancelled.
+pub(crate) struct Entered<'a>(&'a InFlight);
+
+impl InFlight {
+    /// One more in flight, and whether none was before it.
+    pub(crate) fn enter(&self) -> (Entered<'_>, bool) {
+        let before = self.now.fetch_add(1, Ordering::Relaxed);
+        self.peak.fetch_max(before + 1, Ordering::Relaxed);
+        (Entered(self), before == 0)
+    }
+
+    /// The most there have been at once.
+    pub(crate) fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.now.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -143,15 +166,16 @@ impl Counters {
     /// One attempt of a request (`retry`: not the first), in flight until
     /// the guard is dropped; the first while none is in flight starts a
     /// round trip.
-    pub(crate) fn begin(&self, retry: bool) -> InFlight<'_> {
+    pub(crate) fn begin(&self, retry: bool) -> Entered<'_> {
         bump(&self.net.requests, 1);
         if retry {
             bump(&self.net.retries, 1);
         }
-        if self.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+        let (entered, first) = self.in_flight.enter();
+        if first {
             bump(&self.net.round_trips, 1);
         }
-        InFlight(self)
+        entered
     }
 
     /// Body bytes received.
