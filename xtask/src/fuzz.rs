@@ -13,6 +13,7 @@
 
 use std::io::Cursor;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -165,19 +166,17 @@ fn exercise(input: &[u8]) -> usize {
     accepted
 }
 
-pub(crate) fn run(seconds: u64, seed: u64) -> anyhow::Result<()> {
-    let seeds = seeds()?;
-    for s in &seeds {
-        if exercise(s) == 0 {
-            bail!("a seed knot does not parse");
-        }
-    }
+/// One worker: mutated seeds through [`exercise`] until `deadline` or
+/// until `stop`; its inputs and how many parsed, or the input that panicked.
+fn worker(
+    seeds: &[Vec<u8>],
+    seed: u64,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> Result<(u64, u64), Vec<u8>> {
     let mut rng = Rng(seed);
-    let deadline = Instant::now() + Duration::from_secs(seconds);
     let (mut execs, mut accepted) = (0u64, 0u64);
-    std::panic::set_hook(Box::new(|_| {}));
-    let started = Instant::now();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
         for _ in 0..256 {
             let s = &seeds[rng.below(seeds.len())];
             let mut input = mutate(&mut rng, s);
@@ -187,22 +186,52 @@ pub(crate) fn run(seconds: u64, seed: u64) -> anyhow::Result<()> {
             match catch_unwind(AssertUnwindSafe(|| exercise(&input))) {
                 Ok(n) => accepted += n as u64,
                 Err(_) => {
-                    let _ = std::panic::take_hook();
-                    let path = crate::root().join(format!("target/fuzz-crash-{execs}.knot"));
-                    std::fs::write(&path, &input)?;
-                    bail!(
-                        "the parser panicked after {execs} inputs; input saved to {}",
-                        path.display()
-                    );
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(input);
                 }
             }
             execs += 1;
         }
     }
+    Ok((execs, accepted))
+}
+
+/// Fuzzes for `seconds` on every core (worker `i` draws from `seed + i`).
+pub(crate) fn run(seconds: u64, seed: u64) -> anyhow::Result<()> {
+    let seeds = seeds()?;
+    for s in &seeds {
+        if exercise(s) == 0 {
+            bail!("a seed knot does not parse");
+        }
+    }
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let stop = AtomicBool::new(false);
+    std::panic::set_hook(Box::new(|_| {}));
+    let started = Instant::now();
+    let (seeds, stop) = (&seeds, &stop);
+    let results: Vec<_> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..workers)
+            .map(|i| sc.spawn(move || worker(seeds, seed.wrapping_add(i), deadline, stop)))
+            .collect();
+        handles.into_iter().map(|h| h.join()).collect()
+    });
     let _ = std::panic::take_hook();
+    let (mut execs, mut accepted) = (0u64, 0u64);
+    for r in results {
+        match r {
+            Ok(Ok((e, a))) => (execs, accepted) = (execs + e, accepted + a),
+            Ok(Err(input)) => {
+                let path = crate::root().join(format!("target/fuzz-crash-{seed}.knot"));
+                std::fs::write(&path, &input)?;
+                bail!("the parser panicked; input saved to {}", path.display());
+            }
+            Err(_) => bail!("a fuzz worker died outside the parser"),
+        }
+    }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "fuzz: {execs} inputs in {secs:.1}s ({:.0}/s), {accepted} accepted as valid knots, no panics",
+        "fuzz: {execs} inputs in {secs:.1}s on {workers} threads ({:.0}/s), {accepted} accepted as valid knots, no panics",
         execs as f64 / secs
     );
     Ok(())

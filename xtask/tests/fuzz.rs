@@ -1,13 +1,13 @@
 //! A bounded run of `cargo xtask fuzz` (the mutation fuzzer of the knot
 //! parser) as part of the suite: the xtask binary this test build made,
-//! for `GKQ_FUZZ_SECONDS` (default 20), so that `scripts/test.sh` does not
+//! for `GKQ_FUZZ_SECONDS` (default 10, on every core), so that `scripts/test.sh` does not
 //! build xtask a second time with other features.
 
 use std::process::Command;
 
 #[test]
 fn the_knot_parser_survives_a_bounded_fuzz_run() {
-    let seconds = std::env::var("GKQ_FUZZ_SECONDS").unwrap_or_else(|_| "20".into());
+    let seconds = std::env::var("GKQ_FUZZ_SECONDS").unwrap_or_else(|_| "10".into());
     let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["fuzz", "--seconds", &seconds])
         .output()
