@@ -396,7 +396,6 @@ fn pick_rows<'d>(
             names: names(block),
         });
     }
-    let base = path.trim_end_matches('/');
     let (d, choice) = match dtype {
         Some((want, flag)) => forced(block, want, flag)?,
         None => {
@@ -417,7 +416,7 @@ fn pick_rows<'d>(
             )
         }
     };
-    Ok((format!("{base}/{}", d.object), d, choice))
+    Ok((gkq_store::url::join(path, &d.object), d, choice))
 }
 
 /// The row file of dtype `want` that `flag` forces, and the choice.

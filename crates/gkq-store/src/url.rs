@@ -42,6 +42,12 @@ pub fn sibling(location: &str, name: &str) -> String {
         .to_string()
 }
 
+/// `name` under the base URL or directory `base`, given with or without
+/// its trailing `/`.
+pub fn join(base: &str, name: &str) -> String {
+    format!("{}/{name}", base.trim_end_matches('/'))
+}
+
 /// `location` with `suffix` added to its last path segment, before the
 /// query string (`a.rows?x` + `.proof` = `a.rows.proof?x`).
 pub fn with_suffix(location: &str, suffix: &str) -> String {
@@ -97,6 +103,8 @@ mod tests {
             "https://h/a.rows.proof?sig=2#f"
         );
         assert_eq!(without_query("https://h/a?b"), "https://h/a");
+        assert_eq!(join("https://h/m/v1/", "a.rows"), "https://h/m/v1/a.rows");
+        assert_eq!(join("https://h/m/v1", "a.rows"), "https://h/m/v1/a.rows");
         assert!(is_remote("s3://b/k") && !is_remote("/tmp/x"));
     }
 

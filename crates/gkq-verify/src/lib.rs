@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use gkq_format::Knot;
 
-pub use checks::remote::{Http, client, object_url, sample_rows};
+pub use checks::remote::{Http, client, sample_rows};
 pub use checks::spectral::SPECTRAL_ERROR_TOLERANCE;
 pub use error::{Result, VerifyError};
 pub use files::{KnotMap, knot_path};

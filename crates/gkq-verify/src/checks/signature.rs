@@ -31,7 +31,7 @@ pub(crate) fn check(cx: &Context<'_>) -> (CheckFindings, String) {
         }
     };
     if let (Some(base), Some(http)) = (&cx.opts.url, &cx.http) {
-        let url = super::remote::object_url(base, SIGNATURE_NAME);
+        let url = gkq_store::url::join(base, SIGNATURE_NAME);
         let id = cx.knot.header().id();
         match http.prefix(&url, sig::MAX_SIGNATURE_LEN) {
             Err(e) => acc.fail(url, std::io::Error::other(e)),

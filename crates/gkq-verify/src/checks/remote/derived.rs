@@ -8,8 +8,9 @@ use std::os::unix::fs::FileExt;
 use gkq_format::{ColumnarDescriptor, merkle};
 use rayon::prelude::*;
 
-use super::{Http, head, object_url, range};
+use super::{Http, head, range};
 use crate::report::{CheckFindings, RemoteFinding};
+use gkq_store::url::join;
 
 /// A runs object (FORMAT.md 7b): its length, and the sampled rows fetched
 /// from it, each a single range of row and record, verified and compared
@@ -23,7 +24,7 @@ pub(super) fn check_runs(
     acc: &mut CheckFindings,
 ) -> (u64, u64) {
     use gkq_format::runs::{RunsLayout, runs_object_name};
-    let url = object_url(base, &runs_object_name(&d.object));
+    let url = join(base, &runs_object_name(&d.object));
     let Some(layout) = RunsLayout::of(d) else {
         return (0, 0);
     };
@@ -80,7 +81,7 @@ pub(super) fn check_warm(
     acc: &mut CheckFindings,
 ) -> (u64, u64) {
     use gkq_format::warm::{WarmLayout, check_warm, warm_object_name};
-    let url = object_url(base, &warm_object_name(&d.object));
+    let url = join(base, &warm_object_name(&d.object));
     let Some(total) = WarmLayout::of(d, ids.len() as u64).and_then(|l| l.object_len()) else {
         return (0, 0);
     };

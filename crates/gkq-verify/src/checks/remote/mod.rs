@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use gkq_format::{ColumnarDescriptor, Knot, merkle};
 use gkq_store::blocking::Runtime;
+use gkq_store::url::join;
 use gkq_store::{Head, RangeRead, ReadOptions, RetryPolicy, Store, StoreConfig, StoreError};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -52,11 +53,6 @@ pub(crate) fn check_url(url: &str) -> Result<(), VerifyError> {
         });
     }
     Ok(())
-}
-
-/// Joins a base URL and an object name.
-pub fn object_url(base: &str, object: &str) -> String {
-    format!("{}/{object}", base.trim_end_matches('/'))
 }
 
 /// The HTTP client of the checks: blocking calls over the store's async
@@ -226,7 +222,7 @@ fn check_knot(
     base: &str,
     acc: &mut CheckFindings,
 ) -> Result<u64, (String, String)> {
-    let url = object_url(base, gkq_format::KNOT_NAME);
+    let url = join(base, gkq_format::KNOT_NAME);
     match head(http, &url, knot_bytes.len() as u64) {
         Err(HeadErr::Down(e)) => Err((url, RemoteFinding::HeadFailed(e).to_string())),
         Err(HeadErr::Bad(f)) => {
@@ -260,7 +256,7 @@ fn check_row_file(
     opts: &VerifyOptions,
     acc: &mut CheckFindings,
 ) -> (u64, u64) {
-    let url = object_url(base, &d.object);
+    let url = join(base, &d.object);
     let mut requests = 1;
     if let Err(f) = head(http, &url, d.byte_len) {
         acc.fail(url, f.finding());
@@ -326,7 +322,7 @@ impl ProofCheck {
         requests: &mut u64,
     ) -> ProofCheck {
         let layout = merkle::layout_of(d);
-        let url = object_url(base, &merkle::proof_object_name(&d.object));
+        let url = join(base, &merkle::proof_object_name(&d.object));
         let mut roots = None;
         if let Some(layout) = layout {
             let plen = layout.object_len().unwrap_or(0);
@@ -435,7 +431,7 @@ fn check_companions(
     let (mut objects, mut requests) = (0, 0);
     for (name, want) in knot.header().header().package_files() {
         objects += 1;
-        let url = object_url(base, name);
+        let url = join(base, name);
         let Ok(len) = std::fs::metadata(dir.join(name)).map(|m| m.len()) else {
             continue; // reported by the local package check
         };
