@@ -29,12 +29,23 @@ fn packed(preset: &str, dtypes: &[&str]) -> Packed {
 }
 
 fn packed_spec(spec: &fixtures::Spec, dtypes: &[&str]) -> Packed {
+    packed_with(spec, |opts, _| {
+        opts.dtypes = dtypes.iter().map(|d| d.parse().expect("dtype")).collect();
+    })
+}
+
+/// `spec` written and packed with the options `set` adds (it may write
+/// its own inputs into the temporary directory it is given).
+fn packed_with(
+    spec: &fixtures::Spec,
+    set: impl FnOnce(&mut gkq_pack::PackOptions, &Path),
+) -> Packed {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = tmp.path().join("model");
     fixtures::write_model(&src, spec).expect("fixture");
     let out = tmp.path().join("out");
     let mut opts = gkq_pack::PackOptions::new(&src, &out);
-    opts.dtypes = dtypes.iter().map(|d| d.parse().expect("dtype")).collect();
+    set(&mut opts, tmp.path());
     gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     Packed {
         _tmp: tmp,
@@ -683,22 +694,13 @@ fn remote_damaged_proof_object_fails() {
 
 /// A package whose attention q projections are rank-16 spectral blocks.
 fn packed_spectral(spec_arg: &str) -> Packed {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let src = tmp.path().join("model");
     let spec = fixtures::Spec {
         low_rank: Some((16, 1e-4)),
         ..fixtures::Spec::tiny(fixtures::Arch::Qwen2, fixtures::FDtype::F32)
     };
-    fixtures::write_model(&src, &spec).expect("fixture");
-    let out = tmp.path().join("out");
-    let mut opts = gkq_pack::PackOptions::new(&src, &out);
-    opts.spectral = vec![spec_arg.parse().expect("spec")];
-    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
-    Packed {
-        _tmp: tmp,
-        src,
-        out,
-    }
+    packed_with(&spec, |opts, _| {
+        opts.spectral = vec![spec_arg.parse().expect("spec")];
+    })
 }
 
 /// Rewrites the knot at `path` through the format's writer after `edit`

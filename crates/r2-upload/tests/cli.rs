@@ -17,6 +17,20 @@ fn r2_upload() -> Command {
     c
 }
 
+/// An upload of `package` to `prefix` in s3s-fs's `models` bucket.
+fn upload_to(package: impl AsRef<std::ffi::OsStr>, s3: &S3sFs, prefix: &str) -> Command {
+    let mut c = r2_upload();
+    c.arg(package).args([
+        "--bucket",
+        "models",
+        "--prefix",
+        prefix,
+        "--endpoint",
+        &s3.url(),
+    ]);
+    c
+}
+
 /// The committed tiny model packed into a temporary directory, and an
 /// s3s-fs with a `models` bucket: `(tmp, package dir, server)`.
 fn packed_and_s3() -> (tempfile::TempDir, std::path::PathBuf, S3sFs) {
@@ -43,19 +57,8 @@ fn upload_then_verify_over_http() {
     .expect("nginx");
     let public = format!("{}/models/qwen2-tiny/v1", nginx.url());
     let upload = |extra: &[&str]| {
-        r2_upload()
-            .arg(&out)
-            .args([
-                "--bucket",
-                "models",
-                "--prefix",
-                "qwen2-tiny/v1",
-                "--endpoint",
-                &s3.url(),
-                "--public-url",
-                &public,
-                "--json",
-            ])
+        upload_to(&out, &s3, "qwen2-tiny/v1")
+            .args(["--public-url", &public, "--json"])
             .args(extra)
             .output()
             .expect("run xtask upload")
@@ -206,17 +209,8 @@ fn the_signature_is_published_last_and_a_stale_one_refused() {
     let k = p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
     gkq_sign::sign_package(&out, &k).expect("sign");
     let upload = |prefix: &str| {
-        r2_upload()
-            .arg(&out)
-            .args([
-                "--bucket",
-                "models",
-                "--prefix",
-                prefix,
-                "--endpoint",
-                &s3.url(),
-                "--json",
-            ])
+        upload_to(&out, &s3, prefix)
+            .arg("--json")
             .output()
             .expect("run r2-upload")
     };
@@ -297,20 +291,11 @@ fn a_published_package_is_mirrored_into_another_bucket() {
     .expect("nginx");
     let staging = tmp.path().join("staging");
     let upload = |prefix: &str| {
-        r2_upload()
-            .arg(format!("{}/m/model.knot", origin.url()))
+        upload_to(format!("{}/m/model.knot", origin.url()), &s3, prefix)
             .arg("--staging")
             .arg(&staging)
             .arg("--trust-key")
             .arg(&public_key)
-            .args([
-                "--bucket",
-                "models",
-                "--prefix",
-                prefix,
-                "--endpoint",
-                &s3.url(),
-            ])
             .args([
                 "--public-url",
                 &format!("{}/models/{prefix}", bucket.url()),

@@ -7,25 +7,16 @@ use std::fs;
 
 use gkq_format::{DType, Value, keys};
 
-use super::{Packed, fails_with, flip, passes, rewrite_knot, s, verify};
+use super::{Packed, fails_with, flip, packed_with, passes, rewrite_knot, s, verify};
 
 /// `llama-tiny-k` (rows of 256 and 512 values) packed with `--quant q4_k`,
 /// the embedding in q8_0 and the lm_head in q6_k (llama-quantize's default).
 fn packed_quantized() -> Packed {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let src = tmp.path().join("model");
-    fixtures::write_model(&src, &fixtures::preset("llama-tiny-k").expect("preset"))
-        .expect("fixture");
-    let out = tmp.path().join("out");
-    let mut opts = gkq_pack::PackOptions::new(&src, &out);
-    opts.quant.weights = Some(DType::Q4_K);
-    opts.quant.token_embedding = Some(DType::Q8_0);
-    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
-    Packed {
-        _tmp: tmp,
-        src,
-        out,
-    }
+    let spec = fixtures::preset("llama-tiny-k").expect("preset");
+    packed_with(&spec, |opts, _| {
+        opts.quant.weights = Some(DType::Q4_K);
+        opts.quant.token_embedding = Some(DType::Q8_0);
+    })
 }
 
 #[test]

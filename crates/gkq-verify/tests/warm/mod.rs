@@ -8,26 +8,17 @@ use std::fs;
 
 use fixtures::servers::NginxOptions;
 
-use super::{Packed, fails_with, flip, passes, s, serve, verify};
+use super::{Packed, fails_with, flip, packed_with, passes, s, serve, verify};
 
 /// A package whose embedding row files have warm objects of six rows.
 fn packed_warm() -> Packed {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let src = tmp.path().join("model");
-    fixtures::write_model(&src, &fixtures::preset("qwen2-tiny-bf16").expect("preset"))
-        .expect("fixture");
-    let ids = tmp.path().join("ids.txt");
-    fs::write(&ids, "5 0 99 511 250 7").expect("ids");
-    let out = tmp.path().join("out");
-    let mut opts = gkq_pack::PackOptions::new(&src, &out);
-    opts.dtypes = vec![gkq_format::DType::F32, gkq_format::DType::BF16];
-    opts.warm.ids = Some(ids);
-    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
-    Packed {
-        _tmp: tmp,
-        src,
-        out,
-    }
+    let spec = fixtures::preset("qwen2-tiny-bf16").expect("preset");
+    packed_with(&spec, |opts, tmp| {
+        let ids = tmp.join("ids.txt");
+        fs::write(&ids, "5 0 99 511 250 7").expect("ids");
+        opts.dtypes = vec![gkq_format::DType::F32, gkq_format::DType::BF16];
+        opts.warm.ids = Some(ids);
+    })
 }
 
 #[test]
