@@ -830,15 +830,7 @@ fn spectral_factors_that_do_not_decode_fail() {
 /// passes `--source`, every recorded error found again.
 #[test]
 fn real_minilm_spectral_package_passes() {
-    let src = std::env::var_os("GKQ_MINILM").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/real-models/all-MiniLM-L6-v2"),
-        PathBuf::from,
-    );
-    assert!(
-        src.join("model.safetensors").is_file(),
-        "no all-MiniLM-L6-v2 in {}: run `bash scripts/install-test-deps.sh`",
-        src.display()
-    );
+    let src = fixtures::minilm();
     let tmp = tempfile::tempdir().expect("tmp");
     let out = tmp.path().join("out");
     let mut opts = gkq_pack::PackOptions::new(&src, &out);
