@@ -9,4 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-test-deps.sh
+# targets without unit tests build no test harness (test = false): none may hold one
+python3 scripts/check-test-targets.py
 cargo test --workspace --locked
