@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions};
+use fixtures::servers::{Fault, FaultServer, HoldProxy, Nginx, NginxOptions};
 use gkq_format::{DType, Knot, keys};
 use gkq_reader::{CacheConfig, PathKind, Reader, ReaderConfig, ReaderError, Serve};
 
@@ -58,9 +58,18 @@ fn parallel_parts_cover_each_block_once_several_at_a_time() {
         },
     )
     .expect("nginx (scripts/install-test-deps.sh)");
-    let url = format!("{}/m/model.knot", nginx.url());
+    // answers wait until two parts are asked for together (or 2 s, within
+    // the reader's 5 s timeout): the parts' concurrency does not hang on
+    // how fast nginx answers on a loaded machine
+    let proxy = HoldProxy::start(nginx.port()).expect("proxy");
+    let url = format!("{}/m/model.knot", proxy.url());
     let r = Reader::open(&url, config(32 << 10), Serve::NONE).expect("open");
+    proxy.hold_until(2, Duration::from_secs(2));
     let (block, values) = r.block_values(EMBED).expect("pulled");
+    assert!(
+        proxy.released_by_count(),
+        "parts were asked for one at a time"
+    );
     let (offset, len, want) = local_block(&out, EMBED);
     assert!(values[..] == want[..] && block.name == EMBED);
     // the server's view: the parts of the block, each once, several at a
