@@ -19,6 +19,9 @@ pub enum NodeError {
         /// The error.
         error: std::io::Error,
     },
+    /// A file refused before it is read.
+    #[error(transparent)]
+    File(#[from] gkq_files::FileError),
     /// A text, a tokenizer or a list of ids (`gkq-report`).
     #[error(transparent)]
     Text(#[from] gkq_text::TextError),

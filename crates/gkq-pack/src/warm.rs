@@ -92,9 +92,19 @@ pub(crate) fn decide(
     Ok(Some((ids, report)))
 }
 
+/// The longest `--warm-ids` file read: 64 MiB (ids of a warm set are a
+/// few thousand at most).
+const MAX_IDS_FILE: u64 = 64 << 20;
+
 /// A file of ids, deduplicated (first place kept), each below `vocab`.
 fn from_ids(path: &Path, vocab: u64) -> Result<(Vec<u64>, WarmSetReport)> {
-    let text = std::fs::read_to_string(path).at(path)?;
+    let text = gkq_files::read_text(
+        path,
+        MAX_IDS_FILE,
+        "a list of token ids",
+        gkq_files::Follow::Yes,
+    )
+    .map_err(|e| refused(format!("--warm-ids {e}")))?;
     let ids = gkq_text::parse_ids(&text)
         .map_err(|e| refused(format!("--warm-ids {}: {e}", path.display())))?;
     if let Some(id) = ids.iter().find(|&&id| id >= vocab) {
@@ -128,21 +138,31 @@ fn from_corpus(
             "--warm-corpus: the source has no tokenizer.json to tokenize it with (give --warm-ids FILE)",
         ));
     };
-    let json = std::fs::read(tok).at(tok)?;
     let text_err = |e: gkq_text::TextError| refused(format!("--warm-corpus: {e}"));
-    let t = gkq_text::Tokenizer::from_bytes(&json, vocab).map_err(text_err)?;
-    let workloads = gkq_text::Workload::load_all(files).map_err(text_err)?;
-    let encoded = t.encode_all(&workloads).map_err(text_err)?;
-    let sessions: Vec<&[u32]> = encoded
-        .iter()
-        .flat_map(|(_, s)| s.iter().map(Vec::as_slice))
-        .collect();
-    let ids = gkq_text::warm_set(sessions.iter().copied(), k);
+    let t = gkq_text::Tokenizer::from_file(tok, vocab).map_err(text_err)?;
+    if files.is_empty() {
+        return Err(text_err(gkq_text::TextError::NoTexts));
+    }
+    // one session at a time: memory bounded by the vocabulary, not the corpus
+    let mut counter = gkq_text::WarmCounter::default();
+    for f in files {
+        let mut text_seen = false;
+        gkq_text::for_each_session(f, |text| {
+            text_seen |= !text.trim().is_empty();
+            counter.add(&t.encode(text)?);
+            Ok(())
+        })
+        .map_err(text_err)?;
+        if !text_seen {
+            return Err(text_err(gkq_text::TextError::Empty { path: f.clone() }));
+        }
+    }
     let report = WarmSetReport {
         rows: 0,
         from: "corpus".into(),
-        sessions: sessions.len(),
+        sessions: counter.sessions(),
     };
+    let ids = counter.top(k);
     Ok((ids.into_iter().map(u64::from).collect(), report))
 }
 

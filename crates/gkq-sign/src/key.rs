@@ -25,10 +25,12 @@ fn key_err(path: &Path, reason: impl Into<String>) -> SignError {
 /// The signing key in the PEM file `path`; an encrypted one is decrypted
 /// with the password in the environment variable `password_env`.
 pub fn load_signing_key(path: &Path, password_env: &str) -> Result<SigningKey> {
-    let pem = std::fs::read_to_string(path).map_err(|error| SignError::Io {
-        path: path.to_owned(),
-        error,
-    })?;
+    let pem = gkq_files::read_text(
+        path,
+        gkq_files::MAX_KEY_LEN,
+        "a private key",
+        gkq_files::Follow::Yes,
+    )?;
     let pem = pem.trim();
     let secret = if pem.starts_with("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
         let password = std::env::var(password_env).map_err(|_| {
@@ -61,19 +63,8 @@ pub fn load_signing_key(path: &Path, password_env: &str) -> Result<SigningKey> {
     Ok(SigningKey::from(secret))
 }
 
-/// The public keys in the PEM files `paths` (one key per file).
+/// The public keys in the PEM files `paths` (one key per file), as
+/// every tool loads `--trust-key` ([`gkq_files::load_trusted_keys`]).
 pub fn load_trusted_keys(paths: &[PathBuf]) -> Result<Vec<PublicKey>> {
-    paths
-        .iter()
-        .map(|path| {
-            let pem = std::fs::read_to_string(path).map_err(|error| SignError::Io {
-                path: path.clone(),
-                error,
-            })?;
-            PublicKey::from_pem(&pem).map_err(|error| SignError::Format {
-                path: path.clone(),
-                error: Box::new(error),
-            })
-        })
-        .collect()
+    Ok(gkq_files::load_trusted_keys(paths)?)
 }

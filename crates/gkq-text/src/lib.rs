@@ -2,10 +2,11 @@
 //! sessions need (`gkq-report`, `gkq-pack --warm-corpus`):
 //!
 //! - [`Workload::load`]: a text file is one workload named by its stem; a
-//!   `.txt` (or any other) file is one session, a `.jsonl` file one session
-//!   per line, `{"text": …}` or `{"messages": [{"role", "content"}…]}`
-//!   (joined as `role: content` lines: tokenizer.json carries no chat
-//!   template);
+//!   `.txt` or `.md` file is one session, a `.jsonl` file one session per
+//!   line, `{"text": …}` or `{"messages": [{"role", "content"}…]}`
+//!   (joined as `role: content` lines); any other type is refused, naming
+//!   these. A session is at most [`MAX_SESSION_BYTES`], and
+//!   [`for_each_session`] streams a corpus one session at a time;
 //! - [`Tokenizer`]: a package's `tokenizer.json` with padding and
 //!   truncation off and special tokens added, as a node tokenizes; one
 //!   with more ids than the embedding has rows is refused;
@@ -72,6 +73,35 @@ pub enum TextError {
     /// A list of ids that does not parse.
     #[error("{0}")]
     BadIds(String),
+    /// A file refused before it is read (not a regular file).
+    #[error(transparent)]
+    File(#[from] gkq_files::FileError),
+    /// A file type that is not a workload.
+    #[error("{}: {found} is not a workload: give {WORKLOAD_TYPES}", path.display())]
+    FileType {
+        /// The file.
+        path: PathBuf,
+        /// What it is.
+        found: String,
+    },
+    /// A session longer than [`MAX_SESSION_BYTES`].
+    #[error("{}{}: a session of {len} bytes, over the limit of {MAX_SESSION_BYTES} bytes (1 MiB) for one session: split the text into sessions, one per line of a .jsonl file", path.display(), line.map_or_else(String::new, |l| format!(":{l}")))]
+    SessionTooLong {
+        /// The file.
+        path: PathBuf,
+        /// The line of a `.jsonl` file.
+        line: Option<usize>,
+        /// The session's (or the line's) bytes.
+        len: u64,
+    },
+    /// Workloads that together hold more than [`MAX_WORKLOAD_BYTES`].
+    #[error("{}: the texts reach {len} bytes here, over the limit of {MAX_WORKLOAD_BYTES} bytes (256 MiB) that a report holds in memory: give fewer or shorter texts", path.display())]
+    WorkloadTooLong {
+        /// The file where the total passed the limit.
+        path: PathBuf,
+        /// The total so far.
+        len: u64,
+    },
 }
 
 /// `Result` with [`TextError`].
@@ -86,23 +116,134 @@ pub struct Workload {
     pub sessions: Vec<String>,
 }
 
-impl Workload {
-    /// Reads a workload file (see the crate docs); a file with no text is
-    /// [`TextError::Empty`].
-    pub fn load(path: &Path) -> Result<Workload> {
-        let bytes = std::fs::read(path).map_err(|error| TextError::Io {
+/// The longest session a node tokenizes (1 MiB of text, some 250,000
+/// tokens: past any context length); a tokenizer needs about 100 bytes of
+/// memory per byte of text, so this bounds what one session costs.
+pub const MAX_SESSION_BYTES: u64 = 1 << 20;
+/// The most text a loaded set of workloads may hold (256 MiB), for the
+/// tools that keep every session (`gkq-report`); a corpus that is only
+/// counted (`gkq-pack --warm-corpus`) is streamed and has no such limit.
+pub const MAX_WORKLOAD_BYTES: u64 = 256 << 20;
+
+/// The largest `tokenizer.json` read: 64 MiB (Gemma 3's, with 262,144
+/// tokens and their merges, is about 33 MB).
+pub const MAX_TOKENIZER_BYTES: u64 = 64 << 20;
+
+/// The file types a workload can be: `.txt` and `.md` (one session) and
+/// `.jsonl` (one session per line).
+pub const WORKLOAD_TYPES: &str = ".txt or .md (the file is one session), .jsonl (one session per line: {\"text\"} or {\"messages\"})";
+
+/// How a workload file is read, from its extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Text,
+    Jsonl,
+}
+
+fn kind_of(path: &Path) -> Result<Kind> {
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    match ext.as_deref() {
+        Some("txt" | "md" | "text") => Ok(Kind::Text),
+        Some("jsonl") => Ok(Kind::Jsonl),
+        other => Err(TextError::FileType {
             path: path.to_owned(),
-            error,
-        })?;
+            found: other.map_or_else(
+                || "a file without an extension".to_owned(),
+                |e| format!("a .{e} file"),
+            ),
+        }),
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TextError + '_ {
+    move |error| TextError::Io {
+        path: path.to_owned(),
+        error,
+    }
+}
+
+fn too_long(path: &Path, line: Option<usize>, len: u64) -> TextError {
+    TextError::SessionTooLong {
+        path: path.to_owned(),
+        line,
+        len,
+    }
+}
+
+/// Calls `f` with the text of each session of the workload file `path`, in
+/// order, holding one session at a time: a `.txt` file whole (at most
+/// [`MAX_SESSION_BYTES`]), a `.jsonl` file line by line (each at most
+/// that). Returns the number of sessions.
+pub fn for_each_session(path: &Path, mut f: impl FnMut(&str) -> Result<()>) -> Result<usize> {
+    use std::io::BufRead as _;
+    let kind = kind_of(path)?;
+    let (file, len) = gkq_files::open_regular(path, gkq_files::Follow::Yes)?;
+    if kind == Kind::Text {
+        if len > MAX_SESSION_BYTES {
+            return Err(too_long(path, None, len));
+        }
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, len), &mut bytes)
+            .map_err(io_err(path))?;
         let text = String::from_utf8(bytes).map_err(|error| TextError::NotUtf8 {
             path: path.to_owned(),
             error,
         })?;
-        let sessions = if path.extension().is_some_and(|e| e == "jsonl") {
-            jsonl_sessions(path, &text)?
-        } else {
-            vec![text]
-        };
+        f(&text)?;
+        return Ok(1);
+    }
+    // a line holds its session as a JSON string: escapes can double it
+    let line_limit = 2 * MAX_SESSION_BYTES + 4096;
+    let mut reader = std::io::BufReader::new(std::io::Read::take(file, len));
+    let (mut n, mut count, mut buf) = (0usize, 0usize, Vec::new());
+    loop {
+        buf.clear();
+        n += 1;
+        let got = std::io::Read::take(&mut reader, line_limit + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(io_err(path))?;
+        if got == 0 {
+            return Ok(count);
+        }
+        if got as u64 > line_limit {
+            return Err(too_long(path, Some(n), got as u64));
+        }
+        let line = std::str::from_utf8(&buf).map_err(|e| TextError::BadLine {
+            path: path.to_owned(),
+            line: n,
+            reason: format!("not UTF-8 ({e})"),
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let text = jsonl_session(path, n, line)?;
+        if text.len() as u64 > MAX_SESSION_BYTES {
+            return Err(too_long(path, Some(n), text.len() as u64));
+        }
+        f(&text)?;
+        count += 1;
+    }
+}
+
+impl Workload {
+    /// Reads a workload file (see the crate docs), at most
+    /// [`MAX_WORKLOAD_BYTES`]; a file with no text is [`TextError::Empty`].
+    pub fn load(path: &Path) -> Result<Workload> {
+        kind_of(path)?;
+        let (_, len) = gkq_files::open_regular(path, gkq_files::Follow::Yes)?;
+        if len > MAX_WORKLOAD_BYTES {
+            return Err(TextError::WorkloadTooLong {
+                path: path.to_owned(),
+                len,
+            });
+        }
+        let mut sessions = Vec::new();
+        for_each_session(path, |t| {
+            sessions.push(t.to_owned());
+            Ok(())
+        })?;
         if sessions.iter().all(|t| t.trim().is_empty()) {
             return Err(TextError::Empty {
                 path: path.to_owned(),
@@ -120,28 +261,29 @@ impl Workload {
         if paths.is_empty() {
             return Err(TextError::NoTexts);
         }
+        let mut total = 0u64;
+        for p in paths {
+            let (_, len) = gkq_files::open_regular(p, gkq_files::Follow::Yes)?;
+            total = total.saturating_add(len);
+            if total > MAX_WORKLOAD_BYTES {
+                return Err(TextError::WorkloadTooLong {
+                    path: p.clone(),
+                    len: total,
+                });
+            }
+        }
         paths.iter().map(|p| Workload::load(p)).collect()
     }
 }
 
-fn jsonl_sessions(path: &Path, text: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |reason: String| TextError::BadLine {
-            path: path.to_owned(),
-            line: n + 1,
-            reason,
-        };
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
-        out.push(
-            session_text(&v)
-                .ok_or_else(|| bad("neither {\"text\"} nor {\"messages\"}".to_owned()))?,
-        );
-    }
-    Ok(out)
+fn jsonl_session(path: &Path, n: usize, line: &str) -> Result<String> {
+    let bad = |reason: String| TextError::BadLine {
+        path: path.to_owned(),
+        line: n,
+        reason,
+    };
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+    session_text(&v).ok_or_else(|| bad("neither {\"text\"} nor {\"messages\"}".to_owned()))
 }
 
 fn session_text(v: &serde_json::Value) -> Option<String> {
@@ -191,6 +333,18 @@ impl Tokenizer {
         Ok(Tokenizer(t))
     }
 
+    /// The tokenizer in the `tokenizer.json` file `path` (at most
+    /// [`MAX_TOKENIZER_BYTES`]), as [`Tokenizer::from_bytes`].
+    pub fn from_file(path: &Path, rows: u64) -> Result<Tokenizer> {
+        let json = gkq_files::read_bounded(
+            path,
+            MAX_TOKENIZER_BYTES,
+            "a tokenizer.json",
+            gkq_files::Follow::Yes,
+        )?;
+        Tokenizer::from_bytes(&json, rows)
+    }
+
     /// The ids of `text`, special tokens added as the tokenizer adds them.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let enc = self
@@ -213,26 +367,52 @@ impl Tokenizer {
     }
 }
 
+/// Counts sessions' ids one session at a time, for [`warm_set`]: memory
+/// bounded by the distinct ids (the vocabulary), not by the corpus.
+#[derive(Clone, Debug, Default)]
+pub struct WarmCounter {
+    count: HashMap<u32, (u64, u64)>,
+    sessions: usize,
+}
+
+impl WarmCounter {
+    /// Counts one session's ids.
+    pub fn add(&mut self, session: &[u32]) {
+        let mut seen = std::collections::HashSet::new();
+        for &id in session {
+            let c = self.count.entry(id).or_default();
+            c.1 += 1;
+            if seen.insert(id) {
+                c.0 += 1;
+            }
+        }
+        self.sessions += 1;
+    }
+
+    /// Sessions counted.
+    pub fn sessions(&self) -> usize {
+        self.sessions
+    }
+
+    /// The `k` ids the most sessions need (see [`warm_set`]).
+    pub fn top(self, k: usize) -> Vec<u32> {
+        let mut ranked: Vec<(u32, (u64, u64))> = self.count.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.into_iter().take(k).map(|(id, _)| id).collect()
+    }
+}
+
 /// The `k` ids the most sessions need, most needed first: ranked by the
 /// number of sessions that hold the id (a node fetches a row once per
 /// session at most, however often the session repeats it), then by
 /// occurrences, then by the smaller id (so the set is reproducible).
 /// Fewer than `k` when the sessions hold fewer distinct ids.
 pub fn warm_set<'a>(sessions: impl IntoIterator<Item = &'a [u32]>, k: usize) -> Vec<u32> {
-    let mut count: HashMap<u32, (u64, u64)> = HashMap::new();
+    let mut c = WarmCounter::default();
     for s in sessions {
-        let mut seen = std::collections::HashSet::new();
-        for &id in s {
-            let c = count.entry(id).or_default();
-            c.1 += 1;
-            if seen.insert(id) {
-                c.0 += 1;
-            }
-        }
+        c.add(s);
     }
-    let mut ranked: Vec<(u32, (u64, u64))> = count.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    ranked.into_iter().take(k).map(|(id, _)| id).collect()
+    c.top(k)
 }
 
 /// Token ids as written: a JSON array, a JSON object with a `warm_ids`
@@ -330,5 +510,46 @@ mod tests {
             Err(TextError::BadLine { line: 1, .. })
         ));
         assert!(matches!(Workload::load_all(&[]), Err(TextError::NoTexts)));
+    }
+
+    /// Issue 42, item 5, and issue 47, item 6: a session over the limit is
+    /// refused before it is tokenized (a 100 MiB line took 10.4 GB), and
+    /// a file type that is not read is refused naming the ones that are.
+    #[test]
+    fn long_sessions_and_unknown_file_types_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("data.csv");
+        std::fs::write(&csv, "a,b\n1,2\n").unwrap();
+        let e = Workload::load(&csv).unwrap_err().to_string();
+        assert!(
+            e.contains("a .csv file is not a workload") && e.contains(".jsonl"),
+            "{e}"
+        );
+        let big = "x".repeat(MAX_SESSION_BYTES as usize + 1);
+        let txt = dir.path().join("big.txt");
+        std::fs::write(&txt, &big).unwrap();
+        let e = Workload::load(&txt).unwrap_err().to_string();
+        assert!(
+            e.contains("over the limit of 1048576 bytes (1 MiB) for one session"),
+            "{e}"
+        );
+        let jsonl = dir.path().join("big.jsonl");
+        std::fs::write(
+            &jsonl,
+            format!("{{\"text\": \"a\"}}\n{{\"text\": \"{big}\"}}\n"),
+        )
+        .unwrap();
+        let mut seen = 0;
+        let e = for_each_session(&jsonl, |_| {
+            seen += 1;
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("big.jsonl:2: a session of"), "{e}");
+        assert_eq!(
+            seen, 1,
+            "the first session was streamed before the second was refused"
+        );
     }
 }

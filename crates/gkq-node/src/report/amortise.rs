@@ -83,19 +83,23 @@ fn next(state: &mut u64) -> u64 {
     state.wrapping_mul(0x2545_f491_4f6c_dd1d)
 }
 
-/// `n` sessions drawn from the workloads (a workload, then one of its sessions).
-fn draw(all: &[Workload], n: usize, seed: u64) -> Vec<&[u32]> {
+/// `n` sessions drawn from the workloads (a workload, then one of its
+/// sessions), one at a time: memory does not grow with `n`.
+fn draw(all: &[Workload], n: usize, seed: u64) -> impl Iterator<Item = &[u32]> + Clone {
     let mut state = seed | 1;
-    let mut drawn = Vec::with_capacity(n);
-    for _ in 0..n {
+    (0..n).map(move |_| {
         let w = &all[(next(&mut state) % all.len() as u64) as usize].1;
-        drawn.push(w[(next(&mut state) % w.len() as u64) as usize].as_slice());
-    }
-    drawn
+        w[(next(&mut state) % w.len() as u64) as usize].as_slice()
+    })
 }
 
 /// One node on row file `f`: the warm-up, then every session's misses.
-fn simulate(f: &RowFile, warm: &[u64], warm_len: Option<u64>, drawn: &[&[u32]]) -> AmortisedCost {
+fn simulate<'a>(
+    f: &RowFile,
+    warm: &[u64],
+    warm_len: Option<u64>,
+    drawn: impl Iterator<Item = &'a [u32]>,
+) -> AmortisedCost {
     let stride = f.row_bytes + f.record_len;
     let warm_bytes = match (warm.is_empty(), warm_len) {
         (true, _) => 0,
@@ -105,7 +109,9 @@ fn simulate(f: &RowFile, warm: &[u64], warm_len: Option<u64>, drawn: &[&[u32]]) 
     let mut cache: HashSet<u64> = warm.iter().copied().collect();
     let mut table = !warm.is_empty();
     let (mut cold_bytes, mut cold_requests, mut cold_round_trips) = (0, 0, 0);
+    let mut n = 0u64;
     for s in drawn {
+        n += 1;
         let missing: HashSet<u32> = s
             .iter()
             .copied()
@@ -125,7 +131,7 @@ fn simulate(f: &RowFile, warm: &[u64], warm_len: Option<u64>, drawn: &[&[u32]]) 
         }
         cold_requests += runs.len() as u64 * f.requests_per_run;
     }
-    let dense = f.file_len as f64 * drawn.len() as f64;
+    let dense = f.file_len as f64 * n as f64;
     AmortisedCost {
         dtype: f.dtype.clone(),
         warm_bytes,
@@ -159,7 +165,7 @@ pub(super) fn amortise(
 ) -> Amortised {
     let drawn = draw(all, o.sessions, o.seed);
     let (warm, warm_from) = warm_set(package, texts);
-    let distinct: HashSet<u32> = drawn.iter().flat_map(|s| s.iter().copied()).collect();
+    let distinct: HashSet<u32> = drawn.clone().flat_map(|s| s.iter().copied()).collect();
     let cost = files
         .iter()
         .map(|f| {
@@ -167,7 +173,7 @@ pub(super) fn amortise(
                 f,
                 &warm,
                 f.warm_len.filter(|_| warm_from == WarmFrom::Package),
-                &drawn,
+                drawn.clone(),
             )
         })
         .collect();
@@ -200,7 +206,7 @@ pub(super) fn measured(
         location,
         config,
         (from == WarmFrom::Package, &prefetch),
-        &drawn,
+        drawn,
     )?;
     a.measured = Some(MeasuredAmortised { object, warm, cold });
     Ok(a)
@@ -209,11 +215,11 @@ pub(super) fn measured(
 /// A fresh node (no disk cache) reading the package's base URL: its
 /// warm-up (the warm object, or a prefetch of `prefetch`), then `sessions`
 /// one after the other: the row file it read, what each part moved.
-pub(super) fn measure(
+pub(super) fn measure<'a>(
     location: &str,
     config: &ReaderConfig,
     (warm_object, prefetch): (bool, &[u64]),
-    sessions: &[&[u32]],
+    sessions: impl IntoIterator<Item = &'a [u32]>,
 ) -> Result<(String, Measured, Measured), NodeError> {
     let mut c = config.clone();
     c.cache.dir = None;

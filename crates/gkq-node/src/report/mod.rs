@@ -231,10 +231,12 @@ fn tokenized(
 /// The package's tokenizer.json, or `o.tokenizer`.
 fn tokenizer_json(reader: &Reader, o: &ReportOptions) -> Result<Vec<u8>, NodeError> {
     match &o.tokenizer {
-        Some(p) => std::fs::read(p).map_err(|error| NodeError::Io {
-            path: p.clone(),
-            error,
-        }),
+        Some(p) => Ok(gkq_files::read_bounded(
+            p,
+            gkq_text::MAX_TOKENIZER_BYTES,
+            "a tokenizer.json",
+            gkq_files::Follow::Yes,
+        )?),
         None => reader
             .package_file("tokenizer.json")
             .map(|b| b.to_vec())
@@ -299,7 +301,7 @@ pub fn report(
     for w in &all {
         let measured = match (o.measure, w.1.first()) {
             (true, Some(first)) => {
-                Some(amortise::measure(location, &config, (false, &[]), &[first])?.2)
+                Some(amortise::measure(location, &config, (false, &[]), [first.as_slice()])?.2)
             }
             _ => None,
         };

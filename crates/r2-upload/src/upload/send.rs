@@ -68,11 +68,14 @@ impl Uploader {
         fresh: bool,
         progress: &dyn Progress,
     ) -> Result<Sent> {
-        let bytes = Bytes::from(
-            tokio::fs::read(&o.path)
-                .await
-                .map_err(|e| io_err(&o.path, e))?,
-        );
+        let (path, len) = (o.path.clone(), o.bytes);
+        // a regular file, no link, read no further than the length checked
+        let read = tokio::task::spawn_blocking(move || {
+            gkq_files::read_bounded(&path, len, "an object to upload", gkq_files::Follow::No)
+        })
+        .await
+        .map_err(|e| io_err(&o.path, std::io::Error::other(e)))?;
+        let bytes = Bytes::from(read?);
         let (_, digest) = hash_part(Sha256::new(), bytes.clone()).await;
         if hex(&digest) != o.sha256 || bytes.len() as u64 != o.bytes {
             return Err(self.changed(o, hex(&digest), bytes.len() as u64));
@@ -232,9 +235,8 @@ impl Uploader {
         upload_id: &str,
         progress: &dyn Progress,
     ) -> Result<Vec<CompletedPart>> {
-        let mut file = tokio::fs::File::open(&o.path)
-            .await
-            .map_err(|e| io_err(&o.path, e))?;
+        let (file, _) = gkq_files::open_regular(&o.path, gkq_files::Follow::No)?;
+        let mut file = tokio::fs::File::from_std(file);
         let count = o.bytes.div_ceil(part);
         let permits = Arc::new(Semaphore::new(self.opts.concurrency.max(1)));
         let mut tasks: JoinSet<Result<(CompletedPart, u64)>> = JoinSet::new();
