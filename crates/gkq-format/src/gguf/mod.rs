@@ -43,8 +43,9 @@ pub enum GgufValue {
     Bool(bool),
     /// Type 8.
     Str(String),
-    /// Type 9: the element type and the elements.
-    Array(u32, Vec<GgufValue>),
+    /// Type 9: an array of one element type (never of arrays: llama.cpp
+    /// and gguf-py read none), held as one vector of that type.
+    Array(GgufArray),
     /// Type 10.
     U64(u64),
     /// Type 11.
@@ -84,6 +85,179 @@ impl GgufValue {
             GgufValue::Str(s) => Some(s),
             _ => None,
         }
+    }
+
+    /// The array, if it is one.
+    pub fn as_array(&self) -> Option<&GgufArray> {
+        match self {
+            GgufValue::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// A metadata array: its elements in one vector of their type, so that an
+/// array costs about as much memory as its bytes in the file (a string
+/// array is one buffer of text and one end offset per string).
+#[derive(Clone, Debug, PartialEq)]
+pub enum GgufArray {
+    /// Of type 0.
+    U8(Vec<u8>),
+    /// Of type 1.
+    I8(Vec<i8>),
+    /// Of type 2.
+    U16(Vec<u16>),
+    /// Of type 3.
+    I16(Vec<i16>),
+    /// Of type 4.
+    U32(Vec<u32>),
+    /// Of type 5.
+    I32(Vec<i32>),
+    /// Of type 6.
+    F32(Vec<f32>),
+    /// Of type 7.
+    Bool(Vec<bool>),
+    /// Of type 8.
+    Str(GgufStrings),
+    /// Of type 10.
+    U64(Vec<u64>),
+    /// Of type 11.
+    I64(Vec<i64>),
+    /// Of type 12.
+    F64(Vec<f64>),
+}
+
+impl GgufArray {
+    /// The GGUF value type of the elements.
+    pub fn elem_type(&self) -> u32 {
+        match self {
+            GgufArray::U8(_) => 0,
+            GgufArray::I8(_) => 1,
+            GgufArray::U16(_) => 2,
+            GgufArray::I16(_) => 3,
+            GgufArray::U32(_) => 4,
+            GgufArray::I32(_) => 5,
+            GgufArray::F32(_) => 6,
+            GgufArray::Bool(_) => 7,
+            GgufArray::Str(_) => 8,
+            GgufArray::U64(_) => 10,
+            GgufArray::I64(_) => 11,
+            GgufArray::F64(_) => 12,
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            GgufArray::U8(v) => v.len(),
+            GgufArray::I8(v) => v.len(),
+            GgufArray::U16(v) => v.len(),
+            GgufArray::I16(v) => v.len(),
+            GgufArray::U32(v) => v.len(),
+            GgufArray::I32(v) => v.len(),
+            GgufArray::F32(v) => v.len(),
+            GgufArray::Bool(v) => v.len(),
+            GgufArray::Str(v) => v.len(),
+            GgufArray::U64(v) => v.len(),
+            GgufArray::I64(v) => v.len(),
+            GgufArray::F64(v) => v.len(),
+        }
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The strings, for an array of strings.
+    pub fn strings(&self) -> Option<&GgufStrings> {
+        match self {
+            GgufArray::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Element `i` as an integer, for an array of integers (a negative
+    /// one is `None`).
+    pub fn u64_at(&self, i: usize) -> Option<u64> {
+        match self {
+            GgufArray::U8(v) => v.get(i).map(|&x| u64::from(x)),
+            GgufArray::U16(v) => v.get(i).map(|&x| u64::from(x)),
+            GgufArray::U32(v) => v.get(i).map(|&x| u64::from(x)),
+            GgufArray::U64(v) => v.get(i).copied(),
+            GgufArray::I8(v) => v.get(i).and_then(|&x| u64::try_from(x).ok()),
+            GgufArray::I16(v) => v.get(i).and_then(|&x| u64::try_from(x).ok()),
+            GgufArray::I32(v) => v.get(i).and_then(|&x| u64::try_from(x).ok()),
+            GgufArray::I64(v) => v.get(i).and_then(|&x| u64::try_from(x).ok()),
+            _ => None,
+        }
+    }
+
+    /// Element `i` as a float, for an array of numbers.
+    pub fn f64_at(&self, i: usize) -> Option<f64> {
+        match self {
+            GgufArray::F32(v) => v.get(i).map(|&x| f64::from(x)),
+            GgufArray::F64(v) => v.get(i).copied(),
+            _ => self.u64_at(i).map(|x| x as f64),
+        }
+    }
+}
+
+/// The strings of a string array: their text back to back, and where each ends.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GgufStrings {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl GgufStrings {
+    /// An empty list with room for `n` strings.
+    pub fn with_capacity(n: usize) -> GgufStrings {
+        GgufStrings {
+            text: String::new(),
+            ends: Vec::with_capacity(n),
+        }
+    }
+
+    /// Appends `s`.
+    pub fn push(&mut self, s: &str) {
+        self.text.push_str(s);
+        self.ends.push(self.text.len());
+    }
+
+    /// The number of strings.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// String `i`.
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)?;
+        let start = match i.checked_sub(1) {
+            Some(p) => *self.ends.get(p)?,
+            None => 0,
+        };
+        self.text.get(start..end)
+    }
+
+    /// The strings in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+}
+
+impl<'a> FromIterator<&'a str> for GgufStrings {
+    fn from_iter<I: IntoIterator<Item = &'a str>>(iter: I) -> GgufStrings {
+        let mut out = GgufStrings::default();
+        for s in iter {
+            out.push(s);
+        }
+        out
     }
 }
 

@@ -3,11 +3,11 @@
 
 use std::collections::HashSet;
 
-use super::{DEFAULT_ALIGNMENT, Gguf, GgufTensor, GgufValue, MAGIC, MAX_DIMS, dtype_of_ggml};
+use super::{
+    DEFAULT_ALIGNMENT, Gguf, GgufArray, GgufStrings, GgufTensor, GgufValue, MAGIC, MAX_DIMS,
+    dtype_of_ggml,
+};
 use crate::error::{Error, Result};
-
-/// Arrays nested deeper than this are refused (gguf-py writes none).
-const MAX_DEPTH: u32 = 3;
 
 struct Cursor<'a> {
     b: &'a [u8],
@@ -59,6 +59,11 @@ impl<'a> Cursor<'a> {
 
     /// A string: a u64 length, then that many bytes of UTF-8.
     fn string(&mut self, what: &str) -> Result<String> {
+        self.str_slice(what).map(str::to_owned)
+    }
+
+    /// A string, borrowed from the bytes.
+    fn str_slice(&mut self, what: &str) -> Result<&'a str> {
         let at = self.at;
         let n = self.u64(what)?;
         let n = usize::try_from(n)
@@ -74,8 +79,79 @@ impl<'a> Cursor<'a> {
                 )
             })?;
         let s = self.take(n, what)?;
-        String::from_utf8(s.to_vec()).map_err(|_| header_err(at, format!("{what} is not UTF-8")))
+        std::str::from_utf8(s).map_err(|_| header_err(at, format!("{what} is not UTF-8")))
     }
+}
+
+/// `n` elements of a fixed size read with `f`, into one vector.
+fn fixed<T, const N: usize>(
+    c: &mut Cursor<'_>,
+    n: usize,
+    key: &str,
+    f: fn([u8; N]) -> T,
+) -> Result<Vec<T>> {
+    let bytes = c.take(n.saturating_mul(N), key)?;
+    Ok(bytes
+        .chunks_exact(N)
+        .map(|b| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(b);
+            f(a)
+        })
+        .collect())
+}
+
+/// An array's element type, count and elements, each count checked
+/// against the bytes left before anything is allocated for it; an array
+/// of arrays is refused, as llama.cpp refuses it.
+fn array(c: &mut Cursor<'_>, key: &str) -> Result<GgufArray> {
+    let bad = |reason: String| Error::GgufKey {
+        key: key.to_owned(),
+        reason,
+    };
+    let elem = c.u32(key)?;
+    if elem == 9 {
+        return Err(bad(
+            "an array of arrays (llama.cpp and gguf-py read none)".into()
+        ));
+    }
+    let min = min_size(elem).ok_or_else(|| bad(format!("unknown array element type {elem}")))?;
+    let n = c.u64(key)?;
+    let Some(n) = usize::try_from(n)
+        .ok()
+        .filter(|&n| Some(n) <= c.left().checked_div(min))
+    else {
+        return Err(bad(format!(
+            "an array of {n} elements cannot fit in the {} bytes left",
+            c.left()
+        )));
+    };
+    Ok(match elem {
+        0 => GgufArray::U8(fixed(c, n, key, u8::from_le_bytes)?),
+        1 => GgufArray::I8(fixed(c, n, key, i8::from_le_bytes)?),
+        2 => GgufArray::U16(fixed(c, n, key, u16::from_le_bytes)?),
+        3 => GgufArray::I16(fixed(c, n, key, i16::from_le_bytes)?),
+        4 => GgufArray::U32(fixed(c, n, key, u32::from_le_bytes)?),
+        5 => GgufArray::I32(fixed(c, n, key, i32::from_le_bytes)?),
+        6 => GgufArray::F32(fixed(c, n, key, f32::from_le_bytes)?),
+        7 => {
+            let raw = fixed(c, n, key, |[b]: [u8; 1]| b)?;
+            if let Some(b) = raw.iter().find(|&&b| b > 1) {
+                return Err(bad(format!("a bool of byte {b}, not 0 or 1")));
+            }
+            GgufArray::Bool(raw.into_iter().map(|b| b == 1).collect())
+        }
+        8 => {
+            let mut out = GgufStrings::with_capacity(n);
+            for _ in 0..n {
+                out.push(c.str_slice(key)?);
+            }
+            GgufArray::Str(out)
+        }
+        10 => GgufArray::U64(fixed(c, n, key, u64::from_le_bytes)?),
+        11 => GgufArray::I64(fixed(c, n, key, i64::from_le_bytes)?),
+        _ => GgufArray::F64(fixed(c, n, key, f64::from_le_bytes)?),
+    })
 }
 
 /// The fewest bytes one value of type `t` takes (to bound a count).
@@ -90,7 +166,7 @@ fn min_size(t: u32) -> Option<usize> {
     })
 }
 
-fn value(c: &mut Cursor<'_>, t: u32, key: &str, depth: u32) -> Result<GgufValue> {
+fn value(c: &mut Cursor<'_>, t: u32, key: &str) -> Result<GgufValue> {
     let bad = |reason: String| Error::GgufKey {
         key: key.to_owned(),
         reason,
@@ -109,29 +185,7 @@ fn value(c: &mut Cursor<'_>, t: u32, key: &str, depth: u32) -> Result<GgufValue>
             [b] => return Err(bad(format!("a bool of byte {b}, not 0 or 1"))),
         },
         8 => GgufValue::Str(c.string(key)?),
-        9 => {
-            if depth >= MAX_DEPTH {
-                return Err(bad(format!("arrays nested more than {MAX_DEPTH} deep")));
-            }
-            let elem = c.u32(key)?;
-            let min =
-                min_size(elem).ok_or_else(|| bad(format!("unknown array element type {elem}")))?;
-            let n = c.u64(key)?;
-            let fits = usize::try_from(n)
-                .ok()
-                .filter(|&n| Some(n) <= c.left().checked_div(min));
-            let Some(n) = fits else {
-                return Err(bad(format!(
-                    "an array of {n} elements cannot fit in the {} bytes left",
-                    c.left()
-                )));
-            };
-            let mut items = Vec::new();
-            for _ in 0..n {
-                items.push(value(c, elem, key, depth.saturating_add(1))?);
-            }
-            GgufValue::Array(elem, items)
-        }
+        9 => GgufValue::Array(array(c, key)?),
         10 => GgufValue::U64(c.u64(key)?),
         11 => GgufValue::I64(i64::from_le_bytes(c.array(key)?)),
         12 => GgufValue::F64(f64::from_le_bytes(c.array(key)?)),
@@ -170,7 +224,7 @@ fn key_values(c: &mut Cursor<'_>, n: usize) -> Result<Vec<(String, GgufValue)>> 
             });
         }
         let t = c.u32(&key)?;
-        let v = value(c, t, &key, 0)?;
+        let v = value(c, t, &key)?;
         kv.push((key, v));
     }
     Ok(kv)

@@ -19,10 +19,7 @@ fn kv() -> Vec<(String, GgufValue)> {
         ("llama.block_count".into(), GgufValue::U32(2)),
         (
             "tokenizer.ggml.tokens".into(),
-            GgufValue::Array(
-                8,
-                vec![GgufValue::Str("a".into()), GgufValue::Str("b".into())],
-            ),
+            GgufValue::Array(GgufArray::Str(["a", "b"].into_iter().collect())),
         ),
         ("general.alignment".into(), GgufValue::U32(64)),
         ("x.f".into(), GgufValue::F32(0.5)),

@@ -4,7 +4,7 @@
 //! zeros up to the data; each tensor's bytes are then followed by zeros to
 //! the next multiple of the alignment ([`padding`]).
 
-use super::{GgufValue, MAGIC, ggml_of_dtype};
+use super::{GgufArray, GgufValue, MAGIC, ggml_of_dtype};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -44,6 +44,30 @@ fn type_of(v: &GgufValue) -> u32 {
     }
 }
 
+fn put_array(out: &mut Vec<u8>, a: &GgufArray) {
+    out.extend_from_slice(&a.elem_type().to_le_bytes());
+    out.extend_from_slice(&(a.len() as u64).to_le_bytes());
+    fn each<T: Copy, const N: usize>(out: &mut Vec<u8>, v: &[T], f: fn(T) -> [u8; N]) {
+        for &x in v {
+            out.extend_from_slice(&f(x));
+        }
+    }
+    match a {
+        GgufArray::U8(v) => out.extend_from_slice(v),
+        GgufArray::I8(v) => each(out, v, i8::to_le_bytes),
+        GgufArray::U16(v) => each(out, v, u16::to_le_bytes),
+        GgufArray::I16(v) => each(out, v, i16::to_le_bytes),
+        GgufArray::U32(v) => each(out, v, u32::to_le_bytes),
+        GgufArray::I32(v) => each(out, v, i32::to_le_bytes),
+        GgufArray::F32(v) => each(out, v, f32::to_le_bytes),
+        GgufArray::Bool(v) => each(out, v, |b| [u8::from(b)]),
+        GgufArray::Str(v) => v.iter().for_each(|s| put_str(out, s)),
+        GgufArray::U64(v) => each(out, v, u64::to_le_bytes),
+        GgufArray::I64(v) => each(out, v, i64::to_le_bytes),
+        GgufArray::F64(v) => each(out, v, f64::to_le_bytes),
+    }
+}
+
 fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
     match v {
         GgufValue::U8(x) => out.push(*x),
@@ -55,13 +79,7 @@ fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
         GgufValue::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
         GgufValue::Bool(x) => out.push(u8::from(*x)),
         GgufValue::Str(s) => put_str(out, s),
-        GgufValue::Array(elem, items) => {
-            out.extend_from_slice(&elem.to_le_bytes());
-            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-            for i in items {
-                put_value(out, i);
-            }
-        }
+        GgufValue::Array(a) => put_array(out, a),
         GgufValue::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
         GgufValue::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
         GgufValue::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
