@@ -24,9 +24,29 @@ impl KnotId {
         &self.0
     }
 
-    /// Parses 64 hex digits, lower- or upper-case; surrounding white space
-    /// (a pasted line) is allowed, nothing else.
+    /// Parses a knot id as the format writes it (section 7c, a resource
+    /// digest, `package.sha256`): exactly 64 lowercase hex digits, nothing
+    /// around them.
     pub fn parse(s: &str) -> Result<KnotId> {
+        if s.trim() != s {
+            return Err(Error::BadKnotId {
+                given: shown(s),
+                reason: "a knot id is 64 hex digits, with nothing around them",
+            });
+        }
+        if s.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err(Error::BadKnotId {
+                given: shown(s),
+                reason: "hex digits are lowercase (0-9, a-f)",
+            });
+        }
+        KnotId::parse_given(s)
+    }
+
+    /// Parses a knot id a person gave (`--knot-id`): 64 hex digits, lower-
+    /// or upper-case; surrounding white space (a pasted line) is allowed,
+    /// nothing else.
+    pub fn parse_given(s: &str) -> Result<KnotId> {
         let t = s.trim();
         let bad = |reason: &'static str| Error::BadKnotId {
             given: shown(s),
@@ -41,7 +61,11 @@ impl KnotId {
             let lo = hex_digit(pair.get(1).copied());
             match (hi, lo) {
                 (Some(h), Some(l)) => *o = h.wrapping_shl(4) | l,
-                _ => return Err(bad("only the hex digits 0-9, a-f and A-F are allowed")),
+                _ => {
+                    return Err(bad(
+                        "only the hex digits 0-9, a-f (and A-F in a flag) are allowed",
+                    ));
+                }
             }
         }
         Ok(KnotId(out))
@@ -76,10 +100,11 @@ impl fmt::Debug for KnotId {
     }
 }
 
+/// What a person gives: as [`KnotId::parse_given`].
 impl FromStr for KnotId {
     type Err = Error;
     fn from_str(s: &str) -> Result<KnotId> {
-        KnotId::parse(s)
+        KnotId::parse_given(s)
     }
 }
 
@@ -92,8 +117,21 @@ mod tests {
         let lower = "8a2fa89091986612d1e4dcd9b8c2aef01198c55f9f4e8183b61f6fe5712baf28";
         let id = KnotId::parse(lower).expect("lower case");
         assert_eq!(id.to_string(), lower);
-        assert_eq!(KnotId::parse(&lower.to_ascii_uppercase()).ok(), Some(id));
-        assert_eq!(KnotId::parse(&format!(" {lower}\n")).ok(), Some(id));
+        // a flag takes what a person pastes; the format, the canonical form only
+        assert_eq!(
+            KnotId::parse_given(&lower.to_ascii_uppercase()).ok(),
+            Some(id)
+        );
+        assert_eq!(KnotId::parse_given(&format!(" {lower}\n")).ok(), Some(id));
+        // issue 42: a signed statement whose knot id has a trailing space, or
+        // capitals, is not 7c's 64 hex digits
+        for loose in [
+            format!("{lower} "),
+            format!(" {lower}"),
+            lower.to_ascii_uppercase(),
+        ] {
+            assert!(KnotId::parse(&loose).is_err(), "{loose:?}");
+        }
         for bad in [
             "../../../victim.txt",
             "",

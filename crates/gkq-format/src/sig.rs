@@ -89,6 +89,25 @@ pub enum SigFailure {
     },
     /// A trusted key that is not an ECDSA P-256 public key in PEM.
     KeyFormat(String),
+    /// The statement names another package than the one asked for.
+    OtherPackage {
+        /// The package name signed (`predicate.gkq.name`).
+        signed: String,
+        /// What was asked for: the name given, or the URL's path.
+        asked: String,
+        /// The knot id signed.
+        knot: String,
+    },
+    /// The statement names no package, and the header did not come from
+    /// the origin: nothing binds it to what was asked for.
+    Unnamed {
+        /// What was asked for.
+        asked: String,
+        /// Who served it.
+        served_by: String,
+        /// The knot id signed.
+        knot: String,
+    },
 }
 
 impl std::fmt::Display for SigFailure {
@@ -134,6 +153,22 @@ impl std::fmt::Display for SigFailure {
             SigFailure::KeyFormat(why) => write!(
                 f,
                 "not an ECDSA P-256 public key in PEM (SubjectPublicKeyInfo, `-----BEGIN PUBLIC KEY-----`): {why}"
+            ),
+            SigFailure::OtherPackage {
+                signed,
+                asked,
+                knot,
+            } => write!(
+                f,
+                "the signature is for package {signed:?} (knot {knot}), but {asked} was asked for: another model signed by the same key (give --package {signed} if that is the package you mean)"
+            ),
+            SigFailure::Unnamed {
+                asked,
+                served_by,
+                knot,
+            } => write!(
+                f,
+                "{served_by} serves knot {knot} for {asked}, signed by a trusted key but naming no package: away from the origin nothing binds it to the package asked for (pin it with --knot-id, or sign the package with gkq-sign --name)"
             ),
         }
     }
@@ -203,9 +238,91 @@ pub struct Signed {
     pub resources: Vec<Resource>,
     /// The knot id the statement names (`predicate.gkq.knot_id`).
     pub knot_id: Option<KnotId>,
+    /// The package name the statement names (`predicate.gkq.name`).
+    pub package: Option<String>,
+}
+
+/// The package a node was asked for, to hold a signed name against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// A name given (`--package NAME`): the signed name must equal it.
+    Name(String),
+    /// The path of the directory of the knot's URL: the signed name's
+    /// components must be its last components.
+    UrlPath(String),
+}
+
+impl std::fmt::Display for Asked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Asked::Name(n) => write!(f, "package {n:?}"),
+            Asked::UrlPath(p) => write!(f, "the package at path {p:?}"),
+        }
+    }
+}
+
+impl Asked {
+    /// Whether the signed package name `signed` is the one asked for.
+    pub fn matches(&self, signed: &str) -> bool {
+        match self {
+            Asked::Name(n) => n == signed,
+            Asked::UrlPath(p) => {
+                let path: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
+                let name: Vec<&str> = signed.split('/').collect();
+                path.ends_with(&name)
+            }
+        }
+    }
+}
+
+/// The longest package name: 256 bytes.
+pub const MAX_PACKAGE_NAME: usize = 256;
+
+/// Checks a package name (`predicate.gkq.name`, `gkq-sign --name`): 1 to
+/// [`MAX_PACKAGE_NAME`] bytes of `/`-separated components, each of ASCII
+/// letters, digits, `.`, `_` and `-`, none empty, `.` or `..`.
+pub fn check_package_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name.len() > MAX_PACKAGE_NAME {
+        return Err(format!(
+            "a package name is 1 to {MAX_PACKAGE_NAME} bytes, not {}",
+            name.len()
+        ));
+    }
+    for c in name.split('/') {
+        let ok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+        if c.is_empty() || c == "." || c == ".." || !c.bytes().all(ok) {
+            return Err(format!(
+                "{name:?}: a package name is path components (MODEL/VERSION) of letters, digits, '.', '_' and '-', none empty, '.' or '..'"
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Signed {
+    /// Whether the statement signs the package asked for: a signed name
+    /// must match it; an unnamed statement is accepted only when the
+    /// header came from the origin (`served_by` is `None`), else it is
+    /// [`SigFailure::Unnamed`] naming who served it.
+    pub fn check_package(&self, asked: &Asked, served_by: Option<&str>) -> Result<()> {
+        let knot = self
+            .knot_id
+            .map_or_else(|| "(none named)".to_owned(), |k| k.to_string());
+        match (&self.package, served_by) {
+            (Some(p), _) if !asked.matches(p) => fail(SigFailure::OtherPackage {
+                signed: p.clone(),
+                asked: asked.to_string(),
+                knot,
+            }),
+            (Some(_), _) | (None, None) => Ok(()),
+            (None, Some(by)) => fail(SigFailure::Unnamed {
+                asked: asked.to_string(),
+                served_by: by.to_owned(),
+                knot,
+            }),
+        }
+    }
+
     /// Whether the statement signs the knot `id`.
     pub fn check_knot(&self, id: KnotId) -> Result<()> {
         match self.knot_id {
@@ -248,18 +365,35 @@ fn root_digest(resources: &[Resource]) -> String {
 
 /// The statement (the DSSE payload) for a package named `name` holding
 /// `resources` (sorted here) whose knot id is `knot_id`: compact JSON with
-/// keys in byte order.
+/// keys in byte order. It names no package ([`statement_for`] does).
 pub fn statement(name: &str, resources: &[Resource], knot_id: KnotId) -> Vec<u8> {
+    statement_for(name, resources, knot_id, None)
+}
+
+/// As [`statement`], naming the package `package` (`predicate.gkq.name`,
+/// and the subject's name) when given: what binds the signature to the
+/// package a node asks for (section 7c).
+pub fn statement_for(
+    name: &str,
+    resources: &[Resource],
+    knot_id: KnotId,
+    package: Option<&str>,
+) -> Vec<u8> {
     let mut sorted = resources.to_vec();
     sort_resources(&mut sorted);
     let listed: Vec<Value> = sorted
         .iter()
         .map(|r| json!({"algorithm": "sha256", "digest": crate::hex(&r.digest), "name": r.name}))
         .collect();
+    let gkq = match package {
+        Some(p) => json!({"knot_id": knot_id.to_string(), "name": p}),
+        None => json!({"knot_id": knot_id.to_string()}),
+    };
+    let name = package.unwrap_or(name);
     let doc = json!({
         "_type": STATEMENT_TYPE,
         "predicate": {
-            "gkq": {"knot_id": knot_id.to_string()},
+            "gkq": gkq,
             "resources": listed,
             "serialization": {
                 "allow_symlinks": false,
@@ -354,6 +488,7 @@ struct ResourceDoc {
 #[derive(Deserialize)]
 struct Claim {
     knot_id: String,
+    name: Option<String>,
 }
 
 fn field(field: &'static str, found: &str, want: &str) -> Result<()> {
@@ -451,6 +586,17 @@ pub fn claimed_knot(bytes: &[u8]) -> Result<Option<KnotId>> {
     claim(&statement_doc(&payload)?)
 }
 
+/// The package name a signature object's statement names, its signature
+/// NOT checked: a publisher's test that the upload's prefix is the name
+/// signed, before anything is uploaded.
+pub fn claimed_package(bytes: &[u8]) -> Result<Option<String>> {
+    let doc: BundleDoc = serde_json::from_slice(bytes).map_err(malformed)?;
+    let payload = STANDARD
+        .decode(&doc.dsse_envelope.payload)
+        .map_err(|e| malformed(format!("dsseEnvelope.payload: {e}")))?;
+    Ok(statement_doc(&payload)?.predicate.gkq.and_then(|c| c.name))
+}
+
 /// Checks a signature object against the trusted keys: its envelope, its
 /// one signature, its statement and the statement's consistency (the
 /// subject digest). What the statement signs is the caller's to compare
@@ -485,11 +631,20 @@ pub fn open(bytes: &[u8], trusted: &[PublicKey]) -> Result<Signed> {
         });
     }
     let knot_id = claim(&st)?;
+    let package = match st.predicate.gkq.as_ref().and_then(|c| c.name.clone()) {
+        Some(p) => {
+            check_package_name(&p)
+                .map_err(|why| malformed(format!("predicate.gkq.name: {why}")))?;
+            Some(p)
+        }
+        None => None,
+    };
     Ok(Signed {
         signer,
         name: subject.name.clone(),
         resources,
         knot_id,
+        package,
     })
 }
 

@@ -52,6 +52,9 @@ pub struct NetArgs {
     /// Use a package only if its model.sig is signed by this ECDSA P-256 public key (PEM; repeatable: any one of them, for key rotation), or its id is the pinned --knot-id; an unsigned or wrongly signed package is refused.
     #[arg(long = "trust-key", value_name = "PUB.pem", help_heading = "Network")]
     pub trust_keys: Vec<PathBuf>,
+    /// The package asked for (MODEL/VERSION, as gkq-sign --name signed it): a signature naming another package is refused [default: a signed name must be the last components of the knot URL's path].
+    #[arg(id = "asked_package", long = "package", value_name = "NAME", value_parser = parse_package, help_heading = "Network")]
+    pub package: Option<String>,
     /// Base URL of a mirror of the package (repeatable): row runs and bulk parts are spread over the mirrors and the knot's own base, every answer verified; a mirror that fails or serves a wrong byte is dropped, with the evidence in the report. With --knot-id or --trust-key the knot header and signature may come from a mirror too (the open's report says which source served it).
     #[arg(long = "mirror", value_name = "BASE_URL", help_heading = "Network")]
     pub mirrors: Vec<String>,
@@ -101,22 +104,19 @@ pub struct NetArgs {
     pub cache_max_bytes: u64,
 }
 
+/// `--package`: a package name as FORMAT.md 7c defines it.
+fn parse_package(s: &str) -> Result<String, String> {
+    gkq_format::sig::check_package_name(s).map(|()| s.to_owned())
+}
+
 /// `--knot-id`: exactly 64 hex digits, refused before anything is opened.
 fn parse_knot_id(s: &str) -> Result<gkq_format::KnotId, String> {
-    gkq_format::KnotId::parse(s).map_err(|e| e.to_string())
+    gkq_format::KnotId::parse_given(s).map_err(|e| e.to_string())
 }
 
 /// `--trust-key`: each file one public key, refused before anything is opened.
 fn trust_keys(paths: &[PathBuf]) -> Result<Vec<gkq_format::sig::PublicKey>, String> {
-    paths
-        .iter()
-        .map(|p| {
-            let pem = std::fs::read_to_string(p)
-                .map_err(|e| format!("--trust-key {}: {e}", p.display()))?;
-            gkq_format::sig::PublicKey::from_pem(&pem)
-                .map_err(|e| format!("--trust-key {}: {e}", p.display()))
-        })
-        .collect()
+    gkq_files::load_trusted_keys(paths).map_err(|e| format!("--trust-key {e}"))
 }
 
 /// `1000`, `512K`, `64M`, `16G`, `1T` (binary multiples).
@@ -157,6 +157,7 @@ impl TryFrom<NetArgs> for ReaderConfig {
         let mut c = ReaderConfig {
             knot_id: a.knot_id,
             trust: trust_keys(&a.trust_keys)?,
+            package: a.package.clone(),
             mirrors: a.mirrors.clone(),
             cache: CacheConfig {
                 dir: if a.no_cache {

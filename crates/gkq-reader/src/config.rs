@@ -72,6 +72,11 @@ pub struct ReaderConfig {
     /// one of these keys, or its id is the pinned `knot_id`; an unsigned or
     /// wrongly signed package is refused, whatever the URL or TLS said.
     pub trust: Vec<gkq_format::sig::PublicKey>,
+    /// The package asked for (`--package NAME`), which a signature that
+    /// names its package (`gkq-sign --name`, FORMAT.md 7c) must name.
+    /// Default: the path of the knot URL's directory, whose last
+    /// components the signed name must be; a local path checks no name.
+    pub package: Option<String>,
     /// Base URLs of mirrors of the package (`--mirror`, repeatable: a CDN,
     /// a regional copy made with gkq-mirror, a caching proxy): row runs and
     /// bulk parts are spread over them and the origin, each answer verified

@@ -141,6 +141,7 @@ impl Inner {
         let policy = crate::knot::Policy {
             pin: config.knot_id,
             keys: &config.trust,
+            asked: crate::knot::asked(location, config.package.as_deref()),
         };
         let knot = KnotHandle::open(location, &*store, disk.as_deref(), &policy).await?;
         let mut inner = Inner {

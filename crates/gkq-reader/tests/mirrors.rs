@@ -374,7 +374,8 @@ fn the_header_comes_from_a_mirror_only_when_trust_does_not_depend_on_the_channel
     let s = site();
     let key =
         p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
-    gkq_sign::sign_package(&s.pkg, &key).expect("sign");
+    // named as published (…/m/): a header from a mirror must be bound to it
+    gkq_sign::sign_named(&s.pkg, &key, Some("m")).expect("sign");
     let id = gkq_sign::knot_id_of(&s.pkg).expect("id");
     let (_g, good) = mirror(&s, "good", &NginxOptions::default(), |_| {});
     // another package's knot and signature (another key) under the same names
@@ -447,4 +448,86 @@ fn the_header_comes_from_a_mirror_only_when_trust_does_not_depend_on_the_channel
             assert!(d.contains("model."), "the evidence names the object: {d}");
         }
     }
+}
+
+/// Issue 42, item 1: another model signed by the same publisher key,
+/// served by a mirror at the requested package's URL while the origin is
+/// down, is refused under every trust setting that does not pin the id,
+/// with a message naming both packages: a signature that names another
+/// package (gkq-sign --name), or one that names none, served away from
+/// the origin. The right package through a mirror still opens.
+#[test]
+fn another_model_signed_by_the_same_key_is_refused_through_a_mirror() {
+    use sha2::Digest;
+    let s = site();
+    let key =
+        p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
+    gkq_sign::sign_named(&s.pkg, &key, Some("m")).expect("sign");
+    let asked_id = gkq_sign::knot_id_of(&s.pkg).expect("id");
+    let other = other_package(&s);
+    let other_id = gkq_sign::knot_id_of(&other).expect("id");
+    let serve_other = |name: &str, package: Option<&str>| {
+        gkq_sign::sign_named(&other, &key, package).expect("sign other");
+        mirror(&s, name, &NginxOptions::default(), |d| {
+            for f in fs::read_dir(&other).expect("other") {
+                let p = f.expect("entry").path();
+                fs::copy(&p, d.join(p.file_name().expect("name"))).expect("copy");
+            }
+        })
+    };
+    let (_n, named) = serve_other("named", Some("other/v1"));
+    let (_u, unnamed) = serve_other("unnamed", None);
+    let (_g, good) = mirror(&s, "good", &NginxOptions::default(), |_| {});
+    let port = fixtures::servers::free_port().expect("port");
+    let knot = format!("http://127.0.0.1:{port}/m/model.knot");
+    let open = |mirror: &str, keys: bool, package: Option<&str>| {
+        let mut c = config(&s, &[mirror]);
+        c.columnar_embed = None;
+        if keys {
+            c.trust = vec![gkq_format::sig::PublicKey::from_key(*key.verifying_key())];
+        }
+        c.package = package.map(str::to_owned);
+        Reader::open(&knot, c, Serve::INPUT)
+    };
+    for (mirror, keys, package) in [
+        (&named, false, None),
+        (&named, true, None),
+        (&named, true, Some("m")),
+        (&unnamed, false, None),
+        (&unnamed, true, None),
+        (&unnamed, true, Some("m")),
+    ] {
+        let e = open(mirror, keys, package).expect_err("another model is refused");
+        let text = gkq_format::error_chain(&e);
+        if !keys {
+            // the channel's trust: the origin is down, no header is taken
+            assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+            continue;
+        }
+        assert!(
+            text.contains(&other_id.to_string()),
+            "names the package served: {text}"
+        );
+        let asked = if package.is_some() {
+            "package \"m\""
+        } else {
+            "path \"/m\""
+        };
+        assert!(text.contains(asked), "names the package asked for: {text}");
+        if mirror == &named {
+            assert!(text.contains("package \"other/v1\""), "{text}");
+        } else {
+            assert!(
+                text.contains("naming no package") && text.contains(mirror.as_str()),
+                "{text}"
+            );
+        }
+    }
+    // the package asked for, through a mirror: opens, and its rows are its own
+    let r = open(&good, true, None).expect("the right package through a mirror");
+    assert_eq!(r.knot_id(), asked_id.to_string());
+    let r = open(&good, true, Some("m")).expect("with --package");
+    assert_eq!(r.knot_id(), asked_id.to_string());
+    let e = open(&good, true, Some("other/v1")).expect_err("asked for another name");
+    assert!(gkq_format::error_chain(&e).contains("package \"m\""), "{e}");
 }

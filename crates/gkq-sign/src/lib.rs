@@ -62,6 +62,16 @@ pub enum SignError {
         /// The link.
         path: PathBuf,
     },
+    /// A file refused before it is read: not a regular file, a link, or
+    /// longer than what is held in memory for it.
+    #[error(transparent)]
+    File(#[from] gkq_files::FileError),
+    /// A package name that FORMAT.md 7c does not allow.
+    #[error("--name: {reason}")]
+    Name {
+        /// Why.
+        reason: String,
+    },
     /// Files that are not as signed.
     #[error("{}: the package is not the one signed: {}", dir.display(), problems.join("; "))]
     Mismatch {
@@ -91,14 +101,35 @@ pub struct SignReport {
     pub signer: String,
     /// The knot id signed (absent for a `model_signing` signature).
     pub knot_id: Option<String>,
+    /// The package name signed (`gkq-sign --name`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub package: Option<String>,
     /// Files covered.
     pub files: usize,
 }
 
-/// The knot id of `dir/model.knot`, from its preamble and header checksum.
+/// The package directory of `target`: itself, or the directory of a
+/// knot path (`PKG/model.knot`), as every other tool takes either.
+pub fn package_dir(target: &Path) -> PathBuf {
+    if target
+        .file_name()
+        .is_some_and(|n| n == gkq_format::KNOT_NAME)
+        && !target.is_dir()
+    {
+        return target
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+    }
+    target.to_path_buf()
+}
+
+/// The knot id of the package `dir` (or of the knot path `dir`), from its
+/// preamble and header checksum.
 pub fn knot_id_of(dir: &Path) -> Result<KnotId> {
-    let path = dir.join(gkq_format::KNOT_NAME);
-    let mut f = std::fs::File::open(&path).map_err(io(&path))?;
+    let path = package_dir(dir).join(gkq_format::KNOT_NAME);
+    let (mut f, _) = gkq_files::open_regular(&path, gkq_files::Follow::No)?;
     let mut bytes = Vec::new();
     loop {
         let need = match gkq_format::prefix_id(&bytes) {
@@ -171,7 +202,7 @@ fn walk(dir: &Path, rel: &str, out: &mut Vec<Resource>) -> Result<()> {
 
 /// The SHA-256 of a file's bytes, read in 1 MiB steps.
 pub fn sha_file(path: &Path) -> Result<[u8; 32]> {
-    let mut f = std::fs::File::open(path).map_err(io(path))?;
+    let (mut f, _) = gkq_files::open_regular(path, gkq_files::Follow::No)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -184,15 +215,28 @@ pub fn sha_file(path: &Path) -> Result<[u8; 32]> {
 }
 
 /// Signs the package in `dir` with `key`: writes `dir/model.sig` (whole,
-/// or not at all) over every file and the knot id.
+/// or not at all) over every file and the knot id. It names no package:
+/// a node accepts its header from the origin only, or with a pinned id
+/// ([`sign_named`] binds the package's name).
 pub fn sign_package(dir: &Path, key: &SigningKey) -> Result<SignReport> {
+    sign_named(dir, key, None)
+}
+
+/// As [`sign_package`], naming the package `package` (`MODEL/VERSION`, the
+/// path it is published under): a node asked for another package refuses
+/// this signature, whoever serves it (FORMAT.md 7c).
+pub fn sign_named(dir: &Path, key: &SigningKey, package: Option<&str>) -> Result<SignReport> {
+    if let Some(p) = package {
+        sig::check_package_name(p).map_err(|reason| SignError::Name { reason })?;
+    }
+    let dir = &package_dir(dir);
     let id = knot_id_of(dir)?;
     let files = resources(dir)?;
     let name = std::fs::canonicalize(dir)
         .ok()
         .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_default();
-    let payload = sig::statement(&name, &files, id);
+    let payload = sig::statement_for(&name, &files, id, package);
     let signature: Signature = key.sign(&sig::pae(&payload));
     let signer = PublicKey::from_key(*key.verifying_key());
     let bundle = sig::bundle(&payload, signature.to_der().as_bytes(), signer.hint());
@@ -207,6 +251,7 @@ pub fn sign_package(dir: &Path, key: &SigningKey) -> Result<SignReport> {
         signature: path,
         signer: signer.hint().to_owned(),
         knot_id: Some(id.to_string()),
+        package: package.map(str::to_owned),
         files: files.len(),
     })
 }
@@ -215,8 +260,14 @@ pub fn sign_package(dir: &Path, key: &SigningKey) -> Result<SignReport> {
 /// signature, every file (none missing, none extra, each digest), and the
 /// knot id when the statement names one.
 pub fn verify_package(dir: &Path, trusted: &[PublicKey]) -> Result<SignReport> {
+    let dir = &package_dir(dir);
     let path = dir.join(SIGNATURE_NAME);
-    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let bytes = gkq_files::read_bounded(
+        &path,
+        sig::MAX_SIGNATURE_LEN,
+        "a signature object",
+        gkq_files::Follow::No,
+    )?;
     let format = |error| SignError::Format {
         path: path.clone(),
         error: Box::new(error),
@@ -239,6 +290,7 @@ pub fn verify_package(dir: &Path, trusted: &[PublicKey]) -> Result<SignReport> {
         signature: path,
         signer: signed.signer,
         knot_id: signed.knot_id.map(|k| k.to_string()),
+        package: signed.package,
         files: actual.len(),
     })
 }

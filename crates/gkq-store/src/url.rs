@@ -26,6 +26,23 @@ pub fn without_query(location: &str) -> &str {
     split_query(location).0
 }
 
+/// The path of the directory of the object a URL names, without the
+/// scheme, host and query (`https://h/models/m/v1/model.knot?x` gives
+/// `/models/m/v1`); for `s3://bucket/key`, the bucket is its first
+/// component.
+pub fn dir_path(location: &str) -> String {
+    let path = without_query(location);
+    let rest = path.split_once("://").map_or(path, |(_, r)| r);
+    let after_host = match rest.split_once('/') {
+        Some((host, p)) if path.starts_with("s3://") => format!("/{host}/{p}"),
+        Some((_, p)) => format!("/{p}"),
+        None => String::new(),
+    };
+    after_host
+        .rsplit_once('/')
+        .map_or(String::new(), |(d, _)| d.to_owned())
+}
+
 /// The location of `name` next to the object at `location` (a URL keeps
 /// its query string, so a presigned or tokened base still works).
 pub fn sibling(location: &str, name: &str) -> String {
@@ -106,6 +123,12 @@ mod tests {
         assert_eq!(join("https://h/m/v1/", "a.rows"), "https://h/m/v1/a.rows");
         assert_eq!(join("https://h/m/v1", "a.rows"), "https://h/m/v1/a.rows");
         assert!(is_remote("s3://b/k") && !is_remote("/tmp/x"));
+        assert_eq!(
+            dir_path("https://h:1/models/m/v1/model.knot?x=/y"),
+            "/models/m/v1"
+        );
+        assert_eq!(dir_path("s3://bucket/m/v1/model.knot"), "/bucket/m/v1");
+        assert_eq!(dir_path("https://h/model.knot"), "");
     }
 
     #[test]

@@ -11,6 +11,10 @@ pub type Result<T, E = UploadError> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UploadError {
+    /// A package file refused before it is read (not a regular file, a
+    /// link, or longer than what is held in memory for it).
+    #[error(transparent)]
+    File(#[from] gkq_files::FileError),
     /// The output directory has no readable knot, or its checks could not run.
     #[error("{}", path.display())]
     NoKnot {
@@ -38,6 +42,17 @@ pub enum UploadError {
         knot: String,
         /// What the signature names.
         signed: String,
+    },
+    /// `model.sig` names a package that the prefix does not end with:
+    /// nodes would refuse it.
+    #[error("refusing to upload: {}: the package is signed as {name:?}, but the prefix {prefix:?} does not end with that name, so nodes asked for it would refuse the signature: upload under …/{name}, or sign again with gkq-sign --name matching the prefix", path.display())]
+    PackageName {
+        /// The signature object.
+        path: PathBuf,
+        /// The name signed.
+        name: String,
+        /// The prefix asked for.
+        prefix: String,
     },
     /// `model.sig` is not a signature object: nothing was uploaded.
     #[error("refusing to upload: {}: {source}", path.display())]
@@ -74,7 +89,7 @@ pub enum UploadError {
         url: String,
         /// What the mirror found.
         #[source]
-        source: Box<gkq_node::NodeError>,
+        source: Box<gkq_mirror::MirrorError>,
     },
     /// Bad option values (a part size over the limits).
     #[error("{0}")]

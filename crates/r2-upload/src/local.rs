@@ -2,7 +2,6 @@
 //! list the objects to publish with their digests, row files first and the
 //! knot last.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use gkq_format::{Knot, hex};
@@ -117,10 +116,20 @@ pub fn prepare(out_dir: &Path, prefix: &str) -> Result<Vec<LocalObject>> {
 /// names another knot (a signature left over from an earlier pack).
 fn signature_object(dir: &Path, knot: &Knot<'_>, prefix: &str) -> Result<Option<LocalObject>> {
     let path = dir.join(gkq_format::sig::SIGNATURE_NAME);
-    let bytes = match std::fs::read(&path) {
+    let read = gkq_files::read_bounded(
+        &path,
+        gkq_format::sig::MAX_SIGNATURE_LEN,
+        "a signature object",
+        gkq_files::Follow::No,
+    );
+    let bytes = match read {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(UploadError::Io { path, error }),
+        Err(gkq_files::FileError::Io { error, .. })
+            if error.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(UploadError::File(e)),
     };
     let id = knot.header().id();
     match gkq_format::sig::claimed_knot(&bytes) {
@@ -138,6 +147,17 @@ fn signature_object(dir: &Path, knot: &Knot<'_>, prefix: &str) -> Result<Option<
                 source: Box::new(e),
             });
         }
+    }
+    // a named signature goes under its name: a node derives the name it
+    // asks for from the URL's path (FORMAT.md 7c)
+    if let Ok(Some(name)) = gkq_format::sig::claimed_package(&bytes)
+        && !gkq_format::sig::Asked::UrlPath(prefix.to_owned()).matches(&name)
+    {
+        return Err(UploadError::PackageName {
+            path,
+            name,
+            prefix: prefix.to_owned(),
+        });
     }
     Ok(Some(LocalObject {
         key: key(prefix, gkq_format::sig::SIGNATURE_NAME),
@@ -157,7 +177,8 @@ pub fn knot_id(out_dir: &Path) -> Result<String> {
         path: path.clone(),
         source,
     };
-    let mut f = File::open(&path).map_err(|e| no_knot(e.into()))?;
+    let (mut f, _) =
+        gkq_files::open_regular(&path, gkq_files::Follow::No).map_err(|e| no_knot(e.into()))?;
     let mut buf = Vec::new();
     loop {
         match gkq_format::parse_prefix(&buf).map_err(|e| UploadError::BadKnot {

@@ -82,16 +82,12 @@ fn main() -> ExitCode {
 
 /// The directory to publish: `package` itself, or its URL's package copied.
 fn staged(a: &UploadArgs) -> anyhow::Result<r2_upload::Staged> {
-    let mut config = gkq_reader::ReaderConfig::default();
-    for p in &a.trust_keys {
-        let pem =
-            std::fs::read_to_string(p).with_context(|| format!("--trust-key {}", p.display()))?;
-        let key = gkq_format::sig::PublicKey::from_pem(&pem)
-            .with_context(|| format!("--trust-key {}", p.display()))?;
-        config.trust.push(key);
-    }
+    let mut config = gkq_reader::ReaderConfig {
+        trust: gkq_sign::load_trusted_keys(&a.trust_keys).context("--trust-key")?,
+        ..Default::default()
+    };
     if let Some(id) = &a.knot_id {
-        config.knot_id = Some(gkq_format::KnotId::parse(id).context("--knot-id")?);
+        config.knot_id = Some(gkq_format::KnotId::parse_given(id).context("--knot-id")?);
     }
     let s = r2_upload::stage(&a.package, a.staging.as_deref(), config)?;
     if let Some(m) = &s.mirrored {

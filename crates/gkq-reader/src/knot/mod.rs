@@ -17,8 +17,8 @@ use crate::error::{ReaderError, Result};
 mod objects;
 mod trust;
 
-pub(crate) use trust::Policy;
 pub use trust::Trusted;
+pub(crate) use trust::{Policy, asked};
 
 /// First range fetched from a remote knot when no earlier open of the URL
 /// says how long its header is: 32 KiB, which most headers fit
@@ -200,7 +200,8 @@ async fn trusted_header(
     for _ in 0..64 {
         let (id, all, total) = read_header(location, store, first).await?;
         let from = store.served_by(location, 0);
-        let e = match policy.check(location, id, store, cache).await {
+        let mirror = from.as_deref().filter(|b| *b != origin);
+        let e = match policy.check(location, id, store, (cache, mirror)).await {
             Ok(trusted) => return Ok((id, all, total, from, trusted)),
             Err(e) => e,
         };

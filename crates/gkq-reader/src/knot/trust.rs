@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use gkq_format::KnotId;
-use gkq_format::sig::{self, MAX_SIGNATURE_LEN, PublicKey, SIGNATURE_NAME};
+use gkq_format::sig::{self, Asked, MAX_SIGNATURE_LEN, PublicKey, SIGNATURE_NAME};
 use gkq_store::{RangeRead, StoreError};
 
 use crate::cache::{DiskCache, Kind, Size};
@@ -51,12 +51,36 @@ impl std::fmt::Display for Trusted {
 pub(crate) struct Policy<'a> {
     pub(crate) pin: Option<KnotId>,
     pub(crate) keys: &'a [PublicKey],
+    /// The package asked for, that a named signature must name.
+    pub(crate) asked: Option<Asked>,
 }
 
-fn signed_by(bytes: &[u8], keys: &[PublicKey], id: KnotId) -> gkq_format::Result<String> {
-    let signed = sig::open(bytes, keys)?;
-    signed.check_knot(id)?;
-    Ok(signed.signer)
+/// The package asked for at `location`: the name given, else for a URL
+/// the path of its directory; a local path asks for none.
+pub(crate) fn asked(location: &str, package: Option<&str>) -> Option<Asked> {
+    if let Some(p) = package {
+        return Some(Asked::Name(p.to_owned()));
+    }
+    gkq_store::url::is_remote(location).then(|| Asked::UrlPath(gkq_store::url::dir_path(location)))
+}
+
+impl Policy<'_> {
+    /// The signer, when `bytes` sign the knot `id` with a trusted key, for
+    /// the package asked for; `served_by` is the mirror that served the
+    /// header (`None`: the origin, or the disk cache of the origin's).
+    fn signed_by(
+        &self,
+        bytes: &[u8],
+        id: KnotId,
+        served_by: Option<&str>,
+    ) -> gkq_format::Result<String> {
+        let signed = sig::open(bytes, self.keys)?;
+        signed.check_knot(id)?;
+        if let Some(asked) = &self.asked {
+            signed.check_package(asked, served_by)?;
+        }
+        Ok(signed.signer)
+    }
 }
 
 impl Policy<'_> {
@@ -68,7 +92,7 @@ impl Policy<'_> {
         location: &str,
         id: KnotId,
         store: &dyn RangeRead,
-        cache: Option<&DiskCache>,
+        (cache, served_by): (Option<&DiskCache>, Option<&str>),
     ) -> Result<Trusted> {
         if let Some(want) = self.pin {
             if want != id {
@@ -85,13 +109,20 @@ impl Policy<'_> {
         }
         let key = id.to_string();
         if let Some(c) = cache {
+            // the cache checks the entry's signature and knot id; the
+            // package name is checked once, below, as for a fetched one
             let keys = self.keys.to_vec();
-            let ok = move |b: &[u8]| signed_by(b, &keys, id).is_ok();
+            let ok = move |b: &[u8]| sig::open(b, &keys).is_ok_and(|s| s.check_knot(id).is_ok());
             if let Some(b) = c
                 .get(Kind::Signature, &key, Size::AtMost(MAX_SIGNATURE_LEN), ok)
                 .await
-                && let Ok(signer) = signed_by(&b, self.keys, id)
             {
+                let signer =
+                    self.signed_by(&b, id, served_by)
+                        .map_err(|error| ReaderError::Signature {
+                            url: super::sibling(location, SIGNATURE_NAME),
+                            error: Box::new(error),
+                        })?;
                 return Ok(Trusted::Signed {
                     signer,
                     cached: true,
@@ -120,7 +151,7 @@ impl Policy<'_> {
                 sig::SigFailure::Malformed(why),
             )));
         }
-        let signer = signed_by(&bytes, self.keys, id).map_err(refused)?;
+        let signer = self.signed_by(&bytes, id, served_by).map_err(refused)?;
         if let Some(c) = cache {
             c.put(Kind::Signature, &key, Bytes::from(bytes)).await;
         }

@@ -10,8 +10,11 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(version)]
 struct Args {
-    /// The package directory (gkq-pack's output).
+    /// The package directory (gkq-pack's output), or its model.knot.
     pkg_dir: PathBuf,
+    /// The package's name, MODEL/VERSION: the path it is published under (the upload's --prefix). Nodes asked for another package refuse the signature, whoever serves it; without a name, a node takes the header from the origin only, or with a pinned --knot-id.
+    #[arg(long, value_name = "MODEL/VERSION")]
+    name: Option<String>,
     /// The ECDSA P-256 private key, PEM (PKCS#8, encrypted PKCS#8, or SEC1).
     #[arg(long, value_name = "KEY.pem")]
     key: PathBuf,
@@ -26,7 +29,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let signed = gkq_sign::load_signing_key(&args.key, &args.password_env)
-        .and_then(|key| gkq_sign::sign_package(&args.pkg_dir, &key));
+        .and_then(|key| gkq_sign::sign_named(&args.pkg_dir, &key, args.name.as_deref()));
     match signed {
         Ok(r) if args.json => {
             println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
@@ -34,11 +37,14 @@ fn main() -> ExitCode {
         }
         Ok(r) => {
             println!(
-                "signed {}: knot {}, {} files, key {}",
+                "signed {}: knot {}, {} files, key {}{}",
                 r.signature.display(),
                 r.knot_id.as_deref().unwrap_or("-"),
                 r.files,
-                r.signer
+                r.signer,
+                r.package
+                    .as_deref()
+                    .map_or_else(String::new, |p| format!(", package {p}"))
             );
             ExitCode::SUCCESS
         }
