@@ -66,13 +66,22 @@ pub(crate) async fn chunk_table(
             total: l.object_len(),
             ..Default::default()
         };
-        let t = store.read_vec(&purl, 0, l.table_len() - 1, opts).await?;
-        if let Err(e) = merkle::check_table(desc, &t) {
-            store.distrust(&purl, (0, l.table_len() - 1), &e.to_string());
-            return Err(unverified(url, e));
+        // a table that fails is fetched again: from the next source when a
+        // mirror served it, once more when the origin did
+        let mut origin_failures = 0;
+        loop {
+            let t = store.read_vec(&purl, 0, l.table_len() - 1, opts).await?;
+            fetched.fetch_add(t.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            match merkle::check_table(desc, &t) {
+                Ok(_) => return Ok(Bytes::from(t)),
+                Err(e) => {
+                    let dropped = store.distrust(&purl, (0, l.table_len() - 1), &e.to_string());
+                    if !gkq_store::refetch(dropped, &mut origin_failures) {
+                        return Err(unverified(url, e));
+                    }
+                }
+            }
         }
-        fetched.store(t.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        Ok(Bytes::from(t))
     })
     .await?;
     let roots = merkle::check_table(desc, &table).map_err(|e| unverified(url, e))?;

@@ -47,7 +47,7 @@ pub use config::{
 pub use error::{BoxError, Result, StoreError};
 pub use http::HttpStore;
 pub use local::LocalStore;
-pub use parallel::{Gate, PartFn, ReadCheck, read_parts};
+pub use parallel::{Gate, MAX_REFETCHES, PartFn, ReadCheck, read_parts, refetch};
 pub use range::{deadline, split_parts};
 pub use read::{BoxFuture, Connection, Head, RangeRead, ReadOptions};
 pub use retry::{MAX_WAIT, RetryPolicy};

@@ -109,9 +109,26 @@ fn part_size(config: Parallelism, check: &ReadCheck) -> u64 {
     }
 }
 
+/// How many times bytes that fail their check are fetched again: once
+/// when the origin (or a store without mirrors) served them; and each
+/// time a mirror served them, that mirror is dropped and the bytes asked
+/// of the next source, the origin last, up to this many mirrors.
+pub const MAX_REFETCHES: usize = 64;
+
+/// The attempt after a failed check: `true` to fetch again. A failure a
+/// mirror served drops it (`dropped`) and is always worth another source;
+/// one the origin served is retried once.
+pub fn refetch(dropped: bool, origin_failures: &mut u32) -> bool {
+    if dropped {
+        return true;
+    }
+    *origin_failures += 1;
+    *origin_failures < 2
+}
+
 /// One part: read (holding a permit of the gate), then checked on the
 /// blocking pool (without the permit); a part that fails its check is
-/// read and checked once more.
+/// read and checked again ([`refetch`]).
 async fn part<R: RangeRead + ?Sized>(
     backend: &R,
     gate: &Gate,
@@ -121,7 +138,8 @@ async fn part<R: RangeRead + ?Sized>(
     total: Option<u64>,
     check: &ReadCheck,
 ) -> Result<(u64, BytesMut)> {
-    for attempt in 0..2 {
+    let mut origin_failures = 0;
+    for _ in 0..=MAX_REFETCHES {
         {
             let _permit = gate
                 .permits
@@ -148,23 +166,24 @@ async fn part<R: RangeRead + ?Sized>(
         buf = b;
         let start = at + off;
         let end = start + buf.len() as u64 - 1;
-        match r {
+        let source = match r {
             Ok(()) => return Ok((off, buf)),
-            Err(source) if attempt == 1 => {
-                return Err(StoreError::PartCheck {
-                    url: url.to_owned(),
-                    start,
-                    end,
-                    source,
-                });
-            }
-            Err(e) => {
-                tracing::warn!(url, start, end, reason = %e, "a part failed verification: fetching it again");
-                backend.distrust(url, (start, end), &e.to_string());
-            }
+            Err(source) => source,
+        };
+        let dropped = backend.distrust(url, (start, end), &source.to_string());
+        if !refetch(dropped, &mut origin_failures) {
+            return Err(StoreError::PartCheck {
+                url: url.to_owned(),
+                start,
+                end,
+                source,
+            });
         }
+        tracing::warn!(url, start, end, reason = %source, "a part failed verification: fetching it again");
     }
-    unreachable!("the second attempt returns")
+    Err(StoreError::Client(format!(
+        "{url}: a part failed verification more than {MAX_REFETCHES} times"
+    )))
 }
 
 /// Cuts `whole`, bytes `start..` of an object, into parts of `size` bytes
@@ -293,7 +312,8 @@ pub async fn read_parts<R: RangeRead + ?Sized>(
     let size = part_size(gate.config, &check);
     let mut whole = BytesMut::zeroed(usize::try_from(len).unwrap_or(usize::MAX));
     let mut found = String::new();
-    for round in 0..2 {
+    let mut origin_failures = 0;
+    for round in 0..=MAX_REFETCHES {
         let align = match &check {
             ReadCheck::Parts { align, .. } => *align,
             _ => 1,
@@ -307,7 +327,10 @@ pub async fn read_parts<R: RangeRead + ?Sized>(
                 (joined, d) if d != *want => {
                     found = hex(&d);
                     let why = format!("sha256 {found}, expected {}", hex(want));
-                    backend.distrust(url, (start, end), &why);
+                    let dropped = backend.distrust(url, (start, end), &why);
+                    if !refetch(dropped, &mut origin_failures) {
+                        break;
+                    }
                     tracing::warn!(url, start, len, round, found = %found, "a range failed its sha256: fetching it again");
                     whole = joined;
                     continue;

@@ -82,8 +82,13 @@ pub trait RangeRead: Send + Sync + Debug {
 
     /// Bytes `start..=end` of `location` failed the caller's verification
     /// (`reason`: the expected and received digest): a store with mirrors
-    /// drops the one that served them. Nothing to do otherwise.
-    fn distrust(&self, _location: &str, _range: (u64, u64), _reason: &str) {}
+    /// drops the ones that served them, and says whether it dropped any
+    /// (then the bytes are worth fetching again from another source; the
+    /// origin, never dropped, is the source of last resort). Nothing to
+    /// do otherwise (`false`).
+    fn distrust(&self, _location: &str, _range: (u64, u64), _reason: &str) -> bool {
+        false
+    }
 
     /// The base URL of the source that served the read of `location` at
     /// `start`, when a store with mirrors spread it; `None` otherwise.

@@ -226,13 +226,22 @@ impl Sources {
 
     /// The bytes `start..=end` of `location` failed verification: every
     /// mirror that served a request starting in that range is dropped,
-    /// with `reason` (the expected and received digest).
-    pub fn distrust(&self, location: &str, (start, end): (u64, u64), reason: &str) {
+    /// with `reason` (the expected and received digest). Whether a mirror
+    /// (not yet dropped) served any of them.
+    pub fn distrust(&self, location: &str, (start, end): (u64, u64), reason: &str) -> bool {
         let culprits: Vec<usize> = lock(&self.served)
             .iter()
             .filter(|((l, s), _)| l == location && (start..=end).contains(s))
             .map(|(_, &i)| i)
+            .filter(|&i| {
+                i != 0
+                    && self
+                        .sources
+                        .get(i)
+                        .is_some_and(|s| lock(&s.dropped).is_none())
+            })
             .collect();
+        let any = !culprits.is_empty();
         for i in culprits {
             let url = self
                 .sources
@@ -244,6 +253,7 @@ impl Sources {
                 format!("{url}: bytes {start}-{end} of {location} failed verification: {reason}"),
             );
         }
+        any
     }
 
     /// An origin failure, with every mirror dropped so far.

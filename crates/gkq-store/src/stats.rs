@@ -250,8 +250,8 @@ impl<R: RangeRead + ?Sized> Counted<'_, R> {
 }
 
 impl<R: RangeRead + ?Sized> RangeRead for Counted<'_, R> {
-    fn distrust(&self, location: &str, range: (u64, u64), reason: &str) {
-        self.inner.distrust(location, range, reason);
+    fn distrust(&self, location: &str, range: (u64, u64), reason: &str) -> bool {
+        self.inner.distrust(location, range, reason)
     }
 
     fn served_by(&self, location: &str, start: u64) -> Option<String> {

@@ -236,10 +236,10 @@ impl RangeRead for Store {
         })
     }
 
-    fn distrust(&self, location: &str, range: (u64, u64), reason: &str) {
-        if let Some(s) = self.sources.get() {
-            s.distrust(location, range, reason);
-        }
+    fn distrust(&self, location: &str, range: (u64, u64), reason: &str) -> bool {
+        self.sources
+            .get()
+            .is_some_and(|s| s.distrust(location, range, reason))
     }
 
     fn served_by(&self, location: &str, start: u64) -> Option<String> {

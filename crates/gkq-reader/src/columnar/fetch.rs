@@ -59,8 +59,10 @@ impl Backend {
     }
 
     /// Runs whose rows failed verification: a store with mirrors drops the
-    /// one that served them (`reason`: the Merkle finding).
-    pub(super) fn distrust(&self, via: &Via, runs: &[RowRun], reason: &str) {
+    /// one that served them (`reason`: the Merkle finding); whether it
+    /// dropped one.
+    pub(super) fn distrust(&self, via: &Via, runs: &[RowRun], reason: &str) -> bool {
+        let mut dropped = false;
         let runs_layout = lock(&self.runs).clone();
         for &run in runs {
             let mut ranges = Vec::new();
@@ -76,9 +78,10 @@ impl Backend {
                 }
             }
             for (url, (s, e)) in ranges {
-                self.store.distrust(url, (s, e.saturating_sub(1)), reason);
+                dropped |= self.store.distrust(url, (s, e.saturating_sub(1)), reason);
             }
         }
+        dropped
     }
 
     /// One range of the runs object per run, all in flight at once.

@@ -68,7 +68,10 @@ impl Backend {
         let mut failure = None;
         let mut fresh = Vec::new();
         let mut via = Via::Table;
-        for attempt in 1..=2 {
+        // rows that fail are fetched again: from the next source when a
+        // mirror served them (dropped), once more when the origin did
+        let mut origin_failures = 0;
+        for attempt in 1..=gkq_store::MAX_REFETCHES + 1 {
             let (roots, fetched) =
                 futures_util::future::join(self.roots(), self.get_runs(&pending)).await;
             let got;
@@ -76,23 +79,21 @@ impl Backend {
             let roots = match roots {
                 Ok(r) => r,
                 Err(e) => {
-                    // every row of this attempt is unverifiable: fetch them
-                    // (and the table) once more, then give up
+                    // every row of this attempt is unverifiable (the table
+                    // was fetched again already, from every source left)
                     bump(
                         &self.counters.rows_rejected,
                         pending.iter().map(|r| r.count).sum(),
                     );
                     tracing::warn!(url = %self.url, attempt, reason = %e, "the chunk table failed");
-                    if attempt == 2 {
-                        return Err(e);
-                    }
-                    continue;
+                    return Err(e);
                 }
             };
             let (failed, last) = self.accept(&roots, got, &mut out, &mut fresh);
-            if let Some(e) = &last {
-                self.distrust(&via, &failed, &e.to_string());
-            }
+            let dropped = match &last {
+                Some(e) => self.distrust(&via, &failed, &e.to_string()),
+                None => false,
+            };
             if failed.is_empty() {
                 if let Some(d) = &self.disk {
                     d.put_many(Kind::Row, fresh).await;
@@ -108,6 +109,9 @@ impl Backend {
             }
             failure = last.or(failure);
             pending = failed;
+            if !gkq_store::refetch(dropped, &mut origin_failures) {
+                break;
+            }
         }
         Err(self.runs_failed(&via, failure))
     }
