@@ -5,7 +5,6 @@
 
 mod error;
 pub mod export;
-pub mod mirror;
 pub mod report;
 
 pub use error::NodeError;

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gkq_node::mirror::MirrorReport;
+use gkq_mirror::MirrorReport;
 use gkq_reader::ReaderConfig;
 
 use crate::error::{Result, UploadError};
@@ -53,8 +53,10 @@ pub fn stage(package: &str, staging: Option<&Path>, config: ReaderConfig) -> Res
         });
     }
     let dir = staging.map_or_else(|| default_staging(package), Path::to_path_buf);
+    // a staging directory of this package only: another package's files are replaced
+    let opts = gkq_mirror::MirrorOptions { replace: true };
     let report =
-        gkq_node::mirror::mirror(package, &dir, config).map_err(|source| UploadError::Mirror {
+        gkq_mirror::mirror(package, &dir, config, opts).map_err(|source| UploadError::Mirror {
             url: gkq_store::url::redact(package),
             source: Box::new(source),
         })?;

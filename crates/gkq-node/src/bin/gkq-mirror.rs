@@ -20,7 +20,7 @@ Examples:
   gkq-mirror https://HOST/qwen/v1/model.knot /srv/mirror/qwen/v1 --trust-key publisher.pub.pem
   gkq-mirror https://HOST/qwen/v1/model.knot /srv/mirror/qwen/v1 --knot-id 2e1e52fc…
 
-Row files first, the knot and its signature last: a directory without model.knot is unfinished. Run it again after an interruption: files already there with the right digest are kept. The copy passes gkq-verify's local checks before gkq-mirror succeeds.
+Every object is staged in DIR/.gkq-mirror and the staged package must pass gkq-verify's local checks before anything takes its name in DIR (row files first, the knot and its signature last): no name in DIR ever holds an unverified byte, and a directory without model.knot is unfinished. Run it again after an interruption: what is staged and checks out is kept. A DIR that holds another package is refused unless --replace.
 
 Output: one line per object on stderr (--json: one JSON object on stdout).
 
@@ -31,6 +31,9 @@ struct Args {
     knot: String,
     /// The directory to write the package into.
     dir: PathBuf,
+    /// Replace DIR whole when it holds another package (another knot, or files this knot does not name); without it such a directory is refused.
+    #[arg(long)]
+    replace: bool,
     /// Print one JSON object on stdout.
     #[arg(short, long)]
     json: bool,
@@ -40,7 +43,8 @@ struct Args {
 
 fn run(a: &Args) -> anyhow::Result<()> {
     let config = ReaderConfig::try_from(a.net.clone()).map_err(anyhow::Error::msg)?;
-    let r = gkq_node::mirror::mirror(&a.knot, &a.dir, config).with_context(|| {
+    let opts = gkq_mirror::MirrorOptions { replace: a.replace };
+    let r = gkq_mirror::mirror(&a.knot, &a.dir, config, opts).with_context(|| {
         format!(
             "cannot mirror {} into {}",
             gkq_store::url::redact(&a.knot),

@@ -13,8 +13,7 @@ use serde_json::{Value, json};
 /// `println!` that returns a closed stdout as an error instead of panicking.
 macro_rules! outln {
     ($($t:tt)*) => {{
-        use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($t)*)?
+        gkq_cli::print_line(format_args!($($t)*))?
     }};
 }
 
