@@ -80,20 +80,44 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// Exit 0 on success and when the reader of stdout went away (`| head`);
-/// otherwise print the error chain on one line as `NAME: error: …` and exit 1.
+/// The reader of stdout went away (`| head`): not a failure.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Writes `line` and a newline to stdout; a closed stdout is
+/// [`StdoutClosed`], which [`exit`] takes for success (a broken pipe of a
+/// network connection is an error like any other).
+pub fn print_line(line: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    match writeln!(std::io::stdout().lock(), "{line}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        r => Ok(r?),
+    }
+}
+
+/// Exit 0 on success and when the reader of stdout went away
+/// ([`StdoutClosed`]); otherwise print the error chain on one line as
+/// `NAME: error: …` and exit 1. Never silent: an error whose chain says
+/// nothing is printed by its debug form.
 pub fn exit(name: &str, result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
-            ExitCode::SUCCESS
-        }
+        Err(e) if e.downcast_ref::<StdoutClosed>().is_some() => ExitCode::SUCCESS,
         Err(e) => {
-            let e: &(dyn std::error::Error + 'static) = e.as_ref();
-            eprintln!("{name}: error: {}", gkq_format::error_chain(e));
+            let err: &(dyn std::error::Error + 'static) = e.as_ref();
+            let mut text = gkq_format::error_chain(err);
+            if text.trim().is_empty() {
+                text = format!("{e:?}");
+            }
+            eprintln!("{name}: error: {text}");
             ExitCode::from(1)
         }
     }

@@ -48,6 +48,18 @@ pub enum PackError {
         /// Its shape.
         shape: Vec<u64>,
     },
+    /// The embedding or lm_head has a zero dimension: no rows to publish.
+    #[error("{path}: {} tensor {tensor:?} has shape {shape:?}: a zero dimension, so there are no rows to publish", role.describe())]
+    EmptyRole {
+        /// The file.
+        path: PathBuf,
+        /// Role.
+        role: gkq_format::Role,
+        /// The tensor.
+        tensor: String,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
     /// `vocab_size`/hidden size disagree with the tensor.
     #[error("{config}: {field} is {config_value} but tensor {tensor:?} has shape {shape:?}")]
     ShapeMismatch {

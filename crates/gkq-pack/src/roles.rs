@@ -40,6 +40,14 @@ fn check_shape(cfg: &ModelConfig, src: &SourceModel, t: &SourceTensor, role: Rol
             shape: t.shape.clone(),
         });
     };
+    if *rows == 0 || *cols == 0 {
+        return Err(PackError::EmptyRole {
+            path: src.file_of(t).path.clone(),
+            role,
+            tensor: t.name.clone(),
+            shape: t.shape.clone(),
+        });
+    }
     let mismatch = |field: &'static str, config_value: u64| PackError::ShapeMismatch {
         config: cfg.path.clone(),
         field,

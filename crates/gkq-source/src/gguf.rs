@@ -153,6 +153,83 @@ pub(crate) fn open_gguf(
     Ok((f, tensors, g))
 }
 
+/// A `split.*` key of a GGUF, as llama.cpp reads it.
+fn split_key(g: &Gguf, key: &str) -> Option<u64> {
+    g.get(key).and_then(GgufValue::as_u64)
+}
+
+/// Checks the `split.*` keys of a GGUF or of its shards as llama.cpp's
+/// loader does: each shard's `split.no` is its place (0 for the first),
+/// `split.count` is the number of files, and the first file's
+/// `split.tensors.count` the tensors of all of them; a lone file that says
+/// it is one of several is refused. The message names the shard and key.
+pub(crate) fn check_splits(
+    dir: &Path,
+    names: &[String],
+    headers: &[Gguf],
+    tensors: usize,
+) -> Result<()> {
+    let bad = |i: usize, reason: String| SourceError::Gguf {
+        path: dir.join(names.get(i).map_or("", String::as_str)),
+        reason,
+    };
+    let Some(first) = headers.first() else {
+        return Ok(());
+    };
+    let count = split_key(first, "split.count");
+    if headers.len() == 1 {
+        return match count {
+            Some(n) if n > 1 => Err(bad(
+                0,
+                format!(
+                    "split.count is {n}: this file is one of {n} shards; give the first shard (NAME-00001-of-{n:05}.gguf) with the others beside it"
+                ),
+            )),
+            _ => Ok(()),
+        };
+    }
+    for (i, g) in headers.iter().enumerate() {
+        match split_key(g, "split.no") {
+            Some(no) if no == i as u64 => {}
+            Some(no) => {
+                return Err(bad(
+                    i,
+                    format!(
+                        "split.no is {no}, but this is shard {} of {}",
+                        i + 1,
+                        headers.len()
+                    ),
+                ));
+            }
+            None => {
+                return Err(bad(
+                    i,
+                    "split.no is missing: not a shard of a split GGUF".into(),
+                ));
+            }
+        }
+        match split_key(g, "split.count") {
+            Some(n) if n == headers.len() as u64 => {}
+            Some(n) => {
+                return Err(bad(
+                    i,
+                    format!("split.count is {n}, but there are {} shards", headers.len()),
+                ));
+            }
+            None if i == 0 => return Err(bad(i, "split.count is missing".into())),
+            None => {}
+        }
+    }
+    match split_key(first, "split.tensors.count") {
+        Some(n) if n == tensors as u64 => Ok(()),
+        Some(n) => Err(bad(
+            0,
+            format!("split.tensors.count is {n}, but the shards hold {tensors} tensors"),
+        )),
+        None => Err(bad(0, "split.tensors.count is missing".into())),
+    }
+}
+
 /// The Hugging Face architecture of a GGUF architecture gkq-decode runs.
 fn hf_architecture(arch: &str) -> Option<(&'static str, &'static str)> {
     match arch {

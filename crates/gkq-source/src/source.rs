@@ -268,6 +268,7 @@ impl SourceModel {
             files.push(f);
             headers.push(g);
         }
+        crate::gguf::check_splits(dir, names, &headers, tensors.len())?;
         Ok(SourceModel {
             dir: dir.to_path_buf(),
             files,
