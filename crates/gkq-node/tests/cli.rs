@@ -575,3 +575,148 @@ fn gkq_mirror_makes_a_verified_servable_copy() {
         "an unfinished copy has no knot"
     );
 }
+
+/// Issue 42: gkq-mirror stages every object and renames it into DIR only
+/// once the staged package is verified. Killed in the middle of an object
+/// (the origin paced to 32 KB/s), no final name in DIR holds a byte; the
+/// next run finishes the copy. A directory holding another package is
+/// refused, naming it, and replaced whole with --replace.
+#[test]
+fn gkq_mirror_renames_only_verified_objects_and_never_mixes_packages() {
+    let (tmp, nginx, out) = served("qwen2-tiny-f32", &[]);
+    let paced = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx-paced"),
+        &NginxOptions {
+            extra: "limit_rate 32k;".into(),
+            ..NginxOptions::default()
+        },
+    )
+    .expect("nginx");
+    let mirror = tmp.path().join("site/m");
+    let cmd = |base: &str, dir: &std::path::Path| {
+        let mut c = fixtures::tool(env!("CARGO_BIN_EXE_gkq-mirror"));
+        c.arg(format!("{base}/m/model.knot")).arg(dir).arg("--json");
+        c
+    };
+    let mut child = cmd(&paced.url(), &mirror)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let staged = mirror.join(".gkq-mirror");
+    let t = std::time::Instant::now();
+    while fs::read_dir(&staged).map_or(0, |d| d.count()) == 0 {
+        assert!(t.elapsed().as_secs() < 30, "nothing staged");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    let finals: Vec<String> = fs::read_dir(&mirror)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".gkq-mirror")
+        .collect();
+    assert!(
+        finals.is_empty(),
+        "final names before verification: {finals:?}"
+    );
+    assert!(
+        fs::read_dir(&staged).expect("staged").any(|e| e
+            .expect("entry")
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".part")),
+        "killed in the middle of an object"
+    );
+    let o = cmd(&nginx.url(), &mirror).output().expect("resume");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!staged.exists(), "the staging directory is removed");
+    for e in fs::read_dir(&out).expect("origin") {
+        let name = e.expect("entry").file_name();
+        assert_eq!(
+            fs::read(out.join(&name)).ok(),
+            fs::read(mirror.join(&name)).ok(),
+            "{name:?}"
+        );
+    }
+    // another package in the directory: refused, then replaced whole
+    let other = tmp.path().join("www/other");
+    let mut opts = gkq_pack::PackOptions::new(fixtures::committed_tiny(), &other);
+    opts.dtypes = vec![gkq_format::DType::F16];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack other");
+    let other_id = gkq_sign::knot_id_of(&other).expect("id").to_string();
+    let mut c = fixtures::tool(env!("CARGO_BIN_EXE_gkq-mirror"));
+    c.arg(format!("{}/other/model.knot", nginx.url()))
+        .arg(&mirror);
+    let o = c.output().expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let asked = gkq_sign::knot_id_of(&out).expect("id").to_string();
+    assert!(
+        !o.status.success()
+            && err.contains("holds another package")
+            && err.contains(&asked)
+            && err.contains("--replace"),
+        "{err}"
+    );
+    assert_eq!(
+        gkq_sign::knot_id_of(&mirror)
+            .expect("untouched")
+            .to_string(),
+        asked
+    );
+    let o = c.arg("--replace").output().expect("replace");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut have: Vec<String> = fs::read_dir(&mirror)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut want: Vec<String> = fs::read_dir(&other)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    have.sort();
+    want.sort();
+    assert_eq!(have, want, "the other package whole, nothing of the first");
+    assert_eq!(
+        gkq_sign::knot_id_of(&mirror).expect("id").to_string(),
+        other_id
+    );
+}
+
+/// Issue 42: 30 node processes at once against one nginx: each reads its
+/// rows or fails saying why; none exits non-zero in silence.
+#[test]
+fn thirty_nodes_at_once_never_fail_in_silence() {
+    let (_tmp, nginx, _out) = served("qwen2-tiny-f32", &[]);
+    let knot = format!("{}/m/model.knot", nginx.url());
+    let rows = format!("{}/m/", nginx.url());
+    let children: Vec<_> = (0..30)
+        .map(|i| {
+            fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
+                .args([&knot, "--columnar-embed", &rows, "--json", "--tokens"])
+                .arg(format!("{},{},{}", i, i + 100, i + 200))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut ok = 0;
+    for c in children {
+        let o = c.wait_with_output().expect("wait");
+        if o.status.success() {
+            ok += 1;
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+            assert_eq!(v["resolution"]["path"], "columnar");
+        } else {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains("gkq-rows: error: ") && err.trim().len() > 20,
+                "a failure in silence: {o:?}"
+            );
+        }
+    }
+    assert!(ok > 0, "no node read its rows");
+}

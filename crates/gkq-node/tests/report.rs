@@ -133,8 +133,28 @@ fn bad_inputs_are_named() {
     );
     assert!(err(&["--tokenizer", small], &[latin1]).contains("latin1.txt: not UTF-8"));
     assert!(
-        err(&["--tokenizer", small, "--warm-set", "100000"], &[empty])
-            .contains("larger than the vocabulary")
+        err(
+            &["--tokenizer", small, "--warm-set", "100000"],
+            &[empty.clone()]
+        )
+        .contains("larger than the vocabulary")
+    );
+    // issue 42, item 6: --sessions is bounded (1e9 grew to 15.6 GB within 60 s)
+    let e = err(
+        &["--tokenizer", small, "--sessions", "1000000000"],
+        &[empty.clone()],
+    );
+    assert!(
+        e.contains("--sessions") && e.contains("1..=10000000"),
+        "{e}"
+    );
+    // issue 47, item 6: a file type that is not read is refused, naming those that are
+    let csv = tmp.path().join("data.csv");
+    std::fs::write(&csv, "a,b\n").expect("write");
+    let e = err(&["--tokenizer", small], &[csv]);
+    assert!(
+        e.contains("data.csv: a .csv file is not a workload") && e.contains(".jsonl"),
+        "{e}"
     );
 }
 

@@ -531,3 +531,51 @@ fn another_model_signed_by_the_same_key_is_refused_through_a_mirror() {
     let e = open(&good, true, Some("other/v1")).expect_err("asked for another name");
     assert!(gkq_format::error_chain(&e).contains("package \"m\""), "{e}");
 }
+
+/// Issue 42, item 7: with two and three mirrors serving wrong bytes of
+/// every block and a healthy origin, every dense block read ends at the
+/// origin with the right bytes (each bad mirror dropped with its
+/// evidence), as rows already did: the origin is the source of last resort.
+#[test]
+fn dense_blocks_reach_a_healthy_origin_past_every_bad_mirror() {
+    let s = site();
+    let knot = format!("{}/m/model.knot", s.origin.url());
+    let plain = Reader::open(&knot, config(&s, &[]), Serve::NONE).expect("origin");
+    let names: Vec<String> = plain
+        .knot()
+        .header()
+        .header()
+        .blocks
+        .iter()
+        .filter(|b| !matches!(b.encoding, gkq_format::Encoding::Alias { .. }))
+        .map(|b| b.name.clone())
+        .collect();
+    let want: Vec<_> = names
+        .iter()
+        .map(|n| plain.block_payload(n).expect("block"))
+        .collect();
+    let len = fs::metadata(s.pkg.join("model.knot")).expect("knot").len() as isize;
+    let bad = |name: &str| {
+        mirror(&s, name, &NginxOptions::default(), |d| {
+            // a byte in every 4 KiB of the payloads (the header left alone)
+            for at in (64 << 10..len).step_by(4096) {
+                flip(&d.join("model.knot"), at);
+            }
+        })
+    };
+    let mirrors: Vec<(Nginx, String)> = (0..3).map(|i| bad(&format!("bad{i}"))).collect();
+    for n in [2, 3] {
+        let bases: Vec<&str> = mirrors[..n].iter().map(|(_, b)| b.as_str()).collect();
+        let r = Reader::open(&knot, config(&s, &bases), Serve::NONE).expect("open");
+        for (name, want) in names.iter().zip(&want) {
+            let got = r
+                .block_payload(name)
+                .unwrap_or_else(|e| panic!("{n} bad mirrors, block {name}: {e}"));
+            assert!(got == *want, "block {name}");
+        }
+        let report = r.sources();
+        let dropped = report.iter().filter(|x| x.dropped.is_some()).count();
+        assert_eq!(dropped, n, "every bad mirror dropped: {report:?}");
+        assert!(report[0].dropped.is_none(), "the origin is never dropped");
+    }
+}

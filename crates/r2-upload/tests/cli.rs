@@ -248,6 +248,33 @@ fn the_signature_is_published_last_and_a_stale_one_refused() {
         !s3.data().join("models/tiny/v2").exists(),
         "nothing uploaded"
     );
+    // issue 42, item 1: a package signed as one name is not published under another
+    gkq_sign::sign_named(&out, &k, Some("tiny/v3")).expect("sign named");
+    let o = upload("other/v3");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("signed as \"tiny/v3\"")
+            && err.contains("\"other/v3\""),
+        "{err}"
+    );
+    assert!(
+        upload("models-eu/tiny/v3").status.success(),
+        "a prefix that ends with the name"
+    );
+    // issue 42, item 2: model.sig a FIFO is refused at once, not waited on
+    std::fs::remove_file(out.join("model.sig")).expect("rm");
+    fixtures::fifo(&out.join("model.sig"));
+    let o = fixtures::output_within(&mut upload_to(&out, &s3, "tiny/v4"), 120);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("a FIFO, not a regular file"),
+        "{err}"
+    );
+    assert!(
+        !s3.data().join("models/tiny/v4").exists(),
+        "nothing uploaded"
+    );
     drop(tmp);
 }
 

@@ -34,9 +34,9 @@ struct Args {
     /// A tokenizer.json instead of the package's.
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
-    /// Sessions drawn from the mix for the amortisation.
-    #[arg(long, default_value_t = 100)]
-    sessions: usize,
+    /// Sessions drawn from the mix for the amortisation (at most 10,000,000; computed one at a time).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=MAX_SESSIONS))]
+    sessions: u64,
     /// The warm set when the package has no warm object: the top K ids of the texts (reported as warm_ids, which gkq-pack --warm-ids takes).
     #[arg(long = "warm-set", value_name = "K", default_value_t = 100)]
     warm: usize,
@@ -53,12 +53,15 @@ struct Args {
     net: NetArgs,
 }
 
+/// The most sessions a report draws: their time grows with them.
+const MAX_SESSIONS: u64 = 10_000_000;
+
 fn run(a: &Args) -> anyhow::Result<()> {
     let config = ReaderConfig::try_from(a.net.clone()).map_err(anyhow::Error::msg)?;
     let o = ReportOptions {
         texts: a.texts.clone(),
         tokenizer: a.tokenizer.clone(),
-        sessions: a.sessions,
+        sessions: usize::try_from(a.sessions)?,
         warm: a.warm,
         seed: a.seed,
         measure: a.url,

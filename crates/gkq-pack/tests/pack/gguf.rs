@@ -230,3 +230,160 @@ fn an_architecture_gkq_decode_does_not_run_still_packs() {
         "no config.json for an architecture gkq-decode does not run"
     );
 }
+
+/// Issue 42, item 4: a 64 MiB metadata array costs about its bytes, not
+/// ~35 bytes of memory per byte (2.2 GB before): gkq-pack packs it under
+/// half a GiB of peak RSS, and its metadata comes back whole.
+#[test]
+fn a_large_metadata_array_costs_its_bytes() {
+    use gkq_format::gguf::{GgufArray, GgufValue};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (file, _) = gguf(tmp.path(), "llama-tiny-f32", "q8_0", None);
+    let big = fixtures::gguf::with_kv(&fs::read(&file).expect("gguf"), |kv| {
+        kv.push((
+            "x.big".into(),
+            GgufValue::Array(GgufArray::U8(vec![7; 64 << 20])),
+        ));
+        let strings: gkq_format::gguf::GgufStrings = (0..1 << 20)
+            .map(|_| "ab")
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect();
+        kv.push((
+            "x.strings".into(),
+            GgufValue::Array(GgufArray::Str(strings)),
+        ));
+    })
+    .expect("with an array");
+    let path = tmp.path().join("big.gguf");
+    fs::write(&path, &big).expect("write");
+    let out = tmp.path().join("out");
+    let r = packs(&path, &out, &["--json"], "a GGUF with a 64 MiB array");
+    let rss = json_report(&r)["peak_rss_bytes"]
+        .as_u64()
+        .expect("peak RSS");
+    assert!(rss < 512 << 20, "peak RSS {rss} for a {} B GGUF", big.len());
+    let meta = fs::read(out.join("metadata.gguf")).expect("metadata");
+    let g = gkq_format::gguf::Gguf::parse(&meta).expect("metadata parses");
+    let arr = g.get("x.big").and_then(GgufValue::as_array).expect("x.big");
+    assert_eq!((arr.len(), arr.u64_at(12345)), (64 << 20, Some(7)));
+}
+
+/// Issue 42, item 8: shards whose split.* keys contradict the file set
+/// are refused as llama.cpp refuses them, naming the shard and the key.
+#[test]
+fn contradicting_shards_are_refused_by_shard_and_key() {
+    use gkq_format::gguf::GgufValue;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("out");
+    let (dir, files) = gguf(tmp.path(), "llama-tiny-f32", "f32", Some(7));
+    let edit = |i: usize, key: &str, v: Option<GgufValue>| {
+        let good = fs::read(&files[i]).expect("shard");
+        let bad = fixtures::gguf::with_kv(&good, |kv| {
+            kv.retain(|(k, _)| k != key);
+            if let Some(v) = v {
+                kv.push((key.to_owned(), v));
+            }
+        })
+        .expect("edit");
+        fs::write(&files[i], bad).expect("write");
+        good
+    };
+    let shard = |i: usize| {
+        files[i]
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned()
+    };
+    for (i, key, v, must) in [
+        (
+            1,
+            "split.no",
+            Some(GgufValue::U16(2)),
+            "split.no is 2, but this is shard 2 of 3",
+        ),
+        (
+            0,
+            "split.count",
+            Some(GgufValue::U16(4)),
+            "split.count is 4, but there are 3 shards",
+        ),
+        (
+            2,
+            "split.count",
+            Some(GgufValue::U16(2)),
+            "split.count is 2, but there are 3 shards",
+        ),
+        (
+            0,
+            "split.tensors.count",
+            Some(GgufValue::I32(5)),
+            "split.tensors.count is 5, but the shards hold",
+        ),
+        (1, "split.no", None, "split.no is missing"),
+    ] {
+        let good = edit(i, key, v);
+        fails(&dir, &out, &[], &[&shard(i), must]);
+        fs::write(&files[i], good).expect("restore");
+    }
+    // one shard alone under another name: one of three
+    let alone = tmp.path().join("alone.gguf");
+    fs::copy(&files[0], &alone).expect("copy");
+    fails(
+        &alone,
+        &out,
+        &[],
+        &[
+            "alone.gguf",
+            "split.count is 3: this file is one of 3 shards",
+        ],
+    );
+}
+
+/// Issue 42, item 9: an embedding with a zero dimension is refused naming
+/// the file, the tensor and its shape (not "--dtype: … no rows to prove").
+#[test]
+fn a_zero_row_embedding_is_refused_by_name() {
+    use gkq_format::gguf::{GgufTensorOut, encode_kv, padding, write_gguf};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (file, _) = gguf(tmp.path(), "llama-tiny-f32", "f32", None);
+    let g = gkq_format::gguf::Gguf::parse(&fs::read(&file).expect("gguf")).expect("parse");
+    let bytes = fs::read(&file).expect("gguf");
+    let shapes: Vec<Vec<u64>> = g
+        .tensors
+        .iter()
+        .map(|t| match t.name.as_str() {
+            "token_embd.weight" => vec![0, t.shape[1]],
+            _ => t.shape.clone(),
+        })
+        .collect();
+    let outs: Vec<GgufTensorOut<'_>> = g
+        .tensors
+        .iter()
+        .zip(&shapes)
+        .map(|(t, shape)| GgufTensorOut {
+            name: &t.name,
+            shape,
+            dtype: t.dtype,
+            len: if shape[0] == 0 { 0 } else { t.len },
+        })
+        .collect();
+    let kv = encode_kv(&g.kv);
+    let mut out =
+        write_gguf(g.version, (g.kv.len() as u64, &kv), &outs, g.alignment).expect("header");
+    for (t, o) in g.tensors.iter().zip(&outs) {
+        let start = t.offset as usize;
+        out.extend(&bytes[start..start + o.len as usize]);
+        out.extend(vec![0u8; padding(o.len, g.alignment)]);
+    }
+    let path = tmp.path().join("zero.gguf");
+    fs::write(&path, out).expect("write");
+    let e = fails(
+        &path,
+        &tmp.path().join("out"),
+        &[],
+        &["zero.gguf", "\"token_embd.weight\"", "a zero dimension"],
+    );
+    assert!(!e.contains("--dtype"), "{e}");
+}

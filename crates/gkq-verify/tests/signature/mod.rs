@@ -118,3 +118,57 @@ fn trust_key_checks_gkq_and_model_signing_signatures() {
         &["names no knot id"],
     );
 }
+
+/// Issue 42, items 2 and 3: the signature path and the trusted key are
+/// regular files whose length is checked before a byte is read. A 1 GiB
+/// model.sig is refused at once (it cost 1.05 GB of memory), a model.sig
+/// that is a link to /dev/zero or a FIFO is refused (one read until memory
+/// ran out, the other hung), and so is --trust-key /dev/zero (22.9 GB).
+#[test]
+fn hostile_signature_and_key_files_are_refused_at_once() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let keys = p.out.parent().expect("tmp").join("keys");
+    fs::create_dir_all(&keys).expect("keys");
+    let (k, _, public) = key_files(&keys, "publisher");
+    gkq_sign::sign_package(&p.out, &k).expect("sign");
+    let sig = p.out.join("model.sig");
+    let run = |key: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gkq-verify"));
+        c.args([s(&p.out), "--trust-key", key]);
+        fixtures::output_within(&mut c, 60)
+    };
+    fs::remove_file(&sig).expect("rm");
+    let f = fs::File::create(&sig).expect("big");
+    f.set_len(1 << 30).expect("sparse 1 GiB");
+    drop(f);
+    fails_with(
+        &run(s(&public)),
+        &[
+            "model.sig",
+            "1073741824 bytes, over the limit of 4194304 bytes for a signature object",
+        ],
+    );
+    fs::remove_file(&sig).expect("rm");
+    std::os::unix::fs::symlink("/dev/zero", &sig).expect("link");
+    fails_with(
+        &run(s(&public)),
+        &["model.sig", "a symbolic link, not a regular file"],
+    );
+    fs::remove_file(&sig).expect("rm");
+    fixtures::fifo(&sig);
+    fails_with(
+        &run(s(&public)),
+        &["model.sig", "a FIFO, not a regular file"],
+    );
+    let out = run("/dev/zero");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad --trust-key is a usage error"
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("/dev/zero") && text.contains("a device, not a regular file"),
+        "{text}"
+    );
+}
