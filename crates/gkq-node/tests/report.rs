@@ -135,14 +135,14 @@ fn bad_inputs_are_named() {
     assert!(
         err(
             &["--tokenizer", small, "--warm-set", "100000"],
-            &[empty.clone()]
+            std::slice::from_ref(&empty)
         )
         .contains("larger than the vocabulary")
     );
     // issue 42, item 6: --sessions is bounded (1e9 grew to 15.6 GB within 60 s)
     let e = err(
         &["--tokenizer", small, "--sessions", "1000000000"],
-        &[empty.clone()],
+        std::slice::from_ref(&empty),
     );
     assert!(
         e.contains("--sessions") && e.contains("1..=10000000"),
