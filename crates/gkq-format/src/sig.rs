@@ -476,6 +476,13 @@ struct Subject {
 struct Predicate {
     resources: Vec<ResourceDoc>,
     gkq: Option<Claim>,
+    serialization: Option<Serialization>,
+}
+
+#[derive(Deserialize)]
+struct Serialization {
+    method: Option<String>,
+    hash_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -559,6 +566,42 @@ fn resource(r: &ResourceDoc) -> Result<Resource> {
     })
 }
 
+/// Section 7c: the statement lists files (`serialization.method` is
+/// `files`, hashed with `sha256`), each once, sorted by path component.
+fn check_listing(p: &Predicate, resources: &[Resource]) -> Result<()> {
+    let s = p
+        .serialization
+        .as_ref()
+        .ok_or_else(|| malformed("the statement has no predicate.serialization"))?;
+    for (field, value, want) in [
+        ("method", &s.method, "files"),
+        ("hash_type", &s.hash_type, "sha256"),
+    ] {
+        if value.as_deref() != Some(want) {
+            return Err(malformed(format!(
+                "predicate.serialization.{field} is {value:?}, not {want:?}"
+            )));
+        }
+    }
+    let mut sorted = resources.to_vec();
+    sort_resources(&mut sorted);
+    if sorted.as_slice() != resources {
+        return Err(malformed(
+            "predicate.resources are not sorted by path component",
+        ));
+    }
+    if let Some(w) = resources
+        .windows(2)
+        .find(|w| w.first().map(|r| &r.name) == w.get(1).map(|r| &r.name))
+    {
+        let name = w.first().map_or("", |r| r.name.as_str());
+        return Err(malformed(format!(
+            "predicate.resources list {name:?} twice"
+        )));
+    }
+    Ok(())
+}
+
 fn statement_doc(payload: &[u8]) -> Result<StatementDoc> {
     serde_json::from_slice(payload).map_err(|e| malformed(format!("the statement: {e}")))
 }
@@ -622,6 +665,7 @@ pub fn open(bytes: &[u8], trusted: &[PublicKey]) -> Result<Signed> {
         .iter()
         .map(resource)
         .collect::<Result<Vec<_>>>()?;
+    check_listing(&st.predicate, &resources)?;
     let root = root_digest(&resources);
     let claimed = subject.digest.get("sha256").cloned().unwrap_or_default();
     if claimed != root {
@@ -635,6 +679,12 @@ pub fn open(bytes: &[u8], trusted: &[PublicKey]) -> Result<Signed> {
         Some(p) => {
             check_package_name(&p)
                 .map_err(|why| malformed(format!("predicate.gkq.name: {why}")))?;
+            if subject.name != p {
+                return Err(malformed(format!(
+                    "the subject's name {:?} is not the package name {p:?} (predicate.gkq.name)",
+                    subject.name
+                )));
+            }
             Some(p)
         }
         None => None,

@@ -507,8 +507,20 @@ fn validate_descriptor(
     if d.rows != rows {
         return Err(field("rows", rows.to_string(), d.rows.to_string()));
     }
-    let overflow = || field("row_bytes", "no overflow".into(), "overflow".into());
-    let row_bytes = d.dtype.row_bytes(cols).ok_or_else(overflow)?;
+    let row_bytes = d
+        .dtype
+        .row_bytes(cols)
+        .ok_or_else(|| match d.dtype.block() {
+            Some((n, _)) if !cols.is_multiple_of(n) => field(
+                "dtype",
+                format!("a dtype whose blocks fit the {cols} columns"),
+                format!(
+                    "{} (blocks of {n} values: {cols} columns are not whole blocks)",
+                    d.dtype
+                ),
+            ),
+            _ => field("row_bytes", "no overflow".into(), "overflow".into()),
+        })?;
     if d.row_bytes != row_bytes {
         let found = d.row_bytes.to_string();
         return Err(field("row_bytes", row_bytes.to_string(), found));

@@ -244,6 +244,11 @@ pub(crate) fn validate_warm(h: &Header) -> Result<()> {
         last = Some(n);
     }
     let max = last.unwrap_or_default();
+    if objects.is_empty() {
+        return Err(bad(
+            "columnar.warm lists no row file, while columnar.warm_rows lists rows".into(),
+        ));
+    }
     let files = crate::validate::listed_row_files(h, objects)
         .map_err(|e| bad(format!("columnar.warm: {e}")))?;
     for d in files {

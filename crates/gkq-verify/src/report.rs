@@ -257,6 +257,25 @@ pub enum Finding {
     /// A file the knot's `source.files` lists that the source lacks.
     #[error("listed in the knot's source.files but not in the source model")]
     ListedFileMissing,
+    /// A GGUF-born package whose `metadata.gguf` is not the source's
+    /// key/values byte for byte (FORMAT.md 3.6).
+    #[error(
+        "metadata.gguf is not the source GGUF's metadata (its version, key/values and alignment, byte for byte)"
+    )]
+    GgufMetadata,
+    /// A GGUF-born knot whose blocks are not in the order of the source's
+    /// tensor data (FORMAT.md 3.6).
+    #[error(
+        "block {position} is {block:?}, but the source GGUF's tensor {position} (in data order) is {tensor:?}"
+    )]
+    GgufOrder {
+        /// Where the order first differs, from 0.
+        position: usize,
+        /// The knot's block there.
+        block: String,
+        /// The source's tensor there.
+        tensor: String,
+    },
     /// A finding of the remote check.
     #[error(transparent)]
     Remote(#[from] RemoteFinding),

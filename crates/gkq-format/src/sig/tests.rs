@@ -254,3 +254,71 @@ fn resources_sort_by_path_component() {
     let names: Vec<&str> = r.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["a/b", "a.txt", "b"]);
 }
+
+/// Issue 42's spec decisions (FORMAT.md 9b, round 5), each a mutation of
+/// the golden statement that is refused: a knot id or digest not in the
+/// canonical form, resources out of order or twice, a serialization that
+/// is not by files with sha256, a package name that is not one or that
+/// the subject does not carry. `keyid` is ignored, whatever it holds.
+#[test]
+fn round_5_statement_decisions() {
+    let malformed = |b: Vec<u8>, what: &str| match failure(open(&b, &trusted())) {
+        SigFailure::Malformed(m) => assert!(m.contains(what), "{what}: {m}"),
+        other => panic!("{what}: {other:?}"),
+    };
+    let id = golden_id().to_string();
+    malformed(
+        restated(|d| d["predicate"]["gkq"]["knot_id"] = json!(format!("{id} "))),
+        "is not 64 hex digits",
+    );
+    malformed(
+        restated(|d| d["predicate"]["gkq"]["knot_id"] = json!("AB".repeat(32))),
+        "is not 64 hex digits",
+    );
+    let upper = restated(|d| {
+        let r = &mut d["predicate"]["resources"][0]["digest"];
+        *r = json!(r.as_str().expect("digest").to_ascii_uppercase());
+    });
+    malformed(upper, "is not 64 hex digits");
+    let swapped = restated(|d| {
+        d["predicate"]["resources"]
+            .as_array_mut()
+            .expect("array")
+            .swap(0, 1);
+    });
+    malformed(swapped, "not sorted by path component");
+    let twice = restated(|d| {
+        let r = d["predicate"]["resources"][0].clone();
+        d["predicate"]["resources"] = json!([r.clone(), r]);
+    });
+    malformed(twice, "twice");
+    malformed(
+        restated(|d| d["predicate"]["serialization"]["method"] = json!("shards")),
+        "serialization.method",
+    );
+    malformed(
+        restated(|d| {
+            d["predicate"]
+                .as_object_mut()
+                .expect("object")
+                .remove("serialization");
+        }),
+        "no predicate.serialization",
+    );
+    malformed(
+        restated(|d| d["predicate"]["gkq"]["name"] = json!("m/../v1")),
+        "predicate.gkq.name",
+    );
+    malformed(
+        restated(|d| d["predicate"]["gkq"]["name"] = json!("other/v1")),
+        "is not the package name",
+    );
+    for keyid in [json!("anything"), json!(null)] {
+        let b = edited(|d| d["dsseEnvelope"]["signatures"][0]["keyid"] = keyid.clone());
+        assert!(open(&b, &trusted()).is_ok(), "keyid {keyid}");
+    }
+    let named = statement_for("tiny", &golden_resources(), golden_id(), Some("tiny/v1"));
+    let signed = open(&sign_with(&test_key(), &named), &trusted()).expect("named");
+    assert_eq!(signed.package.as_deref(), Some("tiny/v1"));
+    assert_eq!(signed.name, "tiny/v1");
+}

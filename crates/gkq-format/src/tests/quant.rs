@@ -145,6 +145,24 @@ fn exactness_flags_of_block_type_rows() {
         matches!(&e, Error::DescriptorField { field: "dtype", .. }),
         "{e}"
     );
+    // issue 42 (9b, round 5): rows of 64 columns in a type of 256-value
+    // blocks are refused saying so (it said "row_bytes is overflow")
+    let (mut h, _) = golden_parts();
+    h.blocks[0].shape = vec![2, 64];
+    h.blocks[1].shape = vec![2, 64];
+    if let Some(p) = h.blocks[0].encoding.payload_mut() {
+        p.len = 2 * 64 * 4;
+    }
+    let mut k = ColumnarDescriptor::for_shape(2, 256, DType::Q4_K, "e.q4_k.rows".into()).unwrap();
+    k.row_bytes = 0;
+    k.byte_len = 0;
+    h.blocks[0].columnar = vec![k];
+    let e = err(&raw_version(&h, 4));
+    assert!(
+        matches!(&e, Error::DescriptorField { field: "dtype", .. })
+            && e.to_string().contains("64 columns are not whole blocks"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -130,6 +130,8 @@ fn columnar_warm_names_row_files_and_rows_in_range() {
         (&["token_embd.f32.rows"], &["1", "0"], "ascending"),
         (&["token_embd.f32.rows"], &["1", "1"], "ascending"),
         (&["token_embd.f32.rows"], &["01"], "canonical"),
+        // issue 42 (9b, round 5): warm rows with no row file to hold them
+        (&[], &["0"], "lists no row file"),
         (&["token_embd.f32.rows"], &["+1"], "canonical"),
         (&["token_embd.f32.rows"], &[""], "canonical"),
         (

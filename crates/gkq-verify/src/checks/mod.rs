@@ -193,6 +193,7 @@ impl Context<'_> {
                 Err(e) => ran.source.fail(source_name(self.opts.source.as_deref()), e),
                 Ok(src) => {
                     source::check_model(&self.knot, &src, &mut ran.source);
+                    source::check_gguf_layout(&self.knot, &src, &self.dir, &mut ran.source);
                     source::different_model(&self.knot, &mut ran.source);
                 }
             }

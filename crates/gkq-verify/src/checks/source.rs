@@ -378,6 +378,47 @@ pub(crate) fn check_model(knot: &Knot<'_>, src: &SourceModel, acc: &mut CheckFin
     }
 }
 
+/// A GGUF source (FORMAT.md 3.6): the package's `metadata.gguf` is the
+/// source's metadata byte for byte, and the knot's blocks (aliases apart)
+/// are the source's tensors in the order of their data.
+pub(crate) fn check_gguf_layout(
+    knot: &Knot<'_>,
+    src: &SourceModel,
+    dir: &std::path::Path,
+    acc: &mut CheckFindings,
+) {
+    let Some(g) = &src.gguf else {
+        return;
+    };
+    let header = knot.header().header();
+    let listed = header.meta_list(keys::PACKAGE_FILES).unwrap_or_default();
+    if listed.iter().any(|f| f == "metadata.gguf") {
+        let path = dir.join("metadata.gguf");
+        let limit = gkq_format::layout::MAX_HEADER_LEN.saturating_mul(64);
+        match gkq_files::read_bounded(&path, limit, "metadata.gguf", gkq_files::Follow::No) {
+            Ok(b) if b == g.metadata_file() => {}
+            Ok(_) => acc.fail(path.display().to_string(), Finding::GgufMetadata),
+            Err(e) => acc.fail(path.display().to_string(), std::io::Error::other(e)),
+        }
+    }
+    let blocks = header
+        .blocks
+        .iter()
+        .filter(|b| !matches!(b.encoding, Encoding::Alias { .. }))
+        .map(|b| b.name.as_str());
+    let tensors = src.tensors.iter().map(|t| t.name.as_str());
+    if let Some((position, (block, tensor))) =
+        blocks.zip(tensors).enumerate().find(|(_, (b, t))| b != t)
+    {
+        let finding = Finding::GgufOrder {
+            position,
+            block: block.to_owned(),
+            tensor: tensor.to_owned(),
+        };
+        acc.fail(block.to_owned(), finding);
+    }
+}
+
 /// After every source check: when no source file has the digest the knot
 /// records and tensors are missing or differ, one line first that says
 /// what that means (the wrong model directory), before the details.

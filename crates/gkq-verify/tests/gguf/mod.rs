@@ -44,3 +44,33 @@ fn a_gguf_born_package_checks_against_its_gguf() {
         );
     }
 }
+
+/// Issue 42 (FORMAT.md 9b, round 5: 3.6 from the verifier's side): a
+/// package whose metadata.gguf is not the source's key/values is named
+/// (a package packed from another GGUF with the same tensors: each file's
+/// digest differs, and the metadata is named on its own).
+#[test]
+fn another_metadata_gguf_is_named_against_the_source() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    fixtures::write_model(&src, &fixtures::preset("llama-tiny-f32").expect("preset"))
+        .expect("fixture");
+    let a = tmp.path().join("a.gguf");
+    fixtures::gguf::write(&src, &a, "q8_0", None).expect("gguf-py");
+    let edited = fixtures::gguf::with_kv(&fs::read(&a).expect("gguf"), |kv| {
+        kv.push((
+            "x.another".into(),
+            gkq_format::gguf::GgufValue::Str("another".into()),
+        ));
+    })
+    .expect("edit");
+    let b = tmp.path().join("b.gguf");
+    fs::write(&b, edited).expect("write");
+    let out = tmp.path().join("out");
+    gkq_pack::pack(&gkq_pack::PackOptions::new(&b, &out), &gkq_pack::NoProgress).expect("pack");
+    passes(&verify(&[s(&out), "--source", s(&b)]));
+    fails_with(
+        &verify(&[s(&out), "--source", s(&a)]),
+        &["metadata.gguf is not the source GGUF's metadata"],
+    );
+}
