@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 #![warn(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
+pub mod arch;
 mod cast;
 mod dtype;
 mod error;
