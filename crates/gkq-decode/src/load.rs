@@ -18,6 +18,7 @@ use gkq_reader::{BlockingPull, Pulled};
 use crate::config::Config;
 use crate::error::{DecodeError, Result};
 use crate::model::{Layer, Linear, Weight, layer_block_names, tensor_from_block};
+use gkq_format::arch::Part;
 
 /// What a stage has loaded so far.
 #[derive(Default)]
@@ -78,37 +79,67 @@ fn weight(
     Weight::of(&bytes, block.dtype, shape)
 }
 
-/// Builds layer `l` from its pulled blocks.
+/// A norm's weight with the family's offset added (Gemma's `1 + w` from
+/// safetensors), its shape checked.
+fn norm(
+    name: &str,
+    got: &mut HashMap<String, (Block, Bytes)>,
+    shape: &[usize],
+    offset: f64,
+) -> Result<Tensor> {
+    let w = tensor(name, got, shape)?;
+    Ok(if offset == 0.0 { w } else { (w + offset)? })
+}
+
+/// Builds layer `l` from its pulled blocks, by part.
 fn layer(cfg: &Config, l: usize, got: &mut HashMap<String, (Block, Bytes)>) -> Result<Layer> {
-    let n = layer_block_names(cfg, l);
-    let (h, q, kv, i) = (
+    let (h, q, kv, i, hd) = (
         cfg.hidden,
         cfg.heads * cfg.head_dim,
         cfg.kv_heads * cfg.head_dim,
         cfg.intermediate,
+        cfg.head_dim,
     );
-    let mut w = |k: usize, shape: &[usize]| weight(&n[k], got, shape);
-    let q_w = w(1, &[q, h])?;
-    let k_w = w(2, &[kv, h])?;
-    let v_w = w(3, &[kv, h])?;
-    let o_w = w(4, &[h, q])?;
-    let gate = w(6, &[i, h])?;
-    let up = w(7, &[i, h])?;
-    let down = w(8, &[h, i])?;
-    let mut t = |k: usize, shape: &[usize]| tensor(&n[k], got, shape);
-    let (qb, kb, vb) = if n.len() > 9 {
-        (Some(t(9, &[q])?), Some(t(10, &[kv])?), Some(t(11, &[kv])?))
-    } else {
-        (None, None, None)
+    let name = |p: Part| cfg.layer_block(l, p);
+    let need = |p: Part| {
+        name(p)
+            .ok_or_else(|| DecodeError::Weights(format!("a {} layer has no {p:?}", cfg.arch.name)))
     };
+    let mut w = |p: Part, shape: &[usize]| weight(&need(p)?, got, shape);
+    let (q_w, k_w, v_w, o_w) = (
+        w(Part::Q, &[q, h])?,
+        w(Part::K, &[kv, h])?,
+        w(Part::V, &[kv, h])?,
+        w(Part::O, &[h, q])?,
+    );
+    let (gate, up, down) = (
+        w(Part::Gate, &[i, h])?,
+        w(Part::Up, &[i, h])?,
+        w(Part::Down, &[h, i])?,
+    );
+    let mut opt = |p: Part, shape: &[usize], offset: f64| -> Result<Option<Tensor>> {
+        name(p).map(|n| norm(&n, got, shape, offset)).transpose()
+    };
+    let off = cfg.norm_offset;
+    let (qb, kb, vb) = (
+        opt(Part::QBias, &[q], 0.0)?,
+        opt(Part::KBias, &[kv], 0.0)?,
+        opt(Part::VBias, &[kv], 0.0)?,
+    );
     let plain = |w| Linear { w, b: None };
     Ok(Layer {
-        input_norm: t(0, &[h])?,
+        attn_norm: opt(Part::AttnNorm, &[h], off)?
+            .ok_or_else(|| DecodeError::Weights("no attention norm".into()))?,
         q: Linear { w: q_w, b: qb },
         k: Linear { w: k_w, b: kb },
         v: Linear { w: v_w, b: vb },
         o: plain(o_w),
-        post_norm: t(5, &[h])?,
+        q_norm: opt(Part::QNorm, &[hd], off)?,
+        k_norm: opt(Part::KNorm, &[hd], off)?,
+        post_attn_norm: opt(Part::PostAttnNorm, &[h], off)?,
+        ffn_norm: opt(Part::FfnNorm, &[h], off)?
+            .ok_or_else(|| DecodeError::Weights("no feed-forward norm".into()))?,
+        post_ffn_norm: opt(Part::PostFfnNorm, &[h], off)?,
         gate: plain(gate),
         up: plain(up),
         down: plain(down),
@@ -179,7 +210,12 @@ impl Loaded {
             }
             let norm_name = plan.cfg.norm_name();
             if plan.norm && got.contains_key(norm_name) {
-                let norm = tensor(norm_name, &mut got, &[plan.cfg.hidden])?;
+                let norm = norm(
+                    norm_name,
+                    &mut got,
+                    &[plan.cfg.hidden],
+                    plan.cfg.norm_offset,
+                )?;
                 lock(&self.slots).norm = Some(norm);
                 self.cv.notify_all();
             }

@@ -1,13 +1,18 @@
-//! The decoder layers, written on candle-core ops in f32: RMSNorm, rotary
-//! positions ("rotate half", as Hugging Face's Llama/Qwen2), grouped-query
-//! attention with a KV cache, SwiGLU MLP. Weights are the knot's blocks
-//! widened exactly to f32, or for a block type kept quantized and run
-//! through ggml's quantized matmul (candle's `quantized` module).
+//! The decoder layer, written on candle ops (its fused CPU kernels where it
+//! has them: `rms_norm`, the rotary embedding, softmax over the last
+//! dimension): RMSNorm, rotary positions, grouped-query attention over a
+//! preallocated KV cache, a gated MLP. One code path for the architectures
+//! of `gkq_format::arch`, the parts a family lacks left out: Qwen2's q/k/v
+//! biases, Gemma 3's q and k norms, its norms after attention and after the
+//! MLP, its GELU gate and its local (sliding-window) layers. Weights are the
+//! knot's blocks widened exactly to f32, or for a block type kept quantized
+//! and run through ggml's quantized matmul (candle's `quantized` module).
 
 use candle_core::{D, DType as CDType, Device, Tensor};
 use gkq_format::DType;
+use gkq_format::arch::Part;
 
-use crate::config::{Config, DecoderFamily};
+use crate::config::{Activation, Config};
 use crate::error::{DecodeError, Result};
 
 /// `[..]` f32 weights from a block's bytes (f16/bf16 widened exactly).
@@ -64,172 +69,250 @@ impl Linear {
     }
 }
 
-/// One decoder layer's weights.
+/// One decoder layer's weights; the norms with the family's offset added.
 pub(crate) struct Layer {
-    pub(crate) input_norm: Tensor,
+    pub(crate) attn_norm: Tensor,
     pub(crate) q: Linear,
     pub(crate) k: Linear,
     pub(crate) v: Linear,
     pub(crate) o: Linear,
-    pub(crate) post_norm: Tensor,
+    pub(crate) q_norm: Option<Tensor>,
+    pub(crate) k_norm: Option<Tensor>,
+    pub(crate) post_attn_norm: Option<Tensor>,
+    pub(crate) ffn_norm: Tensor,
+    pub(crate) post_ffn_norm: Option<Tensor>,
     pub(crate) gate: Linear,
     pub(crate) up: Linear,
     pub(crate) down: Linear,
 }
 
-/// The names of a layer's blocks, in the order [`Layer`] takes them; the
-/// three biases are present for Qwen2 only.
+/// The parts a layer loads, in this order.
+pub(crate) const LAYER_PARTS: [Part; 16] = [
+    Part::AttnNorm,
+    Part::Q,
+    Part::K,
+    Part::V,
+    Part::O,
+    Part::QBias,
+    Part::KBias,
+    Part::VBias,
+    Part::QNorm,
+    Part::KNorm,
+    Part::PostAttnNorm,
+    Part::FfnNorm,
+    Part::PostFfnNorm,
+    Part::Gate,
+    Part::Up,
+    Part::Down,
+];
+
+/// The names of a layer's blocks (the parts its architecture has).
 pub(crate) fn layer_block_names(cfg: &Config, l: usize) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "input_layernorm.weight",
-        "self_attn.q_proj.weight",
-        "self_attn.k_proj.weight",
-        "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight",
-        "post_attention_layernorm.weight",
-        "mlp.gate_proj.weight",
-        "mlp.up_proj.weight",
-        "mlp.down_proj.weight",
-    ]
-    .iter()
-    .map(|n| cfg.layer_block(l, n))
-    .collect();
-    if cfg.arch == DecoderFamily::Qwen2 {
-        for b in [
-            "self_attn.q_proj.bias",
-            "self_attn.k_proj.bias",
-            "self_attn.v_proj.bias",
-        ] {
-            v.push(cfg.layer_block(l, b));
-        }
-    }
-    v
+    LAYER_PARTS
+        .iter()
+        .filter_map(|&p| cfg.layer_block(l, p))
+        .collect()
 }
 
-/// RMSNorm over the last dimension: `x / sqrt(mean(x²) + eps) * w`.
+/// RMSNorm over the last dimension: `x / sqrt(mean(x²) + eps) * w`
+/// (candle's fused kernel).
 pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
-    let var = x.sqr()?.mean_keepdim(D::Minus1)?;
-    let x = x.broadcast_div(&(var + eps)?.sqrt()?)?;
-    Ok(x.broadcast_mul(w)?)
+    Ok(candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32)?)
 }
 
-/// Cosines and sines `[t, head_dim]` for positions `pos..pos + t`.
-fn rope_tables(cfg: &Config, pos: usize, t: usize) -> Result<(Tensor, Tensor)> {
-    let half = cfg.head_dim / 2;
-    let inv: Vec<f32> = (0..half)
-        .map(|i| 1.0 / (cfg.rope_theta as f32).powf((2 * i) as f32 / cfg.head_dim as f32))
-        .collect();
-    let mut angles = Vec::with_capacity(t * cfg.head_dim);
-    for p in pos..pos + t {
-        let row: Vec<f32> = inv.iter().map(|f| p as f32 * f).collect();
-        angles.extend_from_slice(&row);
-        angles.extend_from_slice(&row);
+/// Cosines and sines `[positions, head_dim / 2]` of one rope base, grown
+/// as positions are reached.
+pub(crate) struct RopeTable {
+    base: f64,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl RopeTable {
+    fn new(base: f64) -> Result<RopeTable> {
+        let empty = Tensor::zeros((0, 1), CDType::F32, &Device::Cpu)?;
+        Ok(RopeTable {
+            base,
+            cos: empty.clone(),
+            sin: empty,
+        })
     }
-    let a = Tensor::from_vec(angles, (t, cfg.head_dim), &Device::Cpu)?;
-    Ok((a.cos()?, a.sin()?))
+
+    /// The tables for positions `pos..pos + t`, computing them up to at
+    /// least `2 × (pos + t)` when they are not there yet.
+    fn get(&mut self, head_dim: usize, pos: usize, t: usize) -> Result<(Tensor, Tensor)> {
+        let half = head_dim / 2;
+        if self.cos.dim(0)? < pos + t || self.cos.dim(1)? != half {
+            let n = (2 * (pos + t)).max(256);
+            let inv: Vec<f32> = (0..half)
+                .map(|i| (1.0 / self.base.powf((2 * i) as f64 / head_dim as f64)) as f32)
+                .collect();
+            let angles: Vec<f32> = (0..n)
+                .flat_map(|p| inv.iter().map(move |f| p as f32 * f))
+                .collect();
+            let a = Tensor::from_vec(angles, (n, half), &Device::Cpu)?;
+            (self.cos, self.sin) = (a.cos()?, a.sin()?);
+        }
+        Ok((self.cos.narrow(0, pos, t)?, self.sin.narrow(0, pos, t)?))
+    }
 }
 
-/// Applies rotary positions to `x: [t, heads, head_dim]` whose pairs are
-/// adjacent dimensions `(2i, 2i + 1)` (llama.cpp's Llama layout); `cos` and
-/// `sin` are the "rotate half" tables, whose halves are equal.
-fn rope_interleaved(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let (t, heads, hd) = x.dims3()?;
-    let pairs = x.reshape((t, heads, hd / 2, 2))?;
-    let (even, odd) = (pairs.narrow(3, 0, 1)?, pairs.narrow(3, 1, 1)?);
-    let half =
-        |m: &Tensor| -> Result<Tensor> { Ok(m.narrow(1, 0, hd / 2)?.unsqueeze(1)?.unsqueeze(3)?) };
-    let (c, s) = (half(cos)?, half(sin)?);
-    let a = (even.broadcast_mul(&c)? - odd.broadcast_mul(&s)?)?;
-    let b = (even.broadcast_mul(&s)? + odd.broadcast_mul(&c)?)?;
-    Ok(Tensor::cat(&[&a, &b], 3)?.reshape((t, heads, hd))?)
+/// The rope tables of a stage: the global base's, and a local one's.
+pub(crate) struct Ropes(Vec<RopeTable>);
+
+impl Ropes {
+    pub(crate) fn new() -> Ropes {
+        Ropes(Vec::new())
+    }
+
+    fn of(&mut self, base: f64) -> Result<&mut RopeTable> {
+        if let Some(i) = self.0.iter().position(|r| r.base == base) {
+            return Ok(&mut self.0[i]);
+        }
+        self.0.push(RopeTable::new(base)?);
+        Ok(self.0.last_mut().expect("just pushed"))
+    }
 }
 
-/// Applies rotary positions to `x: [t, heads, head_dim]`.
-fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let hd = x.dim(2)?;
-    let x1 = x.narrow(2, 0, hd / 2)?;
-    let x2 = x.narrow(2, hd / 2, hd / 2)?;
-    let rotated = Tensor::cat(&[&x2.neg()?, &x1], 2)?;
-    let cos = cos.unsqueeze(1)?;
-    let sin = sin.unsqueeze(1)?;
-    Ok((x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?)?)
+/// A layer's key/value cache, `[1, kv_heads, positions, head_dim]` each,
+/// preallocated and grown (candle-nn's `KvCache`: no concatenation of
+/// the whole cache per step).
+pub(crate) struct Cache(candle_nn::kv_cache::KvCache);
+
+impl Cache {
+    /// A cache for about `positions` positions (it grows past them).
+    pub(crate) fn new(positions: usize) -> Cache {
+        Cache(candle_nn::kv_cache::KvCache::new(2, positions.max(1)))
+    }
 }
 
-/// Softmax over the last dimension.
-fn softmax(x: &Tensor) -> Result<Tensor> {
-    let m = x.max_keepdim(D::Minus1)?;
-    let e = x.broadcast_sub(&m)?.exp()?;
-    let s = e.sum_keepdim(D::Minus1)?;
-    Ok(e.broadcast_div(&s)?)
+/// The mask of queries `pos..pos + t` over keys `0..len`: 0 where a key is
+/// seen (not after the query, and within `window` of it), −∞ elsewhere.
+fn mask(pos: usize, t: usize, len: usize, window: Option<usize>) -> Result<Tensor> {
+    let m: Vec<f32> = (0..t)
+        .flat_map(|i| {
+            (0..len).map(move |j| {
+                let q = pos + i;
+                let seen = j <= q && window.is_none_or(|w| q - j < w);
+                if seen { 0.0 } else { f32::NEG_INFINITY }
+            })
+        })
+        .collect();
+    Ok(Tensor::from_vec(m, (t, len), &Device::Cpu)?)
 }
 
-/// A layer's key/value cache: `[positions, kv_heads, head_dim]` each.
-#[derive(Default)]
-pub(crate) struct Cache {
-    k: Option<Tensor>,
-    v: Option<Tensor>,
+/// Where and how a layer runs.
+pub(crate) struct Step<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) layer: usize,
+    pub(crate) pos: usize,
 }
 
 impl Layer {
-    /// Runs the layer on `x: [t, hidden]`, the tokens at `pos..pos + t`.
-    pub(crate) fn forward(
+    /// Grouped-query attention of `q: [1, heads, t, hd]` over the cache
+    /// after `k`, `v` (`[1, kv_heads, t, hd]`) are appended: `[t, heads·hd]`.
+    fn attend(
         &self,
-        cfg: &Config,
-        x: &Tensor,
-        pos: usize,
+        s: &Step<'_>,
+        (q, k, v): (Tensor, Tensor, Tensor),
         cache: &mut Cache,
     ) -> Result<Tensor> {
+        let cfg = s.cfg;
+        let (nh, nkv, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
+        let t = q.dim(2)?;
+        let group = nh / nkv;
+        let (k, v) = cache.0.append(&k, &v)?;
+        let (k, v) = (k.squeeze(0)?, v.squeeze(0)?); // [kv, len, hd]
+        let (window, _) = cfg.layer_attention(s.layer);
+        let len = k.dim(1)?;
+        // one query row: the keys it sees are the last `window` ones
+        let (k, v, first) = match window {
+            Some(w) if t == 1 && len > w => {
+                (k.narrow(1, len - w, w)?, v.narrow(1, len - w, w)?, len - w)
+            }
+            _ => (k, v, 0),
+        };
+        let seen = len - first;
+        let q = q.reshape((nkv, group * t, hd))?;
+        let scores = (q.matmul(&k.t()?)? * cfg.attn_scale)?;
+        let scores = if t > 1 {
+            let m = mask(s.pos, t, len, window)?;
+            let m = m.narrow(1, first, seen)?;
+            scores
+                .reshape((nkv, group, t, seen))?
+                .broadcast_add(&m)?
+                .reshape((nkv, group * t, seen))?
+        } else {
+            scores
+        };
+        let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
+        Ok(probs
+            .matmul(&v.contiguous()?)?
+            .reshape((nh, t, hd))?
+            .transpose(0, 1)?
+            .reshape((t, nh * hd))?)
+    }
+
+    /// Runs the layer on `x: [t, hidden]`, the tokens at `s.pos..s.pos + t`.
+    pub(crate) fn forward(
+        &self,
+        s: &Step<'_>,
+        x: &Tensor,
+        cache: &mut Cache,
+        ropes: &mut Ropes,
+    ) -> Result<Tensor> {
+        let cfg = s.cfg;
         let t = x.dim(0)?;
         let (nh, nkv, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
-        let h = rms_norm(x, &self.input_norm, cfg.eps)?;
-        let q = self.q.forward(&h)?.reshape((t, nh, hd))?;
-        let k = self.k.forward(&h)?.reshape((t, nkv, hd))?;
-        let v = self.v.forward(&h)?.reshape((t, nkv, hd))?;
-        let (cos, sin) = rope_tables(cfg, pos, t)?;
+        let h = rms_norm(x, &self.attn_norm, cfg.eps)?;
+        let heads = |y: Tensor, n: usize| -> Result<Tensor> {
+            Ok(y.reshape((1, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+        };
+        let mut q = heads(self.q.forward(&h)?, nh)?;
+        let mut k = heads(self.k.forward(&h)?, nkv)?;
+        let v = heads(self.v.forward(&h)?, nkv)?;
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = rms_norm(&q, qn, cfg.eps)?;
+            k = rms_norm(&k, kn, cfg.eps)?;
+        }
+        let (_, base) = cfg.layer_attention(s.layer);
+        let (cos, sin) = ropes.of(base)?.get(hd, s.pos, t)?;
         let rotate = if cfg.rope_interleaved() {
-            rope_interleaved
+            candle_nn::rotary_emb::rope_i
         } else {
-            rope
+            candle_nn::rotary_emb::rope
         };
-        let q = rotate(&q, &cos, &sin)?;
-        let k = rotate(&k, &cos, &sin)?;
-        let k = match &cache.k {
-            Some(prev) => Tensor::cat(&[prev, &k], 0)?,
-            None => k,
+        let (q, k) = (rotate(&q, &cos, &sin)?, rotate(&k, &cos, &sin)?);
+        let attn = self.attend(s, (q, k, v), cache)?;
+        let mut o = self.o.forward(&attn)?;
+        if let Some(n) = &self.post_attn_norm {
+            o = rms_norm(&o, n, cfg.eps)?;
+        }
+        let x = (x + o)?;
+        let h = rms_norm(&x, &self.ffn_norm, cfg.eps)?;
+        let gate = self.gate.forward(&h)?;
+        let gate = match cfg.activation {
+            Activation::Silu => gate.silu()?,
+            Activation::GeluTanh => gate.gelu()?,
         };
-        let v = match &cache.v {
-            Some(prev) => Tensor::cat(&[prev, &v], 0)?,
-            None => v,
-        };
-        cache.k = Some(k.clone());
-        cache.v = Some(v.clone());
-        let len = k.dim(0)?;
-        let group = nh / nkv;
-        // [kv, len, hd] → [heads, len, hd]: query head i reads kv head i / group
-        let expand = |x: &Tensor| -> Result<Tensor> {
-            Ok(x.transpose(0, 1)?
-                .unsqueeze(1)?
-                .expand((nkv, group, len, hd))?
-                .reshape((nh, len, hd))?)
-        };
-        let (k, v) = (expand(&k)?, expand(&v)?);
-        let q = q.transpose(0, 1)?.contiguous()?; // [heads, t, hd]
-        let scores = (q.matmul(&k.t()?.contiguous()?)? / (hd as f64).sqrt())?;
-        // causal: query at pos + i sees keys 0..=pos + i
-        let mask: Vec<f32> = (0..t)
-            .flat_map(|i| (0..len).map(move |j| if j <= pos + i { 0.0 } else { f32::NEG_INFINITY }))
-            .collect();
-        let mask = Tensor::from_vec(mask, (t, len), &Device::Cpu)?;
-        let probs = softmax(&scores.broadcast_add(&mask)?)?;
-        let attn = probs
-            .matmul(&v.contiguous()?)?
-            .transpose(0, 1)?
-            .reshape((t, nh * hd))?;
-        let x = (x + self.o.forward(&attn)?)?;
-        let h = rms_norm(&x, &self.post_norm, cfg.eps)?;
-        let mlp = self
-            .down
-            .forward(&(self.gate.forward(&h)?.silu()? * self.up.forward(&h)?)?)?;
+        let mut mlp = self.down.forward(&(gate * self.up.forward(&h)?)?)?;
+        if let Some(n) = &self.post_ffn_norm {
+            mlp = rms_norm(&mlp, n, cfg.eps)?;
+        }
         Ok((x + mlp)?)
     }
+}
+
+/// The logits `[vocab]` of the last row of `x`, soft-capped when the
+/// family caps them.
+pub(crate) fn soft_cap(logits: Tensor, cap: Option<f64>) -> Result<Tensor> {
+    Ok(match cap {
+        Some(c) => ((logits / c)?.tanh()? * c)?,
+        None => logits,
+    })
+}
+
+/// The last dimension's argmax.
+pub(crate) fn argmax(logits: &Tensor) -> Result<u32> {
+    Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
 }

@@ -8,7 +8,8 @@
 //!   canonically written GGUF gives back the same bytes.
 //! - A knot packed from safetensors (llama, qwen2) gets llama.cpp's tensor
 //!   names, Llama's q/k rows permuted to llama.cpp's rotary layout, and
-//!   the hyper-parameters from its `config.json`; it has no GGUF tokenizer.
+//!   the hyper-parameters from its `config.json`, and its tokenizer.json
+//!   as the `tokenizer.ggml.*` keys llama.cpp's converter writes.
 //!
 //! The file is written next to `OUT` and renamed into place: an error
 //! leaves nothing behind.
@@ -58,37 +59,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> NodeError + '_ {
     }
 }
 
-/// llama.cpp's name of a Hugging Face Llama/Qwen2 tensor name.
-fn gguf_name(hf: &str) -> Option<String> {
-    let fixed = match hf {
-        "model.embed_tokens.weight" => Some("token_embd.weight"),
-        "lm_head.weight" => Some("output.weight"),
-        "model.norm.weight" => Some("output_norm.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(f.to_owned());
-    }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, part) = rest.split_once('.')?;
-    let g = match part {
-        "input_layernorm.weight" => "attn_norm.weight",
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.q_proj.bias" => "attn_q.bias",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.k_proj.bias" => "attn_k.bias",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.v_proj.bias" => "attn_v.bias",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "post_attention_layernorm.weight" => "ffn_norm.weight",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        _ => return None,
-    };
-    Some(format!("blk.{layer}.{g}"))
-}
-
 /// Rows (or, for a 1-D bias, values) of `bytes` reordered as llama.cpp's
 /// `permute(w, heads)`: within each head, the row `s·(d/2) + j` moves to
 /// `2j + s`, so that rotary pairs become adjacent.
@@ -114,13 +84,20 @@ fn permute_rows(bytes: &[u8], rows: usize, heads: usize) -> Option<Vec<u8>> {
 
 /// The GGUF metadata of a knot packed from safetensors: the
 /// hyper-parameters gguf-py writes for llama and qwen2.
-fn derived_kv(config: &serde_json::Value) -> Result<(String, Vec<(String, GgufValue)>), NodeError> {
-    let arch = config["model_type"].as_str().unwrap_or_default().to_owned();
-    if !matches!(arch.as_str(), "llama" | "qwen2") {
+/// A GGUF's key/value pairs.
+type Kv = Vec<(String, GgufValue)>;
+
+fn derived_kv(
+    config: &serde_json::Value,
+) -> Result<(&'static gkq_format::arch::Arch, Kv), NodeError> {
+    let model_type = config["model_type"].as_str().unwrap_or_default();
+    let table = gkq_format::arch::by_hf(model_type).filter(|a| !a.norm_plus_one);
+    let Some(table) = table else {
         return Err(NodeError::Unsupported(format!(
-            "the knot came from safetensors of model_type {arch:?}: gkq-export maps llama and qwen2 to llama.cpp's names (and any knot packed from a GGUF back to it)"
+            "the knot came from safetensors of model_type {model_type:?}: gkq-export maps llama and qwen2 (and mistral, as llama) to llama.cpp's names (and any knot packed from a GGUF back to it)"
         )));
-    }
+    };
+    let arch = table.gguf.to_owned();
     let u = |k: &str| config[k].as_u64().map(|v| GgufValue::U32(v as u32));
     let f = |k: &str, d: f64| GgufValue::F32(config[k].as_f64().unwrap_or(d) as f32);
     let need =
@@ -153,7 +130,7 @@ fn derived_kv(config: &serde_json::Value) -> Result<(String, Vec<(String, GgufVa
         (format!("{arch}.rope.freq_base"), f("rope_theta", 10_000.0)),
         (format!("{arch}.vocab_size"), need("vocab_size")?),
     ];
-    Ok((arch, kv))
+    Ok((table, kv))
 }
 
 /// The metadata and the tensors to write, from the package.
@@ -187,19 +164,29 @@ fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), NodeError> {
     }
     let config: serde_json::Value = serde_json::from_slice(&r.package_file("config.json")?)
         .map_err(|e| NodeError::Unsupported(format!("config.json: {e}")))?;
-    let (arch, kv) = derived_kv(&config)?;
+    let (arch, mut kv) = derived_kv(&config)?;
+    if files.iter().any(|f| f == "tokenizer.json") {
+        // llama.cpp needs the vocabulary: the package's tokenizer as its converter writes it
+        let json = r.package_file("tokenizer.json")?;
+        let cfg = files
+            .iter()
+            .any(|f| f == "tokenizer_config.json")
+            .then(|| r.package_file("tokenizer_config.json"))
+            .transpose()?;
+        kv.extend(gkq_text::gguf_tokenizer_keys(&json, cfg.as_deref())?);
+    }
     let heads = config["num_attention_heads"].as_u64().unwrap_or(1) as usize;
     let kv_heads = config["num_key_value_heads"]
         .as_u64()
         .map_or(heads, |v| v as usize);
     let mut tensors = Vec::new();
     for b in blocks {
-        let name = gguf_name(&b.name).ok_or_else(|| {
+        let name = arch.gguf_name(&b.name).ok_or_else(|| {
             NodeError::Unsupported(format!("tensor {:?} has no llama.cpp name", b.name))
         })?;
-        let permute_heads = match (arch.as_str(), b.name.rsplit('.').nth(1)) {
-            ("llama", Some("q_proj")) => Some(heads),
-            ("llama", Some("k_proj")) => Some(kv_heads),
+        let permute_heads = match (arch.gguf_rope_pairs, b.name.rsplit('.').nth(1)) {
+            (true, Some("q_proj")) => Some(heads),
+            (true, Some("k_proj")) => Some(kv_heads),
             _ => None,
         };
         tensors.push(Planned {
@@ -335,10 +322,5 @@ mod tests {
             Some(vec![0, 2, 1, 3, 4, 6, 5, 7])
         );
         assert_eq!(permute_rows(&[0, 1, 2], 3, 1), None);
-        assert_eq!(
-            gguf_name("model.layers.3.mlp.up_proj.weight").as_deref(),
-            Some("blk.3.ffn_up.weight")
-        );
-        assert_eq!(gguf_name("model.rotary.inv_freq"), None);
     }
 }

@@ -177,10 +177,16 @@ fn derived_objects(
         .tensor(&roles.embed)
         .and_then(|t| t.shape.first().copied())
         .unwrap_or(0);
-    let tokenizer = companions
+    let json = companions
         .iter()
         .find(|c| c.name == "tokenizer.json")
         .map(|c| c.path.as_path());
+    // a GGUF carries its tokenizer in its metadata
+    let gguf = src.gguf.as_ref().map(|g| g.metadata_file());
+    let tokenizer = warm::SourceTokenizer {
+        json,
+        gguf: gguf.as_deref(),
+    };
     let warm = warm::decide(&opts.warm, tokenizer, vocab)?;
     Ok(warm.map(|(ids, report)| {
         warm::list(header, &roles.embed, &ids);

@@ -50,10 +50,10 @@ fn refused(reason: impl Into<String>) -> PackError {
 
 /// The warm rows (ascending) for an embedding of `vocab` rows, with the
 /// report; `None` without warm options. `tokenizer` is the source's
-/// `tokenizer.json`, if it has one.
+/// tokenizer, if it has one.
 pub(crate) fn decide(
     o: &WarmOptions,
-    tokenizer: Option<&Path>,
+    tokenizer: SourceTokenizer<'_>,
     vocab: u64,
 ) -> Result<Option<(Vec<u64>, WarmSetReport)>> {
     if !o.is_set() {
@@ -126,20 +126,32 @@ fn from_ids(path: &Path, vocab: u64) -> Result<(Vec<u64>, WarmSetReport)> {
     Ok((ids, report))
 }
 
+/// The tokenizer of a source: its `tokenizer.json`, or a GGUF's metadata.
+#[derive(Clone, Copy, Debug, Default)]
+#[cfg_attr(not(feature = "warm-corpus"), allow(dead_code))]
+pub(crate) struct SourceTokenizer<'a> {
+    pub(crate) json: Option<&'a Path>,
+    pub(crate) gguf: Option<&'a [u8]>,
+}
+
 #[cfg(feature = "warm-corpus")]
 fn from_corpus(
     files: &[PathBuf],
-    tokenizer: Option<&Path>,
+    tokenizer: SourceTokenizer<'_>,
     vocab: u64,
     k: usize,
 ) -> Result<(Vec<u64>, WarmSetReport)> {
-    let Some(tok) = tokenizer else {
-        return Err(refused(
-            "--warm-corpus: the source has no tokenizer.json to tokenize it with (give --warm-ids FILE)",
-        ));
-    };
     let text_err = |e: gkq_text::TextError| refused(format!("--warm-corpus: {e}"));
-    let t = gkq_text::Tokenizer::from_file(tok, vocab).map_err(text_err)?;
+    let t = match tokenizer {
+        SourceTokenizer { json: Some(p), .. } => gkq_text::Tokenizer::from_file(p, vocab),
+        SourceTokenizer { gguf: Some(g), .. } => gkq_text::Tokenizer::from_gguf_bytes(g, vocab),
+        _ => {
+            return Err(refused(
+                "--warm-corpus: the source has no tokenizer (no tokenizer.json, not a GGUF) to tokenize it with (give --warm-ids FILE)",
+            ));
+        }
+    }
+    .map_err(text_err)?;
     if files.is_empty() {
         return Err(text_err(gkq_text::TextError::NoTexts));
     }
@@ -169,7 +181,7 @@ fn from_corpus(
 #[cfg(not(feature = "warm-corpus"))]
 fn from_corpus(
     _: &[PathBuf],
-    _: Option<&Path>,
+    _: SourceTokenizer<'_>,
     _: u64,
     _: usize,
 ) -> Result<(Vec<u64>, WarmSetReport)> {

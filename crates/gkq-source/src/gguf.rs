@@ -230,13 +230,11 @@ pub(crate) fn check_splits(
     }
 }
 
-/// The Hugging Face architecture of a GGUF architecture gkq-decode runs.
+/// The Hugging Face `model_type` and class of a GGUF architecture gkq-decode
+/// runs (the architecture table, `gkq_format::arch`).
 fn hf_architecture(arch: &str) -> Option<(&'static str, &'static str)> {
-    match arch {
-        "llama" => Some(("llama", "LlamaForCausalLM")),
-        "qwen2" => Some(("qwen2", "Qwen2ForCausalLM")),
-        _ => None,
-    }
+    let a = gkq_format::arch::by_gguf(arch)?;
+    Some((a.hf_model_types.first()?, a.hf_architecture))
 }
 
 impl GgufModel {
@@ -284,7 +282,7 @@ impl GgufModel {
         };
         let heads = need("attention.head_count")?;
         let hidden = need("embedding_length")?;
-        Ok(Some(json!({
+        let mut cfg = json!({
             "architectures": [architecture],
             "model_type": model_type,
             "hidden_size": hidden as u64,
@@ -298,7 +296,25 @@ impl GgufModel {
             "vocab_size": embed.first().copied().unwrap_or(0),
             "tie_word_embeddings": tied,
             "gguf_architecture": self.architecture(),
-        })))
+        });
+        if let Some(hd) = self.num("attention.key_length") {
+            cfg["head_dim"] = json!(hd as u64);
+        }
+        if model_type == "gemma3_text" {
+            // as llama.cpp's gemma3 reads them: a local layer but every
+            // sixth, the local rope base 10,000, queries scaled by the head width
+            let hd = self.num("attention.key_length").unwrap_or(hidden / heads);
+            cfg["sliding_window"] =
+                json!(self.num("attention.sliding_window").unwrap_or(0.0) as u64);
+            cfg["sliding_window_pattern"] = json!(6);
+            cfg["rope_local_base_freq"] = json!(self.num("rope.freq_base_swa").unwrap_or(10_000.0));
+            cfg["query_pre_attn_scalar"] = json!(hd);
+            cfg["hidden_activation"] = json!("gelu_pytorch_tanh");
+            if let Some(c) = self.num("final_logit_softcapping") {
+                cfg["final_logit_softcapping"] = json!(c);
+            }
+        }
+        Ok(Some(cfg))
     }
 
     /// What packing needs of a config: the roles come from llama.cpp's

@@ -217,35 +217,30 @@ fn cost(f: &RowFile, rows: u64, table: bool) -> Cost {
     }
 }
 
-/// Tokenizes every workload with `tokenizer_json`, checked against `vocab`.
-fn tokenized(
-    tokenizer_json: &[u8],
-    vocab: u64,
-    o: &ReportOptions,
-) -> Result<Vec<Workload>, NodeError> {
-    let t = gkq_text::Tokenizer::from_bytes(tokenizer_json, vocab)?;
+/// Tokenizes every workload with the package's tokenizer (its
+/// tokenizer.json, or the GGUF tokenizer of its metadata.gguf), or
+/// `o.tokenizer`, checked against `vocab`.
+fn tokenized(reader: &Reader, vocab: u64, o: &ReportOptions) -> Result<Vec<Workload>, NodeError> {
+    let t = match &o.tokenizer {
+        Some(p) => gkq_text::Tokenizer::from_file(p, vocab)?,
+        None => {
+            let listed = reader
+                .knot()
+                .header()
+                .header()
+                .meta_list(gkq_format::keys::PACKAGE_FILES)
+                .unwrap_or_default()
+                .to_vec();
+            let read = |name: &str| {
+                reader.package_file(name).map(|b| b.to_vec()).map_err(|e| {
+                    gkq_text::TextError::Tokenizer(format!("{name}: {e} (give --tokenizer FILE)"))
+                })
+            };
+            gkq_text::Tokenizer::from_package(&listed, read, vocab)?
+        }
+    };
     let workloads = gkq_text::Workload::load_all(&o.texts)?;
     Ok(t.encode_all(&workloads)?)
-}
-
-/// The package's tokenizer.json, or `o.tokenizer`.
-fn tokenizer_json(reader: &Reader, o: &ReportOptions) -> Result<Vec<u8>, NodeError> {
-    match &o.tokenizer {
-        Some(p) => Ok(gkq_files::read_bounded(
-            p,
-            gkq_text::MAX_TOKENIZER_BYTES,
-            "a tokenizer.json",
-            gkq_files::Follow::Yes,
-        )?),
-        None => reader
-            .package_file("tokenizer.json")
-            .map(|b| b.to_vec())
-            .map_err(|e| {
-                bad(format!(
-                    "the package's tokenizer.json: {e} (give --tokenizer FILE)"
-                ))
-            }),
-    }
 }
 
 /// One workload's line: the mean cold-session cost on each row file.
@@ -296,7 +291,7 @@ pub fn report(
             o.warm
         )));
     }
-    let all = tokenized(&tokenizer_json(&reader, o)?, vocab, o)?;
+    let all = tokenized(&reader, vocab, o)?;
     let mut workloads = Vec::new();
     for w in &all {
         let measured = match (o.measure, w.1.first()) {

@@ -1,0 +1,288 @@
+//! The flags of `gkq-decode` ([`Args`], clap), validated into
+//! [`RunOptions`]: raw flags first, then the options a run takes.
+
+use std::ops::Range;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use gkq_reader::{NodeArgs, ReaderConfig};
+
+use super::{Prompt, RunOptions};
+use crate::{DecodeError, Sampling, StageRoles};
+
+const EXAMPLES: &str = "Examples:
+  # a chat turn with the model's own tokenizer and template, text streamed as it comes
+  gkq-decode https://HOST/smollm2/v1/model.knot --chat 'What is the capital of France?'
+  # raw text, sampled, 64 tokens; one JSON object with the ids and the text
+  gkq-decode -m out/qwen2-tiny -p 'hello world' -n 64 --temp 0.7 --top-p 0.9 --seed 1 --json
+  # token ids in, ids out; a two-node pipeline in one process (bytes per node)
+  gkq-decode https://HOST/m/v1/model.knot --prompt-ids 1,2,3 --split 12
+
+Output: with text in (--prompt, -f, --chat), the generated text goes to
+stdout as it comes and the figures to stderr; with ids in, the report goes
+to stdout; --json gives one JSON object (prompt_ids, tokens, text, stop and
+the figures). A package is a directory: its row files are read next to the
+knot. Time to first token counts from the process's start.
+
+Exit status: 0 done; 1 error (bad input, a knot or row that fails its check,
+a network failure); 2 usage error (flags, or a request the model cannot hold).";
+
+/// Decode a knot (local path or URL) as llama.cpp would, from its package
+/// alone: the tokenizer and chat template the package carries, the token
+/// embedding from its verified rows, every other block verified from the knot.
+#[derive(Parser, Debug)]
+#[command(
+    name = "gkq-decode",
+    version = gkq_cli::version_line(gkq_store::FEATURES),
+    override_usage = "gkq-decode [KNOT | -m KNOT] (--chat TEXT | -p TEXT | -f FILE | --prompt-ids IDS) [OPTIONS]\n       gkq-decode KNOT --roles output --hidden-in FILE [OPTIONS]",
+    after_long_help = EXAMPLES,
+    after_help = "Run with --help for examples, where the output goes, and the exit codes."
+)]
+pub struct Args {
+    /// The knot: a path, a package directory, or an http(s):// or s3:// URL (…/model.knot).
+    #[arg(required_unless_present = "model")]
+    knot: Option<String>,
+    /// The knot, as llama.cpp's -m names the model.
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "KNOT",
+        conflicts_with = "knot"
+    )]
+    model: Option<String>,
+    /// A chat turn: rendered with the model's chat template, the assistant's turn after it.
+    #[arg(long, value_name = "TEXT", group = "input")]
+    chat: Option<String>,
+    /// The system message of --chat.
+    #[arg(long, value_name = "TEXT", requires = "chat")]
+    system: Option<String>,
+    /// The prompt as raw text (special-token strings in it are parsed).
+    #[arg(long, short = 'p', value_name = "TEXT", group = "input")]
+    prompt: Option<String>,
+    /// The prompt as raw text, from a file.
+    #[arg(long, short = 'f', value_name = "FILE", group = "input")]
+    file: Option<PathBuf>,
+    /// The prompt as token ids, separated by commas or spaces (ids out; no end token).
+    #[arg(long = "prompt-ids", short = 'i', value_name = "IDS", value_parser = parse_ids, group = "input")]
+    prompt_ids: Option<Ids>,
+    /// A tokenizer.json instead of the package's tokenizer.
+    #[arg(long, value_name = "FILE")]
+    tokenizer: Option<PathBuf>,
+    /// Tokens to generate; -1: until an end token or the model's positions run out [default: -1 with --chat, else 16].
+    #[arg(
+        long = "max-new-tokens",
+        short = 'n',
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = parse_max_new
+    )]
+    max_new_tokens: Option<MaxNew>,
+    /// Generate past the model's end-of-generation tokens.
+    #[arg(long = "ignore-eos")]
+    ignore_eos: bool,
+    /// Temperature (0: greedy).
+    #[arg(
+        long,
+        value_name = "T",
+        default_value_t = 0.0,
+        help_heading = "Sampling"
+    )]
+    temp: f64,
+    /// Draw from the K most likely tokens only.
+    #[arg(long = "top-k", value_name = "K", help_heading = "Sampling")]
+    top_k: Option<usize>,
+    /// Draw from the most likely tokens whose probabilities add up to P.
+    #[arg(long = "top-p", value_name = "P", help_heading = "Sampling")]
+    top_p: Option<f64>,
+    /// The seed of the draw.
+    #[arg(
+        long,
+        short = 's',
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Sampling"
+    )]
+    seed: u64,
+    /// Compute threads [default: the machine's cores].
+    #[arg(long, short = 't', value_name = "N")]
+    threads: Option<usize>,
+    /// The roles of this stage: the whole model, or one stage of a pipeline (input: embedding and the first layers, writes --hidden-out; output: the last layers and lm_head, reads --hidden-in and prints the next token).
+    #[arg(long, value_enum, default_value = "all", help_heading = "Pipeline")]
+    roles: RolesArg,
+    /// The layers this stage runs, A..B (default: all).
+    #[arg(long, value_name = "A..B", value_parser = parse_range, help_heading = "Pipeline")]
+    layers: Option<Range<usize>>,
+    /// Run as a two-node pipeline in this process: an input node (embedding and layers 0..L) and an output node (layers L.. and lm_head), each with its own reader; the report gives each node's bytes.
+    #[arg(long, value_name = "L", conflicts_with_all = ["layers", "hidden_in", "hidden_out"], help_heading = "Pipeline")]
+    split: Option<usize>,
+    /// Input stage: where to write the hidden states (f32 little-endian, [tokens, hidden]).
+    #[arg(long = "hidden-out", value_name = "FILE", help_heading = "Pipeline")]
+    hidden_out: Option<PathBuf>,
+    /// Output stage: the hidden states an input stage wrote.
+    #[arg(
+        long = "hidden-in",
+        value_name = "FILE",
+        group = "input",
+        help_heading = "Pipeline"
+    )]
+    hidden_in: Option<PathBuf>,
+    /// One JSON object on stdout instead of text.
+    #[arg(long, short = 'j')]
+    json: bool,
+    /// Write the first step's logits (f32 little-endian, one per vocabulary entry) to FILE.
+    #[arg(long = "logits-out", value_name = "FILE")]
+    logits_out: Option<PathBuf>,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum RolesArg {
+    All,
+    Input,
+    Output,
+}
+
+/// `-n`: a count, or any negative number for "until an end token".
+#[derive(Clone, Copy, Debug)]
+enum MaxNew {
+    Count(usize),
+    Unbounded,
+}
+
+fn parse_max_new(s: &str) -> Result<MaxNew, String> {
+    if s.trim().starts_with('-') {
+        return s
+            .trim()
+            .parse::<i64>()
+            .map(|_| MaxNew::Unbounded)
+            .map_err(|_| format!("{s:?} is not a number of tokens (-1: until an end token)"));
+    }
+    let n: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of tokens (-1: until an end token)"))?;
+    Ok(MaxNew::Count(usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+/// Token ids of a flag (a newtype: clap would take a `Vec` for many values).
+#[derive(Clone, Debug)]
+struct Ids(Vec<u32>);
+
+fn parse_ids(s: &str) -> Result<Ids, String> {
+    gkq_text::parse_ids(s)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|i| u32::try_from(i).map_err(|_| format!("{i} is not a token id")))
+        .collect::<Result<Vec<u32>, String>>()
+        .and_then(|v| {
+            if v.is_empty() {
+                Err("no token ids".into())
+            } else {
+                Ok(Ids(v))
+            }
+        })
+}
+
+fn parse_range(s: &str) -> Result<Range<usize>, String> {
+    let bad = || format!("{s:?} is not A..B");
+    let (a, b) = s.split_once("..").ok_or_else(bad)?;
+    Ok(a.trim().parse().map_err(|_| bad())?..b.trim().parse().map_err(|_| bad())?)
+}
+
+/// The prompt the flags give.
+fn prompt(a: &Args) -> Result<Prompt, DecodeError> {
+    let usage = |m: String| DecodeError::Usage(m);
+    if let Some(p) = &a.prompt
+        && let Some(file) = p
+            .strip_prefix('@')
+            .filter(|f| std::path::Path::new(f).is_file())
+    {
+        return Err(usage(format!(
+            "--prompt {p}: to read the prompt from the file {file}, give -f {file}"
+        )));
+    }
+    let read = |p: &PathBuf| {
+        gkq_files::read_text(
+            p,
+            gkq_text::MAX_SESSION_BYTES,
+            "a prompt",
+            gkq_files::Follow::Yes,
+        )
+        .map_err(|e| usage(format!("-f {e}")))
+    };
+    Ok(
+        match (&a.chat, &a.prompt, &a.file, &a.prompt_ids, &a.hidden_in) {
+            (Some(c), ..) => Prompt::Chat {
+                system: a.system.clone(),
+                user: c.clone(),
+            },
+            (_, Some(p), ..) => Prompt::Text(p.clone()),
+            (_, _, Some(f), ..) => Prompt::Text(read(f)?),
+            (_, _, _, Some(ids), _) => Prompt::Ids(ids.0.clone()),
+            (.., Some(h)) => Prompt::HiddenIn(h.clone()),
+            _ => {
+                return Err(usage(
+                    "give the prompt: --chat TEXT, --prompt TEXT, -f FILE or --prompt-ids 1,2,3"
+                        .into(),
+                ));
+            }
+        },
+    )
+}
+
+fn options(
+    a: Args,
+    started: std::time::Instant,
+    threads: usize,
+) -> Result<RunOptions, DecodeError> {
+    let max_new = match a.max_new_tokens {
+        Some(MaxNew::Unbounded) => None,
+        Some(MaxNew::Count(n)) => Some(n),
+        None if a.chat.is_some() => None,
+        None => Some(16),
+    };
+    Ok(RunOptions {
+        prompt: prompt(&a)?,
+        knot: a.knot.or(a.model).unwrap_or_default(),
+        tokenizer: a.tokenizer,
+        max_new,
+        ignore_eos: a.ignore_eos,
+        sampling: Sampling {
+            temperature: a.temp,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            seed: a.seed,
+        },
+        roles: match a.roles {
+            RolesArg::All => StageRoles::All,
+            RolesArg::Input => StageRoles::Input,
+            RolesArg::Output => StageRoles::Output,
+        },
+        layers: a.layers,
+        split: a.split,
+        hidden_out: a.hidden_out,
+        json: a.json,
+        logits_out: a.logits_out,
+        threads,
+        reader: ReaderConfig::try_from(a.node).map_err(DecodeError::Usage)?,
+        started,
+    })
+}
+
+impl Args {
+    /// The threads asked for (`-t`).
+    pub fn threads(&self) -> Option<usize> {
+        self.threads
+    }
+
+    /// The options of a run, validated; `started` is when the process
+    /// started, `threads` the compute threads set.
+    pub fn options(
+        self,
+        started: std::time::Instant,
+        threads: usize,
+    ) -> Result<RunOptions, DecodeError> {
+        options(self, started, threads)
+    }
+}

@@ -1,0 +1,116 @@
+//! The flags users bring from llama.cpp (`llama-cli`, `llama-completion`)
+//! that gkq-decode does not take: each gets what gkq-decode does instead,
+//! never clap's "to pass '-c' as a value, use '-- -c'".
+
+/// `(flags, what to do instead)`.
+pub const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
+    (
+        &["-c", "--ctx-size"],
+        "the context is the model's max_position_embeddings, and the KV cache grows as positions are used: bound the new tokens with -n N",
+    ),
+    (
+        &[
+            "-ngl",
+            "--n-gpu-layers",
+            "--gpu-layers",
+            "-sm",
+            "--split-mode",
+            "-mg",
+            "--main-gpu",
+        ],
+        "gkq-decode computes on the CPU (candle's kernels): there are no GPU layers to offload",
+    ),
+    (
+        &["-b", "--batch-size", "-ub", "--ubatch-size"],
+        "the prompt is processed in one batch (one forward pass per layer): there is no batch size to set",
+    ),
+    (
+        &["-tb", "--threads-batch"],
+        "one pool computes both the prompt and the generation: give -t N",
+    ),
+    (
+        &[
+            "--repeat-penalty",
+            "--repeat-last-n",
+            "--presence-penalty",
+            "--frequency-penalty",
+            "--min-p",
+            "--typical",
+            "--mirostat",
+            "--dry-multiplier",
+        ],
+        "sampling is --temp, --top-k, --top-p and --seed (greedy when --temp is 0, the default)",
+    ),
+    (
+        &[
+            "-cnv",
+            "--conversation",
+            "-if",
+            "--interactive-first",
+            "--interactive",
+            "-no-cnv",
+            "--no-conversation",
+        ],
+        "gkq-decode answers one turn per run, not interactively: --chat TEXT (with --system TEXT) renders the model's chat template, --prompt TEXT sends raw text",
+    ),
+    (
+        &["-sys", "--system-prompt"],
+        "give the system message with --system TEXT, beside --chat TEXT",
+    ),
+    (
+        &[
+            "-hf",
+            "-hfr",
+            "--hf-repo",
+            "-hff",
+            "--hf-file",
+            "-mu",
+            "--model-url",
+        ],
+        "gkq-decode reads a published package by its knot's URL (gkq-decode https://HOST/PKG/model.knot, or -m URL): nothing is downloaded from a model hub",
+    ),
+    (
+        &["-e", "--escape", "--no-escape"],
+        "prompts are taken as given: no escapes are processed (put a newline in the shell's quotes, or in the file of -f)",
+    ),
+    (
+        &[
+            "--mlock",
+            "--no-mmap",
+            "-fa",
+            "--flash-attn",
+            "-dio",
+            "--direct-io",
+        ],
+        "gkq-decode keeps the model's blocks in memory as it verified them: there is nothing to map or lock",
+    ),
+];
+
+/// The message for `arg` when it is one of llama.cpp's flags that
+/// gkq-decode does not take (`--ctx-size=2048` too).
+pub fn llama_cpp_flag(arg: &str) -> Option<String> {
+    let flag = arg.split_once('=').map_or(arg, |(f, _)| f);
+    LLAMA_CPP_FLAGS
+        .iter()
+        .find(|(names, _)| names.contains(&flag))
+        .map(|(_, instead)| {
+            format!("{flag} is a llama.cpp flag that gkq-decode does not take: {instead}")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_flag_names_its_equivalent() {
+        for (names, instead) in LLAMA_CPP_FLAGS {
+            for n in *names {
+                let m = llama_cpp_flag(n).expect("listed");
+                assert!(m.starts_with(n) && m.contains(instead), "{m}");
+            }
+        }
+        assert!(llama_cpp_flag("--ctx-size=2048").is_some());
+        assert_eq!(llama_cpp_flag("-n"), None);
+    }
+}

@@ -1,0 +1,179 @@
+//! What `gkq-decode` does once its flags are parsed ([`RunOptions`]): open
+//! the stages, make the prompt (ids, raw text, or a chat rendered with the
+//! model's template, tokenized with the package's own tokenizer), decode,
+//! and write what a user reads: with text in, the text out as it comes
+//! (stdout) and the figures after it (stderr); with ids in, the report
+//! (stdout); with `--json`, one JSON object. Nothing is printed here but to
+//! the writers given.
+
+mod args;
+mod flags;
+mod prompt;
+mod report;
+
+use std::io::Write;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use gkq_reader::ReaderConfig;
+
+pub use args::Args;
+pub use flags::{LLAMA_CPP_FLAGS, llama_cpp_flag};
+pub use prompt::Prompt;
+
+use crate::error::{DecodeError, Result};
+use crate::{GenOptions, Sampling, Stage, StageRoles, generate_with};
+
+/// Everything a run needs (the binary's flags, validated).
+#[derive(Debug)]
+pub struct RunOptions {
+    /// The knot: a path, a package directory, or a URL.
+    pub knot: String,
+    /// The prompt.
+    pub prompt: Prompt,
+    /// A tokenizer.json instead of the package's tokenizer.
+    pub tokenizer: Option<PathBuf>,
+    /// Tokens to generate at most (`None`: until an end token or the
+    /// model's positions run out).
+    pub max_new: Option<usize>,
+    /// Generate past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// How tokens are picked.
+    pub sampling: Sampling,
+    /// The roles of this stage.
+    pub roles: StageRoles,
+    /// The layers of this stage.
+    pub layers: Option<Range<usize>>,
+    /// A two-node pipeline in this process, split at this layer.
+    pub split: Option<usize>,
+    /// Input stage: where the hidden states go.
+    pub hidden_out: Option<PathBuf>,
+    /// One JSON object instead of text.
+    pub json: bool,
+    /// Where the first step's logits go.
+    pub logits_out: Option<PathBuf>,
+    /// The compute threads (reported; set by the binary before candle starts).
+    pub threads: usize,
+    /// The reader's configuration.
+    pub reader: ReaderConfig,
+    /// When the process started (the time to first token counts from it).
+    pub started: Instant,
+}
+
+/// The writers a run reports to.
+pub struct Out<'a> {
+    /// What a user reads: the text, the report or the JSON.
+    pub stdout: &'a mut dyn Write,
+    /// The figures after streamed text.
+    pub stderr: &'a mut dyn Write,
+}
+
+fn write_err(e: std::io::Error) -> DecodeError {
+    DecodeError::Io {
+        path: PathBuf::from("<stdout>"),
+        error: e,
+    }
+}
+
+/// Runs `o` (see the module docs).
+pub fn run(o: &RunOptions, out: &mut Out<'_>) -> Result<()> {
+    if let Some(l) = o.split {
+        if o.roles != StageRoles::All {
+            return Err(DecodeError::Usage(
+                "--split makes both stages: use it with --roles all".into(),
+            ));
+        }
+        return split(o, l, out);
+    }
+    let mut stage = Stage::open(&o.knot, o.reader.clone(), o.roles, o.layers.clone())?;
+    match o.roles {
+        StageRoles::All => decode(o, std::slice::from_mut(&mut stage), out),
+        StageRoles::Input => report::input_stage(o, stage, out),
+        StageRoles::Output => report::output_stage(o, stage, out),
+    }
+}
+
+/// A two-node pipeline in this process.
+fn split(o: &RunOptions, l: usize, out: &mut Out<'_>) -> Result<()> {
+    let beyond = |layers: usize| {
+        DecodeError::Usage(format!(
+            "--split {l}: the model has {layers} layers; split at 1 to {}",
+            layers.saturating_sub(1)
+        ))
+    };
+    let input = match Stage::open(&o.knot, o.reader.clone(), StageRoles::Input, Some(0..l)) {
+        Err(DecodeError::Layers { layers, .. }) => return Err(beyond(layers)),
+        other => other?,
+    };
+    let layers = input.config().layers;
+    if l == 0 || l >= layers {
+        return Err(beyond(layers));
+    }
+    let output = Stage::open(
+        &o.knot,
+        o.reader.clone(),
+        StageRoles::Output,
+        Some(l..layers),
+    )?;
+    decode(o, &mut [input, output], out)
+}
+
+/// Decodes through `chain`: text streamed as it comes when the prompt is
+/// text, then the report.
+fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> {
+    let made = prompt::make(o, &chain[0])?;
+    let opts = GenOptions {
+        max_new: o.max_new,
+        sampling: o.sampling,
+        stop: match (&made.tokenizer, o.ignore_eos) {
+            (Some(t), false) => t.eog().into_iter().collect(),
+            _ => Default::default(),
+        },
+    };
+    let stream = made.tokenizer.as_ref().filter(|_| !o.json);
+    let mut text = gkq_text::TextStream::default();
+    let mut on_token = |id: u32| -> Result<()> {
+        if let Some(t) = stream {
+            let piece = text.push(t.piece(id));
+            out.stdout.write_all(piece.as_bytes()).map_err(write_err)?;
+            out.stdout.flush().map_err(write_err)?;
+        }
+        Ok(())
+    };
+    let g = generate_with(chain, &made.ids, &opts, &mut on_token)?;
+    if stream.is_some() {
+        let rest = text.finish();
+        writeln!(out.stdout, "{rest}").map_err(write_err)?;
+    }
+    report::generation(o, &made, g, out)
+}
+
+/// The compute threads: `n`, else `CANDLE_NUM_THREADS` or
+/// `RAYON_NUM_THREADS` when set, else the machine's cores; set for
+/// candle's pools (which read them once, when they start).
+///
+/// # Safety
+///
+/// Sets environment variables: call it before any other thread starts (at
+/// the top of `main`), as `std::env::set_var` requires.
+#[allow(unsafe_code)]
+pub unsafe fn set_threads(n: Option<usize>) -> usize {
+    let from_env = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+    };
+    let n = n
+        .filter(|&n| n > 0)
+        .or_else(|| from_env("CANDLE_NUM_THREADS"))
+        .or_else(|| from_env("RAYON_NUM_THREADS"))
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |c| c.get()));
+    // SAFETY: the caller's contract: no other thread is running yet
+    unsafe {
+        std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+    n
+}

@@ -1,0 +1,103 @@
+//! The prompt's ids: given, or text tokenized with the package's own
+//! tokenizer (its tokenizer.json, or the tokenizer of the GGUF it was packed
+//! from), raw or rendered with the model's chat template.
+
+use std::path::PathBuf;
+
+use gkq_text::{ChatMessage, Tokenizer};
+
+use super::RunOptions;
+use crate::Stage;
+use crate::error::{DecodeError, Result};
+
+/// The prompt a run decodes after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prompt {
+    /// Token ids (`--prompt-ids`): ids out, no tokenizer, no end token.
+    Ids(Vec<u32>),
+    /// Raw text (`--prompt`, `--file`): tokenized as the model's tokenizer
+    /// tokenizes a prompt (BOS as the model adds it, special-token strings
+    /// parsed).
+    Text(String),
+    /// A chat turn (`--chat`, with `--system`), rendered with the model's
+    /// chat template, ending with the assistant's turn.
+    Chat {
+        /// The system message.
+        system: Option<String>,
+        /// The user's message.
+        user: String,
+    },
+    /// Hidden states an input stage wrote (`--roles output --hidden-in`).
+    HiddenIn(PathBuf),
+}
+
+/// A prompt made: its ids, the tokenizer (text in or out), the rendered chat.
+pub(crate) struct Made {
+    pub(crate) ids: Vec<u32>,
+    pub(crate) tokenizer: Option<Tokenizer>,
+    pub(crate) rendered: Option<String>,
+}
+
+/// The tokenizer of the package read by `stage` (or `--tokenizer`), with
+/// the architecture's chat template when the package carries none.
+pub(crate) fn tokenizer(o: &RunOptions, stage: &Stage) -> Result<Tokenizer> {
+    let vocab = stage.reader().embedding()?.vocab();
+    let t = match &o.tokenizer {
+        Some(p) => Tokenizer::from_file(p, vocab)?,
+        None => {
+            let listed = stage
+                .reader()
+                .knot()
+                .header()
+                .header()
+                .meta_list(gkq_format::keys::PACKAGE_FILES)
+                .unwrap_or_default()
+                .to_vec();
+            let read = |name: &str| {
+                stage
+                    .reader()
+                    .package_file(name)
+                    .map(|b| b.to_vec())
+                    .map_err(|e| gkq_text::TextError::Tokenizer(format!("{name}: {e}")))
+            };
+            Tokenizer::from_package(&listed, read, vocab)?
+        }
+    };
+    Ok(t.or_template(stage.config().arch.chat_template))
+}
+
+/// The prompt of `o`, for the chain whose first stage is `stage`.
+pub(crate) fn make(o: &RunOptions, stage: &Stage) -> Result<Made> {
+    match &o.prompt {
+        Prompt::Ids(ids) => Ok(Made {
+            ids: ids.clone(),
+            tokenizer: None,
+            rendered: None,
+        }),
+        Prompt::Text(text) => {
+            let t = tokenizer(o, stage)?;
+            Ok(Made {
+                ids: t.encode(text)?,
+                tokenizer: Some(t),
+                rendered: None,
+            })
+        }
+        Prompt::Chat { system, user } => {
+            let t = tokenizer(o, stage)?;
+            let mut messages = Vec::new();
+            if let Some(s) = system {
+                messages.push(ChatMessage::new("system", s));
+            }
+            messages.push(ChatMessage::new("user", user));
+            let (rendered, ids) = t.encode_chat(&messages, true)?;
+            Ok(Made {
+                ids,
+                tokenizer: Some(t),
+                rendered: Some(rendered),
+            })
+        }
+        Prompt::HiddenIn(_) => Err(DecodeError::Usage(
+            "--hidden-in is read by an output stage (--roles output)".into(),
+        )),
+    }
+}

