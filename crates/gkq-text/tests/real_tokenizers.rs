@@ -52,3 +52,46 @@ fn gemma3_ids_equal_llama_cpp() {
         "<end_of_turn> ends a generation"
     );
 }
+
+/// The second oracle: Hugging Face's `tokenizers` and `jinja2`
+/// (scripts/hf_tokenize.py) give the same ids for the texts, and the same
+/// rendered chat and ids for conversations through the GGUF's template.
+#[test]
+fn smollm2_ids_and_chat_equal_hugging_face() {
+    use gkq_text::ChatMessage;
+    let path = fixtures::smollm2();
+    let t = tokenizer(&path);
+    let cases = fixtures::tokenizer_cases("smollm2");
+    let chats: Vec<Vec<ChatMessage>> = vec![
+        vec![ChatMessage::new("user", "What is the capital of France?")],
+        vec![
+            ChatMessage::new("system", "You answer in one word."),
+            ChatMessage::new("user", "Café, 東京 or Москва? 🤖"),
+            ChatMessage::new("assistant", "Tokyo"),
+            ChatMessage::new("user", "Why?\n\n  Explain."),
+        ],
+    ];
+    let mut requests: Vec<serde_json::Value> = cases
+        .iter()
+        .map(|(_, text, _)| serde_json::json!({ "text": text }))
+        .collect();
+    for c in &chats {
+        let m: Vec<_> = c
+            .iter()
+            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+            .collect();
+        requests.push(serde_json::json!({ "messages": m }));
+    }
+    let answers = fixtures::gguf::hf_tokenize(&path, &requests).expect("hf_tokenize.py");
+    assert_eq!(answers.len(), requests.len());
+    for ((name, text, _), a) in cases.iter().zip(&answers) {
+        let want: Vec<u32> = serde_json::from_value(a["ids"].clone()).expect("ids");
+        assert_eq!(t.encode(text).expect("encode"), want, "{name}");
+    }
+    for (c, a) in chats.iter().zip(&answers[cases.len()..]) {
+        let (rendered, ids) = t.encode_chat(c, true).expect("chat");
+        assert_eq!(rendered, a["rendered"].as_str().expect("rendered"));
+        let want: Vec<u32> = serde_json::from_value(a["ids"].clone()).expect("ids");
+        assert_eq!(ids, want, "{rendered}");
+    }
+}
