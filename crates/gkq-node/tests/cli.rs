@@ -93,11 +93,11 @@ fn gkq_rows_json_and_sessions() {
     assert_eq!(v["misses"], 4);
 
     // human output: resolution and counters on stderr; rows on stdout with --f32
-    let o = run(&[&knot, "--tokens", "1", "--f32"]);
+    let o = run(&[&knot, "--tokens", "1", "--f32", "--dense"]);
     assert!(o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("resolution: Dense: no columnar URL configured"),
+        err.contains("resolution: Dense: the dense block was asked for (--dense)"),
         "{err}"
     );
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("1\t"));

@@ -16,13 +16,16 @@ use crate::config::{DEFAULT_CACHE_ROWS, ReaderConfig};
 /// [`NetArgs`].
 #[derive(Clone, Debug, clap::Args)]
 pub struct NodeArgs {
-    /// URL of the embedding row file (e.g. https://…/token_embd.f32.rows), or the package's base URL (https://…/v1 or https://…/v1/).
+    /// The row files on another host (a CDN, a copy): a row file URL (https://…/token_embd.f32.rows) or the package's base URL (https://…/v1/) [default: the row files next to the knot].
     #[arg(
         long = "columnar-embed",
         value_name = "URL",
         help_heading = "Row store"
     )]
     pub columnar_embed: Option<String>,
+    /// Read the embedding and lm_head from the knot's dense blocks (whole), not from row files.
+    #[arg(long, conflicts_with_all = ["columnar_embed", "require_columnar", "embed_dtype", "lm_head_dtype"], help_heading = "Row store")]
+    pub dense: bool,
     /// Fail instead of falling back to downloading the whole dense embedding when the row file cannot be used.
     #[arg(long = "require-columnar", help_heading = "Row store")]
     pub require_columnar: bool,
@@ -190,6 +193,7 @@ impl TryFrom<NodeArgs> for ReaderConfig {
     fn try_from(a: NodeArgs) -> Result<Self, String> {
         let mut c = ReaderConfig::try_from(a.net)?;
         c.columnar_embed = a.columnar_embed;
+        c.dense = a.dense;
         c.require_columnar = a.require_columnar;
         c.embed_dtype = a.embed_dtype;
         c.lm_head_dtype = a.lm_head_dtype;

@@ -51,8 +51,12 @@ impl Serve {
 pub struct ReaderConfig {
     /// Row file URL for the token embedding (`--columnar-embed`): the row
     /// file itself, or the base URL of the package (with or without the
-    /// trailing `/`).
+    /// trailing `/`). Default: the row files next to the knot (a package
+    /// is a directory); this points elsewhere (another host, a CDN).
     pub columnar_embed: Option<String>,
+    /// Read the embedding and lm_head from the knot's dense blocks, not
+    /// from row files (`--dense`).
+    pub dense: bool,
     /// Fail instead of falling back to the dense block when the columnar
     /// path cannot be used (`--require-columnar`; for CI and tests).
     pub require_columnar: bool,
@@ -105,6 +109,27 @@ pub struct ReaderConfig {
 }
 
 impl ReaderConfig {
+    /// Refuses a row source that cannot be what was meant: a
+    /// `columnar_embed` naming a knot or carrying credentials, `warm`
+    /// with `dense`.
+    pub(crate) fn check_row_source(&self) -> crate::Result<()> {
+        if let Some(url) = &self.columnar_embed {
+            // before anything could print it: a resolution reason, a warning
+            gkq_store::url::refuse_credentials(url)?;
+            if gkq_store::url::without_query(url).ends_with(".knot") {
+                return Err(crate::ReaderError::RowSource(format!(
+                    "--columnar-embed {url} names a knot, not a row file: leave the flag out (the row files next to the knot are used), or give a row file (…/token_embd.f32.rows) or the base URL of a copy of the package (https://cdn.example/model/v1/)"
+                )));
+            }
+        }
+        if self.warm && self.dense {
+            return Err(crate::ReaderError::RowSource(
+                "--warm seeds the row cache from the package's warm object, and --dense reads no rows: leave one of them out".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The defaults, with the disk cache in [`crate::default_cache_dir`].
     pub fn with_default_cache() -> ReaderConfig {
         ReaderConfig {

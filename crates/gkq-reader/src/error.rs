@@ -84,6 +84,10 @@ pub enum ReaderError {
         /// The vocabulary size.
         vocab: u64,
     },
+    /// A row source that cannot be what was meant (`--columnar-embed`
+    /// naming a knot, `--warm` with `--dense`).
+    #[error("{0}")]
+    RowSource(String),
     /// A tensor or role the knot does not have.
     #[error("{0}")]
     Missing(String),

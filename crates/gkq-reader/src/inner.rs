@@ -130,10 +130,7 @@ fn role_block(header: &KnotHeader, key: &str, location: &str) -> Result<String> 
 impl Inner {
     /// Opens a knot for the roles `serve` names (see [`crate::Reader::open`]).
     pub(crate) async fn open(location: &str, config: ReaderConfig, serve: Serve) -> Result<Inner> {
-        if let Some(url) = &config.columnar_embed {
-            // before anything could print it: a resolution reason, a warning
-            gkq_store::url::refuse_credentials(url)?;
-        }
+        config.check_row_source()?;
         let store = Arc::new(Store::new(config.store.clone())?);
         let trusted = config.knot_id.is_some() || !config.trust.is_empty();
         set_mirrors(&store, location, &config.mirrors, trusted)?;
@@ -184,6 +181,7 @@ impl Inner {
         let want = Want {
             url: self.config.columnar_embed.as_deref(),
             dtype: self.config.lm_head_dtype.map(|d| (d, "--lm-head-dtype")),
+            dense: self.config.dense,
         };
         let resolution = resolve_role(&self.knot, index, Use::Resident, want, &*self.store).await?;
         tracing::info!(lm_head = %name, path = ?resolution.kind(), reason = %resolution.reason(), "lm_head resolved");
@@ -203,6 +201,7 @@ impl Inner {
         let want = Want {
             url: config.columnar_embed.as_deref(),
             dtype: config.embed_dtype.map(|d| (d, "--embed-dtype")),
+            dense: config.dense,
         };
         let resolution = resolve_role(knot, index, Use::Rows, want, &*self.store).await?;
         if config.require_columnar && resolution.kind() != PathKind::Columnar {
@@ -387,6 +386,7 @@ impl Inner {
         let want = Want {
             url: self.config.columnar_embed.as_deref(),
             dtype: self.config.embed_dtype.map(|d| (d, "--embed-dtype")),
+            dense: self.config.dense,
         };
         resolve_role(&self.knot, index, Use::Rows, want, &*self.store).await
     }

@@ -139,7 +139,7 @@ fn resident(tensor: &str, c: &ColumnarPath) -> String {
 
 fn dense(cause: &DenseCause, used: Use) -> String {
     match cause {
-        DenseCause::NoUrl => "no columnar URL configured (--columnar-embed)".into(),
+        DenseCause::Asked => "the dense block was asked for (--dense)".into(),
         DenseCause::NotEligible { block } => {
             format!("block {block:?} does not have the COLUMNAR_ELIGIBLE flag")
         }

@@ -153,8 +153,8 @@ pub enum NoRuns {
 /// Why the dense block is read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DenseCause {
-    /// No columnar URL is configured.
-    NoUrl,
+    /// The dense block was asked for (`--dense`, [`crate::ReaderConfig::dense`]).
+    Asked,
     /// The block has no `COLUMNAR_ELIGIBLE` flag (or no row file).
     NotEligible {
         /// The block.
@@ -287,6 +287,15 @@ impl Resolution {
         }
     }
 
+    /// Whether a row file was meant but the dense block is read (one
+    /// that is missing, of the wrong length, unreachable, without a
+    /// proof, or that failed at use): worth a warning, since the dense
+    /// path pulls the whole matrix. Not when `--dense` asked for it or the
+    /// block has no row files.
+    pub fn rows_unused(&self) -> bool {
+        matches!(&self.path, ReadPath::Dense(c) if !matches!(c, DenseCause::Asked | DenseCause::NotEligible { .. }))
+    }
+
     /// Why this path, and why not the ones before it, in words.
     pub fn reason(&self) -> String {
         crate::reason::render(self)
@@ -308,6 +317,8 @@ pub(crate) struct Want<'a> {
     pub(crate) url: Option<&'a str>,
     /// A forced row file dtype, and its flag.
     pub(crate) dtype: Option<(DType, &'static str)>,
+    /// The dense block asked for.
+    pub(crate) dense: bool,
 }
 
 /// Resolves block `index` of `knot` for `used` (the embedding's rows, the
@@ -331,7 +342,8 @@ pub(crate) async fn resolve_role(
         return done(ReadPath::Spectral { rank });
     }
     let picked = match used {
-        Use::Rows => pick_rows(block, want.url, want.dtype),
+        _ if want.dense => Err(DenseCause::Asked),
+        Use::Rows => pick_rows(knot, block, want.url, want.dtype),
         Use::Resident => pick_resident(knot, block, want.url, want.dtype),
     };
     let (url, desc, choice) = match picked {
@@ -369,32 +381,33 @@ fn names(block: &Block) -> String {
 /// segment is the object name; otherwise, unless it looks like a row file
 /// name (`*.rows`, then a typo is reported rather than guessed), it is the
 /// package's base URL, with or without the trailing `/`, and the row file
-/// is `dtype`'s if given, else the narrowest `BLOCK_EXACT` one (FORMAT.md 3.4).
+/// is `dtype`'s if given, else the narrowest `BLOCK_EXACT` one (FORMAT.md 3.4);
+/// without a URL, that row file next to the knot (a package is a directory).
 fn pick_rows<'d>(
+    knot: &KnotHandle,
     block: &'d Block,
     url: Option<&str>,
     dtype: Option<(DType, &'static str)>,
 ) -> std::result::Result<(String, &'d ColumnarDescriptor, Choice), DenseCause> {
-    let Some(url) = url else {
-        return Err(DenseCause::NoUrl);
-    };
     if !block.is_columnar_eligible() || block.columnar.is_empty() {
         return Err(DenseCause::NotEligible {
             block: block.name.clone(),
         });
     }
     let descs = &block.columnar;
-    let path = gkq_store::url::without_query(url);
-    let last = path.rsplit('/').next().unwrap_or("");
-    if let Some(d) = descs.iter().find(|d| d.object == last) {
-        return Ok((url.to_owned(), d, Choice::NamedByUrl));
-    }
-    if last.ends_with(".rows") {
-        return Err(DenseCause::UnknownRowFile {
-            url: url.to_owned(),
-            block: block.name.clone(),
-            names: names(block),
-        });
+    if let Some(url) = url {
+        let path = gkq_store::url::without_query(url);
+        let last = path.rsplit('/').next().unwrap_or("");
+        if let Some(d) = descs.iter().find(|d| d.object == last) {
+            return Ok((url.to_owned(), d, Choice::NamedByUrl));
+        }
+        if last.ends_with(".rows") {
+            return Err(DenseCause::UnknownRowFile {
+                url: url.to_owned(),
+                block: block.name.clone(),
+                names: names(block),
+            });
+        }
     }
     let (d, choice) = match dtype {
         Some((want, flag)) => forced(block, want, flag)?,
@@ -416,7 +429,12 @@ fn pick_rows<'d>(
             )
         }
     };
-    Ok((gkq_store::url::join(path, &d.object), d, choice))
+    // a package is a directory: the row file next to the knot by default
+    let at = url.map_or_else(
+        || knot.sibling(&d.object),
+        |u| gkq_store::url::join(gkq_store::url::without_query(u), &d.object),
+    );
+    Ok((at, d, choice))
 }
 
 /// The row file of dtype `want` that `flag` forces, and the choice.

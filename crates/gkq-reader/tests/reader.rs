@@ -76,8 +76,10 @@ fn open_local_with_remote_rows(s: &Served) -> Reader {
     .expect("open")
 }
 
+/// Rows from `url`, or (`None`) the dense block.
 fn config(url: Option<String>) -> ReaderConfig {
     ReaderConfig {
+        dense: url.is_none(),
         columnar_embed: url,
         ..ReaderConfig::default()
     }
@@ -149,7 +151,7 @@ fn remote_open_reads_only_the_header() {
     assert_eq!(r.net_stats().requests, 1);
     // the dense fallback fetches the one block, checked against its digest
     let e = r.embedding().expect("embedding");
-    assert_eq!(e.resolution().path, ReadPath::Dense(DenseCause::NoUrl));
+    assert_eq!(e.resolution().path, ReadPath::Dense(DenseCause::Asked));
     let rows = e.rows(&[3u64, 4]).expect("rows");
     assert!(rows.bytes(1).expect("row") == dense_row(&s.out, 4, DType::F32).as_slice());
     assert_eq!(r.net_stats().requests, 2);

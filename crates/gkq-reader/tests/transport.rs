@@ -406,7 +406,7 @@ fn a_pinned_warm_restart_needs_no_server_and_a_changed_knot_is_noticed() {
     let _ = out;
 }
 
-/// Issue 34, item 7: a tied model read without `--columnar-embed` pulls its
+/// Issue 34, item 7: a tied model read from its dense block (`--dense`) pulls its
 /// one matrix once, for the rows and for the resident lm_head (it pulled
 /// the embedding block twice: 9.02 MB at the origin for a 4.83 MB knot).
 #[test]
@@ -422,7 +422,10 @@ fn a_tied_model_pulls_its_matrix_once_for_both_roles() {
     let (_, len, values) = local_block(&out, EMBED);
     let r = Reader::open(
         &format!("{}/m/model.knot", nginx.url()),
-        config(8192),
+        ReaderConfig {
+            dense: true,
+            ..config(8192)
+        },
         Serve::ALL,
     )
     .expect("open");

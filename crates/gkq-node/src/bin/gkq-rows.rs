@@ -21,14 +21,16 @@ const AFTER_HELP: &str = "\
 Examples:
   gkq-rows out/qwen2-tiny --tokens 1,2,3 --f32
       rows of a local package (a directory means its model.knot), printed as f32
-  gkq-rows https://HOST/qwen/v1/model.knot --columnar-embed https://HOST/qwen/v1/ -t 9707,11,1879 --json
-      the narrowest exact row file of the published package, verified row by row
+  gkq-rows https://HOST/qwen/v1/model.knot -t 9707,11,1879 --json
+      the narrowest exact row file next to the published knot, verified row by row
+  gkq-rows https://HOST/qwen/v1/model.knot --columnar-embed https://CDN/qwen/v1/ -t 9707,11,1879
+      the row files from another host (a CDN, a copy); --dense reads the knot's block instead
   gkq-rows https://HOST/qwen/v1/model.knot --knot-id 2e1e52fc… --sessions-file sessions.jsonl
       replay sessions through one warm cache, pinned to a knot id
 
 Output: the report (resolution, requests, bytes, time) goes to stderr; stdout gets the rows with --f32 (one line per id: ID<TAB>values) or one JSON object with --json, and nothing otherwise.
 
-When --columnar-embed is given but cannot be used (a typo, a server that is down, a row file of the wrong size, a missing or damaged proof object), the embedding falls back to the knot's dense block and a warning on stderr says why and what it costs; --require-columnar makes that an error.
+A package is a directory: the row files the knot names are read next to it. When they cannot be used (a typo in --columnar-embed, a server that is down, a row file of the wrong size, a missing or damaged proof object), the embedding falls back to the knot's dense block and a warning on stderr says why and what it costs; --require-columnar makes that an error.
 
 Exit status: 0 rows read; 1 error (bad ids, unreachable knot, --require-columnar refused the fallback); 2 usage error.";
 
@@ -151,17 +153,18 @@ fn human(label: &str, v: &Value) {
     );
 }
 
-/// A `--columnar-embed` that is not used is worth a warning: the dense
-/// fallback downloads the whole matrix.
+/// Row files that are not used are worth a warning: the dense fallback
+/// downloads the whole matrix.
 fn warn_fallback(a: &Args, reader: &Reader) {
-    let Some(url) = &a.embed.columnar_embed else {
-        return;
-    };
     let Ok(e) = reader.embedding() else { return };
     let res = e.resolution();
-    if res.kind() == gkq_reader::PathKind::Columnar {
+    if !res.rows_unused() {
         return;
     }
+    let rows = a.embed.columnar_embed.as_ref().map_or_else(
+        || "the row files next to the knot are".to_owned(),
+        |url| format!("--columnar-embed {url} is"),
+    );
     let bytes = reader
         .knot()
         .header()
@@ -170,7 +173,7 @@ fn warn_fallback(a: &Args, reader: &Reader) {
         .and_then(|i| reader.knot().header().payload_of(i))
         .map_or(0, |p| p.len);
     eprintln!(
-        "gkq-rows: warning: --columnar-embed {url} is not used; the embedding is read from the knot's {:?} block ({bytes} bytes) because: {}",
+        "gkq-rows: warning: {rows} not used; the embedding is read from the knot's {:?} block ({bytes} bytes) because: {}",
         res.kind(),
         res.reason()
     );
