@@ -33,6 +33,16 @@ pub enum VerifyError {
         /// What happened.
         reason: String,
     },
+    /// A published package (`gkq-verify URL`) could not be copied for the
+    /// checks: its knot unreachable, an object that fails to download, a
+    /// full temporary disk.
+    #[error("{url}: cannot fetch the package for the checks: {error}")]
+    Fetch {
+        /// The URL (or temporary file) that failed.
+        url: String,
+        /// Why.
+        error: String,
+    },
     /// The HTTP client could not be set up (a bad `--ca-cert` file).
     #[error(transparent)]
     Client(gkq_store::StoreError),

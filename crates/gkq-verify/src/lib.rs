@@ -96,6 +96,9 @@ pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
 /// plan (the options, the knot, the work items), run (in parallel, the
 /// remote check alongside), report.
 pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<VerifyReport> {
+    if let Some(url) = published(&opts.target) {
+        return verify_published(url, opts, progress);
+    }
     let started = Instant::now();
     let path = knot_path(&opts.target);
     let setup = checks::Setup::new(opts)?;
@@ -122,6 +125,38 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
         trusted: setup.trusted,
     };
     cx.verify(progress, started)
+}
+
+/// The target when it is an http(s) URL: a published package.
+fn published(target: &Path) -> Option<&str> {
+    target
+        .to_str()
+        .filter(|t| t.starts_with("http://") || t.starts_with("https://"))
+}
+
+/// `gkq-verify URL`: the package copied from `url` into a temporary
+/// directory (bounded by what its knot declares), checked there as a local
+/// package, and the published objects checked as `--url` checks them.
+fn verify_published(
+    url: &str,
+    opts: &VerifyOptions,
+    progress: &dyn Progress,
+) -> Result<VerifyReport> {
+    if let Some(given) = &opts.url {
+        return Err(VerifyError::BadUrl {
+            url: given.clone(),
+            reason: "the package to check is already a URL: leave --url out",
+        });
+    }
+    let http = checks::remote::client(opts)?;
+    let copy = checks::remote::fetch(&http, url)?;
+    drop(http);
+    let local = VerifyOptions {
+        target: copy.knot(),
+        url: Some(copy.base.clone()),
+        ..opts.clone()
+    };
+    verify_with(&local, progress)
 }
 
 /// The report of a knot that does not parse: the `knot` check alone.

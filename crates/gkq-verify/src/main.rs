@@ -20,6 +20,8 @@ Examples:
   gkq-verify out/ --url https://models.example/qwen/v1 --timeout 5
                                                     and the published objects over HTTP(S)
   gkq-verify out/ --trust-key publisher.pub.pem     and its signature (model.sig), file by file
+  gkq-verify https://models.example/qwen/v1/model.knot --trust-key publisher.pub.pem
+                                                    a published package in place, with no local copy
 
 Output: one tab-separated line per check, CHECK<TAB>PASS|FAIL|NOTE<TAB>detail, then result<TAB>PASS|FAIL; --json prints one object.
 
@@ -35,7 +37,7 @@ Exit status: 0 every check passed (NOTE lines are information, such as a lossy c
     after_help = EXAMPLES
 )]
 struct Args {
-    /// A gkq-pack output directory, or the knot file.
+    /// A gkq-pack output directory, the knot file, or the http(s) URL of a published package (https://…/v1/model.knot or https://…/v1/): every object it names is fetched into a temporary directory, checked there, and the published objects checked as --url checks them.
     target: PathBuf,
     /// The original Hugging Face model directory: check every tensor against it.
     #[arg(short, long, value_name = "MODEL_DIR")]

@@ -11,6 +11,8 @@ use fixtures::servers::{Fault, FaultServer, Nginx, NginxOptions, Staller};
 
 #[path = "gguf/mod.rs"]
 mod gguf;
+#[path = "published/mod.rs"]
+mod published;
 #[path = "quant/mod.rs"]
 mod quant;
 #[path = "signature/mod.rs"]

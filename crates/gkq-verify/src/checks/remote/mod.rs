@@ -23,8 +23,10 @@ use sha2::{Digest, Sha256};
 
 use crate::report::{CheckFindings, RemoteFinding};
 
+mod copy;
 mod derived;
 use crate::{VerifyError, VerifyOptions};
+pub(crate) use copy::fetch;
 
 pub(crate) struct RemoteOutcome {
     /// The server could not be reached at all: the checks did not run.
