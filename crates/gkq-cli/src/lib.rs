@@ -3,6 +3,8 @@
 //! `--version` line with the build's features, the subscriber that shows
 //! the libraries' `tracing` events, and the exit on error.
 
+mod failure;
+
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -111,15 +113,45 @@ pub fn exit(name: &str, result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<StdoutClosed>().is_some() => ExitCode::SUCCESS,
-        Err(e) => {
-            let err: &(dyn std::error::Error + 'static) = e.as_ref();
-            let mut text = gkq_format::error_chain(err);
-            if text.trim().is_empty() {
-                text = format!("{e:?}");
-            }
-            eprintln!("{name}: error: {text}");
-            ExitCode::from(1)
+        Err(e) => fail(name, 1, e.as_ref()),
+    }
+}
+
+pub use failure::{json_asked, json_failure};
+
+/// Reports `error` of tool `name` on stderr (one JSON object when the
+/// command line has `--json`, else `NAME: error: …`) and returns `code`.
+pub fn fail(name: &str, code: u8, error: &(dyn std::error::Error + 'static)) -> ExitCode {
+    if json_asked() {
+        eprintln!("{}", json_failure(name, None, error));
+    } else {
+        let mut text = gkq_format::error_chain(error);
+        if text.trim().is_empty() {
+            text = format!("{error:?}");
         }
+        eprintln!("{name}: error: {text}");
+    }
+    ExitCode::from(code)
+}
+
+/// Parses the command line as clap does, except that with `--json` a usage
+/// error is one JSON object on stderr (`kind` `usage`), exit 2 as always.
+pub fn parse<A: clap::Parser>(name: &str) -> A {
+    match A::try_parse() {
+        Ok(a) => a,
+        Err(e) if json_asked() && e.use_stderr() => {
+            let text = e.render().to_string();
+            let msg = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+                .to_owned();
+            let io = std::io::Error::other(msg);
+            eprintln!("{}", json_failure(name, Some("usage"), &io));
+            std::process::exit(2)
+        }
+        Err(e) => e.exit(),
     }
 }
 

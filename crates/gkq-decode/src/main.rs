@@ -10,6 +10,16 @@ use gkq_decode::run::{Args, Out, llama_cpp_flag};
 #[allow(unsafe_code)]
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
+    // llama.cpp's multi-letter single-dash flags (-ngl, -cnv…), which clap
+    // would read as -n with a value
+    if let Some(m) = std::env::args()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .filter(|a| a.starts_with('-') && !a.starts_with("--") && a.len() > 2)
+        .find_map(|a| llama_cpp_flag(&a))
+    {
+        return usage(&m);
+    }
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
@@ -18,8 +28,10 @@ fn main() -> ExitCode {
                 .get(clap::error::ContextKind::InvalidArg)
                 .map(|v| v.to_string());
             if let Some(m) = flag.as_deref().and_then(llama_cpp_flag) {
-                eprintln!("gkq-decode: usage: {m}");
-                return ExitCode::from(2);
+                return usage(&m);
+            }
+            if gkq_cli::json_asked() && e.use_stderr() {
+                return usage(e.render().to_string().lines().next().unwrap_or(""));
             }
             e.exit()
         }
@@ -36,10 +48,18 @@ fn main() -> ExitCode {
         Err(DecodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
         }
-        Err(DecodeError::Usage(m)) => {
-            eprintln!("gkq-decode: usage: {m}");
-            ExitCode::from(2)
-        }
+        Err(DecodeError::Usage(m)) => usage(&m),
         Err(e) => gkq_cli::exit("gkq-decode", Err(e.into())),
     }
+}
+
+/// A usage error: exit 2, as JSON with `--json`.
+fn usage(message: &str) -> ExitCode {
+    if gkq_cli::json_asked() {
+        let e = std::io::Error::other(message.trim_start_matches("error: ").to_owned());
+        eprintln!("{}", gkq_cli::json_failure("gkq-decode", Some("usage"), &e));
+    } else {
+        eprintln!("gkq-decode: usage: {message}");
+    }
+    ExitCode::from(2)
 }

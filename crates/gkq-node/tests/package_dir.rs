@@ -132,3 +132,39 @@ fn a_knot_as_the_row_source_and_warm_with_dense_are_refused() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("--dense reads no rows"), "{err}");
 }
+
+/// `--json` failures (issue 47 item 7): one JSON object on stderr with the
+/// kind, the message and what failed; the exit codes unchanged.
+#[test]
+fn json_failures_are_one_object_on_stderr() {
+    let (_tmp, _out, nginx, _proxy) = served();
+    let knot = format!("{}/pkg/v1/model.knot", nginx.url());
+    let o = rows(&[&knot, "-t", "5000", "--json", "--no-cache"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stderr).expect("one JSON object");
+    assert_eq!(v["tool"], "gkq-rows");
+    assert_eq!(v["error"]["kind"], "TokenOutOfRange", "{v}");
+    assert_eq!(v["error"]["row"], 5000, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("out of range")
+    );
+    let missing = format!("{}/pkg/v2/model.knot", nginx.url());
+    let o = rows(&[&missing, "-t", "1", "--json", "--no-cache"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stderr).expect("one JSON object");
+    assert_eq!(v["error"]["url"], missing.as_str(), "{v}");
+    // a usage error: exit 2, kind usage
+    let o = rows(&[&knot, "--json", "--no-such-flag"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&o.stderr).expect("one JSON object");
+    assert_eq!(v["error"]["kind"], "usage", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("--no-such-flag")
+    );
+}

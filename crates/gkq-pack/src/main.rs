@@ -383,12 +383,5 @@ fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gkq-pack: error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    gkq_cli::exit("gkq-pack", run(gkq_cli::parse::<Args>("gkq-pack")))
 }

@@ -141,6 +141,14 @@ pub enum SourceError {
         /// The path given.
         path: PathBuf,
     },
+    /// A `.gguf` path that does not exist.
+    #[error("{path}: no such GGUF file ({nearby})")]
+    NoGgufFile {
+        /// The path given.
+        path: PathBuf,
+        /// What its directory holds.
+        nearby: String,
+    },
     /// MODEL_DIR does not exist and is not a hub id.
     #[error(
         "{path}: no such directory (MODEL_DIR is a directory with config.json and safetensors files, or ORG/NAME of a model in the local Hugging Face cache)"

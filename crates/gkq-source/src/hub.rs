@@ -103,6 +103,15 @@ pub fn locate(arg: &Path) -> Result<Located> {
             path: arg.to_path_buf(),
         });
     }
+    if arg
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        return Err(SourceError::NoGgufFile {
+            path: arg.to_path_buf(),
+            nearby: gguf_files_near(arg),
+        });
+    }
     let id = arg.to_str().filter(|s| looks_like_id(s));
     let (Some(id), Some(cache)) = (id, hub_cache()) else {
         return Err(SourceError::NoModelDir {
@@ -133,6 +142,34 @@ pub fn locate(arg: &Path) -> Result<Located> {
         model_id: Some(id.to_owned()),
         revision: Some(rev),
     })
+}
+
+/// What the directory of a missing `.gguf` path holds: its GGUF files (the
+/// first eight), or why there are none to offer.
+fn gguf_files_near(path: &Path) -> String {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return format!("{} does not exist either", dir.display());
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.to_ascii_lowercase().ends_with(".gguf"))
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return format!("{} holds no .gguf file", dir.display());
+    }
+    let more = if names.len() > 8 { ", …" } else { "" };
+    names.truncate(8);
+    format!(
+        "the .gguf files in {}: {}{more}",
+        dir.display(),
+        names.join(", ")
+    )
 }
 
 #[cfg(test)]

@@ -140,10 +140,10 @@ fn emit(report: &VerifyReport, json: bool, quiet: bool) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = gkq_cli::parse::<Args>("gkq-verify");
     if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        eprintln!("gkq-verify: error: --timeout must be a positive number of seconds");
-        return ExitCode::from(2);
+        let e = std::io::Error::other("--timeout must be a positive number of seconds");
+        return gkq_cli::fail("gkq-verify", 2, &e);
     }
     let opts = VerifyOptions {
         target: args.target,
@@ -171,9 +171,6 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(e) => {
-            eprintln!("gkq-verify: error: {e}");
-            ExitCode::from(2)
-        }
+        Err(e) => gkq_cli::fail("gkq-verify", 2, &e),
     }
 }

@@ -77,7 +77,10 @@ fn env(k: &str) -> Option<String> {
 
 fn main() -> ExitCode {
     gkq_cli::init_logging();
-    gkq_cli::exit("cargo xtask upload", run(UploadArgs::parse()))
+    gkq_cli::exit(
+        "cargo xtask upload",
+        run(gkq_cli::parse::<UploadArgs>("r2-upload")),
+    )
 }
 
 /// The directory to publish: `package` itself, or its URL's package copied.

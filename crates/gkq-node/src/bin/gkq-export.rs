@@ -76,5 +76,5 @@ fn run(a: &Args) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     gkq_cli::init_logging();
-    gkq_cli::exit("gkq-export", run(&Args::parse()))
+    gkq_cli::exit("gkq-export", run(&gkq_cli::parse::<Args>("gkq-export")))
 }

@@ -296,5 +296,8 @@ fn run(a: &Args, started: std::time::Instant) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     gkq_cli::init_logging();
     let started = std::time::Instant::now();
-    gkq_cli::exit("gkq-inspect", run(&Args::parse(), started))
+    gkq_cli::exit(
+        "gkq-inspect",
+        run(&gkq_cli::parse::<Args>("gkq-inspect"), started),
+    )
 }

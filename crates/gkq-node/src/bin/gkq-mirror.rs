@@ -70,5 +70,5 @@ fn run(a: &Args) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     gkq_cli::init_logging();
-    gkq_cli::exit("gkq-mirror", run(&Args::parse()))
+    gkq_cli::exit("gkq-mirror", run(&gkq_cli::parse::<Args>("gkq-mirror")))
 }

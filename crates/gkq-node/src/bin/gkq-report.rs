@@ -78,5 +78,5 @@ fn run(a: &Args) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     gkq_cli::init_logging();
-    gkq_cli::exit("gkq-report", run(&Args::parse()))
+    gkq_cli::exit("gkq-report", run(&gkq_cli::parse::<Args>("gkq-report")))
 }

@@ -368,5 +368,5 @@ fn run(a: Args) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     gkq_cli::init_logging();
-    gkq_cli::exit("gkq-rows", run(Args::parse()))
+    gkq_cli::exit("gkq-rows", run(gkq_cli::parse::<Args>("gkq-rows")))
 }

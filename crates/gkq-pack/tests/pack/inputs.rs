@@ -359,3 +359,36 @@ fn help_examples_usage_and_suggestions() {
         .expect("version");
     assert!(String::from_utf8_lossy(&v.stdout).contains("(features: spectral)"));
 }
+
+/// A mistyped `.gguf` path is a missing GGUF file, with the GGUF files
+/// beside it (issue 47 item 9), not a missing model directory; with
+/// `--json`, the failure is one JSON object naming the file.
+#[test]
+fn a_mistyped_gguf_path_lists_the_gguf_files_beside_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    fs::write(tmp.path().join("SmolLM2-135M.Q4_1.gguf"), b"GGUF").expect("write");
+    let out = tmp.path().join("out");
+    let typo = tmp.path().join("SmolLM2-135M.Q4_l.gguf");
+    let err = fails(
+        &typo,
+        &out,
+        &[],
+        &[
+            "no such GGUF file",
+            "the .gguf files in",
+            "SmolLM2-135M.Q4_1.gguf",
+        ],
+    );
+    assert!(!err.contains("no such directory"), "{err}");
+    let r = run(&[
+        typo.to_str().expect("utf-8"),
+        "--out",
+        out.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    assert_eq!(r.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&r.stderr).expect("one JSON object");
+    assert_eq!(v["tool"], "gkq-pack");
+    assert_eq!(v["error"]["kind"], "NoGgufFile", "{v}");
+    assert_eq!(v["error"]["file"], typo.to_str().expect("utf-8"), "{v}");
+}

@@ -27,7 +27,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = gkq_cli::parse::<Args>("gkq-sign");
     let signed = gkq_sign::load_signing_key(&args.key, &args.password_env)
         .and_then(|key| gkq_sign::sign_named(&args.pkg_dir, &key, args.name.as_deref()));
     match signed {
@@ -48,9 +48,6 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("gkq-sign: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => gkq_cli::fail("gkq-sign", 1, &e),
     }
 }

@@ -65,10 +65,13 @@ fn a_clean_published_package_passes_at_its_knot_or_base_url() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("leave --url out"));
 }
 
+/// Damage done to the published copy.
+type Damage = Box<dyn FnOnce(&Path)>;
+
 #[test]
 fn each_tampered_published_object_is_named() {
     let p = packed_full();
-    let cases: Vec<(&str, Box<dyn FnOnce(&Path)>, Vec<&str>)> = vec![
+    let cases: Vec<(&str, Damage, Vec<&str>)> = vec![
         (
             "a byte of a row",
             Box::new(|d: &Path| flip(&d.join("token_embd.f32.rows"), 4 * 64 * 3 + 1)),

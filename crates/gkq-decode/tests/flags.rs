@@ -1,0 +1,194 @@
+//! The flags users bring from llama.cpp (issue 47 item 3): `-m`, `-f`,
+//! `-t`, `--temp` with `--top-k`, `--top-p` and `--seed`, and `-n -1`
+//! work; `-c 2048` and each other llama.cpp flag gkq-decode does not take
+//! get what it does instead (never clap's `-- -c` tip); `-p @file` says
+//! to give `-f`; with `--json`, a usage error is one JSON object.
+
+use std::path::Path;
+use std::process::Output;
+
+fn decode(args: &[&str]) -> Output {
+    fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"))
+        .args(args)
+        .output()
+        .expect("run gkq-decode")
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("json")
+}
+
+/// The committed tiny model with a context of 128 positions, packed, and
+/// a word-level tokenizer.json ("hello world cat" is ids 5, 17, 300) for
+/// --tokenizer.
+fn packed(dir: &Path) -> (String, String) {
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    for e in std::fs::read_dir(fixtures::committed_tiny()).expect("committed") {
+        let p = e.expect("entry").path();
+        std::fs::copy(&p, src.join(p.file_name().expect("name"))).expect("copy");
+    }
+    let cfg = src.join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cfg).expect("config")).expect("json");
+    v["max_position_embeddings"] = 128.into();
+    std::fs::write(&cfg, serde_json::to_vec_pretty(&v).expect("json")).expect("write");
+    let out = dir.join("pkg");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(&src, &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    let tok = dir.join("tokenizer.json");
+    std::fs::write(
+        &tok,
+        r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+            "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+            "model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":5,"world":17,"cat":300},"unk_token":"[UNK]"}}"#,
+    )
+    .expect("write");
+    (
+        out.join("model.knot").display().to_string(),
+        tok.display().to_string(),
+    )
+}
+
+/// Exit 2 and stderr holds every needle, never clap's `-- -x` tip.
+fn usage(o: &Output, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    println!("{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!err.contains("as a value, use"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} missing from: {err}");
+    }
+}
+
+#[test]
+fn the_llama_cpp_flags_that_work() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (knot, tok) = packed(tmp.path());
+    let base = json(&decode(&[
+        &knot,
+        "--prompt-ids",
+        "5,17,300",
+        "-n",
+        "6",
+        "--json",
+    ]));
+    // -m, -t 2, -f FILE: the same greedy tokens
+    let prompt = tmp.path().join("prompt.txt");
+    std::fs::write(&prompt, "hello world cat").expect("write");
+    let p = prompt.to_str().expect("utf-8");
+    let v = json(&decode(&[
+        "-m",
+        &knot,
+        "-t",
+        "2",
+        "-f",
+        p,
+        "--tokenizer",
+        &tok,
+        "-n",
+        "6",
+        "--json",
+    ]));
+    assert_eq!(v["prompt_ids"], serde_json::json!([5, 17, 300]), "{v}");
+    assert_eq!(v["tokens"], base["tokens"], "{v}");
+    assert_eq!(v["threads"], 2, "{v}");
+    // --temp 0 is greedy; --temp with --seed is repeatable, and samples
+    let g = json(&decode(&[
+        &knot,
+        "--prompt-ids",
+        "5,17,300",
+        "-n",
+        "6",
+        "--temp",
+        "0",
+        "--json",
+    ]));
+    assert_eq!(g["tokens"], base["tokens"]);
+    let sample = |seed: &str| {
+        json(&decode(&[
+            &knot,
+            "--prompt-ids",
+            "5,17,300",
+            "-n",
+            "24",
+            "--temp",
+            "5",
+            "--top-k",
+            "200",
+            "--top-p",
+            "0.99",
+            "--seed",
+            seed,
+            "--json",
+        ]))["tokens"]
+            .clone()
+    };
+    assert_eq!(sample("7"), sample("7"), "one seed, one sequence");
+    assert_ne!(sample("7"), sample("8"), "another seed, another sequence");
+    // -n -1: until an end token or the context's end (the tiny model has
+    // no end token and 128 positions: 125 new tokens after 3)
+    let all = json(&decode(&[
+        &knot,
+        "--prompt-ids",
+        "5,17,300",
+        "-n",
+        "-1",
+        "--json",
+    ]));
+    let n = all["tokens"].as_array().expect("tokens").len();
+    assert_eq!(n, 125, "{}", all["stop"]);
+}
+
+#[test]
+fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (knot, _) = packed(tmp.path());
+    usage(
+        &decode(&[&knot, "--prompt-ids", "1", "-c", "2048"]),
+        &["-c is a llama.cpp flag", "-n N"],
+    );
+    usage(
+        &decode(&[&knot, "--prompt-ids", "1", "--ctx-size=2048"]),
+        &["--ctx-size is a llama.cpp flag"],
+    );
+    for (flag, needle) in [
+        ("-ngl", "on the CPU"),
+        ("-b", "one batch"),
+        ("--repeat-penalty", "--temp, --top-k, --top-p and --seed"),
+        ("-cnv", "--chat TEXT"),
+        ("-hf", "nothing is downloaded"),
+        ("--mlock", "nothing to map or lock"),
+    ] {
+        usage(
+            &decode(&[&knot, "--prompt-ids", "1", flag, "1"]),
+            &[&format!("{flag} is a llama.cpp flag"), needle],
+        );
+    }
+    // -p @file: the file is not read as a prompt
+    let prompt = tmp.path().join("prompt.txt");
+    std::fs::write(&prompt, "hello").expect("write");
+    let at = format!("@{}", prompt.display());
+    usage(
+        &decode(&[&knot, "-p", &at]),
+        &[
+            "to read the prompt from the file",
+            &format!("-f {}", prompt.display()),
+        ],
+    );
+    // --json: one object on stderr, kind usage
+    let o = decode(&[&knot, "--prompt-ids", "1", "-c", "2048", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&o.stderr).expect("one JSON object");
+    assert_eq!(v["error"]["kind"], "usage", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("-c is a llama.cpp flag")
+    );
+}
