@@ -110,7 +110,7 @@ pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
 
 /// The tools a user runs: each crate, the binaries it builds, and the
 /// features `cargo xtask install` gives it.
-const TOOLS: [(&str, &[&str], &str); 5] = [
+const TOOLS: [(&str, &[&str], &str); 6] = [
     ("crates/gkq-pack", &["gkq-pack"], ""),
     ("crates/gkq-verify", &["gkq-verify"], ""),
     ("crates/gkq-sign", &["gkq-sign"], ""),
@@ -126,6 +126,8 @@ const TOOLS: [(&str, &[&str], &str); 5] = [
         "s3",
     ),
     ("crates/gkq-decode", &["gkq-decode"], "s3"),
+    // the uploader of `cargo xtask upload`, for CI runners without a checkout
+    ("crates/r2-upload", &["r2-upload"], ""),
 ];
 
 /// Every tool's binary name.

@@ -77,7 +77,7 @@ fn variant(debug: &str) -> Option<String> {
 
 /// The fields of a derived `Debug` that name what failed.
 fn named_fields(debug: &str) -> Vec<(String, Value)> {
-    const KEYS: [(&str, &str); 9] = [
+    const KEYS: [(&str, &str); 8] = [
         ("url: ", "url"),
         ("location: ", "url"),
         ("path: ", "file"),
@@ -86,7 +86,6 @@ fn named_fields(debug: &str) -> Vec<(String, Value)> {
         ("tensor: ", "tensor"),
         ("row: ", "row"),
         ("id: ", "row"),
-        ("name: ", "tensor"),
     ];
     let mut out = Vec::new();
     for (needle, key) in KEYS {
@@ -99,6 +98,10 @@ fn named_fields(debug: &str) -> Vec<(String, Value)> {
             continue;
         }
         if let Some(v) = value_at(&debug[at + needle.len()..]) {
+            // a row is a number (not a knot id)
+            if key == "row" && !v.is_u64() {
+                continue;
+            }
             let key = match (key, &v) {
                 ("url", Value::String(s)) if !s.contains("://") => "file",
                 _ => key,

@@ -54,11 +54,14 @@ fn fixture(tmp: &Path, preset: &str) -> PathBuf {
     dir
 }
 
-/// A fully dense decode of the local knot: no columnar URL.
+/// A fully dense decode of the local knot (`--dense`).
 fn dense(s: &Served) -> Generation {
     let mut st = Stage::open(
         s.out.join("model.knot").to_str().expect("utf8"),
-        ReaderConfig::default(),
+        ReaderConfig {
+            dense: true,
+            ..ReaderConfig::default()
+        },
         StageRoles::All,
         None,
     )

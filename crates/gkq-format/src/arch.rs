@@ -203,6 +203,23 @@ pub fn by_gguf(name: &str) -> Option<&'static Arch> {
     ARCHS.iter().find(|a| a.gguf == name)
 }
 
+/// The layer and the part a tensor name is, in either convention
+/// (`model.layers.3.mlp.down_proj.weight`, `blk.3.ffn_down.weight`), in
+/// any architecture of the table.
+pub fn layer_part(name: &str) -> Option<(usize, Part)> {
+    let (rest, gguf) = match name.strip_prefix("model.layers.") {
+        Some(r) => (r, false),
+        None => (name.strip_prefix("blk.")?, true),
+    };
+    let (layer, part) = rest.split_once('.')?;
+    let layer = layer.parse().ok()?;
+    ARCHS
+        .iter()
+        .flat_map(|a| a.parts)
+        .find(|(_, h, g)| if gguf { *g == part } else { *h == part })
+        .map(|(p, _, _)| (layer, *p))
+}
+
 /// The names of every architecture, for messages (`qwen2, llama, …`).
 pub fn names() -> String {
     ARCHS.iter().map(|a| a.name).collect::<Vec<_>>().join(", ")
@@ -254,6 +271,13 @@ mod tests {
             Some("blk.3.ffn_up.weight")
         );
         assert_eq!(llama.gguf_name("model.rotary.inv_freq"), None);
+        assert_eq!(
+            layer_part("model.layers.11.self_attn.v_proj.weight"),
+            Some((11, Part::V))
+        );
+        assert_eq!(layer_part("blk.0.ffn_down.weight"), Some((0, Part::Down)));
+        assert_eq!(layer_part("blk.x.ffn_down.weight"), None);
+        assert_eq!(layer_part("output.weight"), None);
         let g = by_hf("gemma3_text").expect("gemma3");
         assert_eq!(
             g.layer_tensor(2, Part::PostFfnNorm, true).as_deref(),

@@ -22,6 +22,7 @@ mod options;
 mod output;
 mod plan;
 mod prefetch;
+mod presets;
 mod quantize;
 mod report;
 mod roles;
@@ -45,6 +46,7 @@ pub use options::{COMPANION_FILES, PackOptions, TOOL};
 /// The points of the commit a test can stop a run at (`GKQ_PACK_CRASH_AT`).
 #[doc(hidden)]
 pub use output::CommitStep;
+pub use presets::{Mix, parse_quant};
 pub use report::{
     CastSummary, ColumnarReport, CompanionReport, FileReport, KnotFile, PackReport, QuantReport,
 };

@@ -69,14 +69,17 @@ struct Args {
     dtypes: Vec<DType>,
     /// Store every 2-D float weight matrix in TYPE, one of ggml's block
     /// types (FORMAT.md 3.5): q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
-    /// q6_k. 1-D tensors (norms, biases) stay as they are. Alone, it also
+    /// q6_k; or one of llama-quantize's file types (case-insensitive):
+    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K,
+    /// with its per-layer rules (Q4_K_M: attn_v and ffn_down of some layers
+    /// in q6_k). 1-D tensors (norms, biases) stay as they are. It also
     /// sets the two roles as llama-quantize does: the token embedding in
     /// TYPE, the lm_head in q6_k (q8_0 when TYPE is q8_0); a tied
-    /// embedding is the lm_head, so q6_k. Rows that are not whole blocks of
-    /// a K type fall back to q5_0 / q5_1 / q8_0, then f16 (the report
-    /// names each); a 32-value type has no fallback.
-    #[arg(long, value_name = "TYPE", value_parser = DType::parse_quantized, help_heading = "Quantization")]
-    quant: Option<DType>,
+    /// embedding is the lm_head, so q6_k. Rows that are not whole blocks
+    /// fall back as llama-quantize's do: q4_k / q5_k / q6_k to q5_0 / q5_1
+    /// / q8_0, then f16 (the report names each).
+    #[arg(long, value_name = "TYPE", value_parser = gkq_pack::parse_quant, help_heading = "Quantization")]
+    quant: Option<(DType, gkq_pack::Mix)>,
     /// The token embedding's type: a block type or f32, f16, bf16.
     #[arg(long, value_name = "TYPE", value_parser = DType::parse_row, help_heading = "Quantization")]
     token_embedding_type: Option<DType>,
@@ -342,7 +345,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         out_dir: args.out.context("--out is required")?,
         dtypes: args.dtypes,
         quant: gkq_pack::QuantOptions {
-            weights: args.quant,
+            weights: args.quant.map(|(d, _)| d),
+            mix: args.quant.map_or(gkq_pack::Mix::None, |(_, m)| m),
             token_embedding: args.token_embedding_type,
             output: args.output_tensor_type,
             allow_nonfinite: args.allow_nonfinite,

@@ -13,9 +13,11 @@
 //!   output's default.
 //! - A row length that is not a whole number of blocks falls back as
 //!   llama.cpp does: `Q4_K` → `Q5_0`, `Q5_K` → `Q5_1`, `Q6_K` → `Q8_0`, then
-//!   `F16` if the row is not a multiple of 32 either. A 32-value type has no
-//!   fallback: such a tensor is an error (llama-quantize's "unsupported
-//!   tensor size").
+//!   `F16` if the row is not a multiple of 32 either; a 32-value type to
+//!   `F16`. A type given for a role has no fallback: such a tensor is an
+//!   error (llama-quantize takes that type as given).
+//! - `--quant PRESET` (`presets.rs`) adds llama-quantize's per-layer rules
+//!   for `attn_v` and `ffn_down`.
 
 use std::collections::HashMap;
 
@@ -31,6 +33,8 @@ use crate::roles::RolePlan;
 pub struct QuantOptions {
     /// `--quant`: the type of the 2-D weight matrices.
     pub weights: Option<DType>,
+    /// `--quant PRESET`: llama-quantize's per-tensor rules on top of it.
+    pub mix: crate::Mix,
     /// `--token-embedding-type`.
     pub token_embedding: Option<DType>,
     /// `--output-tensor-type`.
@@ -87,8 +91,11 @@ fn default_output(weights: DType, cols: u64) -> DType {
     }
 }
 
-/// `asked` for a row of `cols` values, or its fallback (with the reason).
-fn fit(tensor: &str, asked: DType, cols: u64) -> Result<(DType, Option<String>)> {
+/// `asked` for a row of `cols` values, or its fallback (with the reason),
+/// as llama-quantize's `tensor_type_fallback`: a K type to its 32-value
+/// type, then f16; a 32-value type to f16. A type given explicitly for a
+/// role (`explicit`) has no fallback, as llama-quantize takes it as given.
+fn fit(tensor: &str, asked: DType, cols: u64, explicit: bool) -> Result<(DType, Option<String>)> {
     if asked.row_bytes(cols).is_some() {
         return Ok((asked, None));
     }
@@ -97,6 +104,10 @@ fn fit(tensor: &str, asked: DType, cols: u64) -> Result<(DType, Option<String>)>
         DType::Q4_K => DType::Q5_0,
         DType::Q5_K => DType::Q5_1,
         DType::Q6_K => DType::Q8_0,
+        _ if !explicit => {
+            let why = format!("{cols} values per row are not a multiple of {per}");
+            return Ok((DType::F16, Some(why)));
+        }
         _ => {
             return Err(PackError::QuantShape {
                 tensor: tensor.to_owned(),
@@ -137,14 +148,28 @@ pub(crate) fn decide(q: &QuantOptions, src: &SourceModel, roles: &RolePlan) -> R
     } else {
         q.token_embedding.or(q.weights)
     };
+    // llama.cpp's layer count for its mixes: the layers the names number
+    let layers = src
+        .tensors
+        .iter()
+        .filter_map(|t| gkq_format::arch::layer_part(&t.name))
+        .map(|(l, _)| l + 1)
+        .max()
+        .unwrap_or(0);
     for t in &src.tensors {
+        let is_output = output.is_some_and(|o| o.name == t.name);
+        let explicit = (t.name == roles.embed
+            && (q.token_embedding.is_some() || (roles.tied && q.output.is_some())))
+            || (is_output && q.output.is_some());
         let asked = if t.name == roles.embed {
             embed_type
-        } else if output.is_some_and(|o| o.name == t.name) {
+        } else if is_output {
             q.output
                 .or_else(|| q.weights.map(|w| default_output(w, t.shape[1])))
         } else if is_weight_matrix(t) {
+            let part = gkq_format::arch::layer_part(&t.name);
             q.weights
+                .map(|w| crate::presets::mixed(w, q.mix, part, layers))
         } else {
             None
         };
@@ -156,7 +181,7 @@ pub(crate) fn decide(q: &QuantOptions, src: &SourceModel, roles: &RolePlan) -> R
                 to: asked.to_string(),
             });
         }
-        let (stored, why) = fit(&t.name, asked, t.shape[1])?;
+        let (stored, why) = fit(&t.name, asked, t.shape[1], explicit)?;
         if let Some(reason) = why {
             plan.fallbacks.push(Fallback {
                 tensor: t.name.clone(),

@@ -251,11 +251,15 @@ fn the_signature_is_published_last_and_a_stale_one_refused() {
     // issue 42, item 1: a package signed as one name is not published under another
     gkq_sign::sign_named(&out, &k, Some("tiny/v3")).expect("sign named");
     let o = upload("other/v3");
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err: serde_json::Value = serde_json::from_slice(&o.stderr).expect("--json: one object");
+    let message = err["error"]["message"].as_str().unwrap_or("");
     assert!(
         !o.status.success()
-            && err.contains("signed as \"tiny/v3\"")
-            && err.contains("\"other/v3\""),
+            && message.contains("signed as \"tiny/v3\"")
+            && message.contains("\"other/v3\"")
+            && err["error"]["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("model.sig")),
         "{err}"
     );
     assert!(

@@ -435,7 +435,8 @@ fn bad_quantization_input_fails_cleanly() {
         "{err}"
     );
     assert!(!out.exists());
-    // a 32-value type cannot hold rows of 40 values, and has no fallback
+    // a 32-value type cannot hold rows of 40 values: f16, as llama-quantize
+    // falls back, unless the type was given for a role
     let narrow = tmp.path().join("narrow");
     let spec = fixtures::Spec {
         hidden: 40,
@@ -444,10 +445,23 @@ fn bad_quantization_input_fails_cleanly() {
         ..fixtures::Spec::tiny(fixtures::Arch::Llama, fixtures::FDtype::F32)
     };
     fixtures::write_model(&narrow, &spec).expect("fixture");
+    let r = packs(
+        &narrow,
+        &out,
+        &["--quant", "q4_0", "--json", "--force"],
+        "narrow q4_0",
+    );
+    let f = &json_report(&r)["fallbacks"][0];
+    assert_eq!(f["stored"], "f16", "{f}");
+    assert_eq!(
+        f["reason"], "40 values per row are not a multiple of 32",
+        "{f}"
+    );
+    std::fs::remove_dir_all(&out).expect("rm");
     fails(
         &narrow,
         &out,
-        &["--quant", "q4_0"],
+        &["--token-embedding-type", "q4_0"],
         &[
             "40 values per row are not a multiple of 32",
             "which has no fallback",

@@ -1,0 +1,109 @@
+//! llama-quantize's file types as `--quant` presets (`Q4_K_M`, `Q5_0`, …):
+//! each is a base type for the 2-D weight matrices and a mix, the
+//! per-tensor rules of llama.cpp's `llama_tensor_get_type_impl`
+//! (src/llama-quant.cpp of the llama-cpp-python 0.3.36 sdist) for the
+//! parts of our architectures. The roles (token embedding, lm_head) and
+//! the fallbacks of rows that are not whole blocks are the type plan's
+//! (`types.rs`), as for a single `--quant` type.
+
+use gkq_format::DType;
+use gkq_format::arch::Part;
+
+/// The per-tensor rules of a preset, on top of its base type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mix {
+    /// Every weight matrix in the base type (a single type, and the
+    /// `Q4_0`…`Q8_0`, `Q5_K_S` and `Q6_K` presets).
+    #[default]
+    None,
+    /// `Q4_K_S`: `attn_v` of the first 4 layers and `ffn_down` of the
+    /// first eighth in Q5_K.
+    SmallK,
+    /// `Q4_K_M`, `Q5_K_M`: `attn_v` and `ffn_down` of llama.cpp's
+    /// "use more bits" layers (the first and last eighth, every third
+    /// between) in Q6_K.
+    MediumK,
+}
+
+/// llama-quantize's file types: name, base type, mix.
+const PRESETS: &[(&str, DType, Mix)] = &[
+    ("q4_0", DType::Q4_0, Mix::None),
+    ("q4_1", DType::Q4_1, Mix::None),
+    ("q5_0", DType::Q5_0, Mix::None),
+    ("q5_1", DType::Q5_1, Mix::None),
+    ("q8_0", DType::Q8_0, Mix::None),
+    ("q4_k_s", DType::Q4_K, Mix::SmallK),
+    ("q4_k_m", DType::Q4_K, Mix::MediumK),
+    ("q5_k_s", DType::Q5_K, Mix::None),
+    ("q5_k_m", DType::Q5_K, Mix::MediumK),
+    ("q6_k", DType::Q6_K, Mix::None),
+];
+
+/// `--quant`: a preset (case-insensitive) or a single block type.
+pub fn parse_quant(s: &str) -> Result<(DType, Mix), String> {
+    let lower = s.trim().to_ascii_lowercase();
+    if let Some((_, d, m)) = PRESETS.iter().find(|(n, _, _)| *n == lower) {
+        return Ok((*d, *m));
+    }
+    DType::parse_quantized(s)
+        .map(|d| (d, Mix::None))
+        .map_err(|e| {
+            let names: Vec<String> = PRESETS.iter().map(|(n, _, _)| n.to_uppercase()).collect();
+            format!(
+                "{e}; or one of llama-quantize's file types: {}",
+                names.join(", ")
+            )
+        })
+}
+
+/// llama.cpp's `use_more_bits`.
+fn use_more_bits(i: usize, n: usize) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+}
+
+/// The type of a weight matrix that is `part` of layer `layer` (of
+/// `layers`) under `mix`, whose base type is `base`.
+pub(crate) fn mixed(base: DType, mix: Mix, part: Option<(usize, Part)>, layers: usize) -> DType {
+    let Some((i, part)) = part else { return base };
+    match (mix, part) {
+        (Mix::MediumK, Part::V | Part::Down) if use_more_bits(i, layers) => DType::Q6_K,
+        (Mix::SmallK, Part::V) if i < 4 => DType::Q5_K,
+        (Mix::SmallK, Part::Down) if i < layers / 8 => DType::Q5_K,
+        _ => base,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_and_single_types() {
+        assert_eq!(parse_quant("Q4_K_M"), Ok((DType::Q4_K, Mix::MediumK)));
+        assert_eq!(parse_quant("q5_k_s"), Ok((DType::Q5_K, Mix::None)));
+        assert_eq!(parse_quant("q4_k"), Ok((DType::Q4_K, Mix::None)));
+        let e = parse_quant("Q3_K_M").expect_err("not offered");
+        assert!(e.contains("Q4_K_M"), "{e}");
+    }
+
+    #[test]
+    fn more_bits_as_llama_cpp_for_24_layers() {
+        // Qwen2.5-0.5B: 24 layers; llama.cpp gives Q6_K to these
+        let six: Vec<usize> = (0..24)
+            .filter(|&i| mixed(DType::Q4_K, Mix::MediumK, Some((i, Part::Down)), 24) == DType::Q6_K)
+            .collect();
+        assert_eq!(six, [0, 1, 2, 5, 8, 11, 14, 17, 20, 21, 22, 23]);
+        assert_eq!(
+            mixed(DType::Q4_K, Mix::MediumK, Some((5, Part::Q)), 24),
+            DType::Q4_K
+        );
+        assert_eq!(
+            mixed(DType::Q4_K, Mix::SmallK, Some((3, Part::V)), 24),
+            DType::Q5_K
+        );
+        assert_eq!(
+            mixed(DType::Q4_K, Mix::SmallK, Some((3, Part::Down)), 24),
+            DType::Q4_K
+        );
+    }
+}
