@@ -1,4 +1,4 @@
-//! The README's walkthrough ("Publish your own model") runs as written
+//! The README's walkthroughs run as written: "Publish your own model"
 //! (issue 25): every `$ ` command of the section, in order, from an empty
 //! directory, with the tools the workspace built on PATH. Two things stand
 //! in for what this machine cannot reach: the MiniLM snapshot is laid out
@@ -7,7 +7,8 @@
 //! committed tiny Qwen2 (q4_0), and the servers of `cargo xtask
 //! local-servers` are started here on free ports, which replace 8014 and
 //! 8080 in the commands.
-//! `cargo xtask upload` runs the binary it builds, `r2-upload`. The test
+//! `cargo xtask upload` runs the binary it builds, `r2-upload`. "Publishing
+//! from CI" (issue 47) runs the same way, from installed binaries only. The test
 //! builds the tools first (the workspace's test build, a no-op inside
 //! `cargo test --workspace`), so it never runs stale binaries.
 
@@ -63,22 +64,10 @@ fn hub_cache(root: &Path, dir: &Path) -> PathBuf {
     hub
 }
 
-#[test]
-fn the_publish_walkthrough_runs_as_written() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("root");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
-    let cmds = commands(&readme, "## Publish your own model");
-    assert!(cmds.len() >= 6, "{cmds:?}");
-    let minilm = root.join("target/real-models/all-MiniLM-L6-v2");
-    assert!(
-        minilm.join("model.safetensors").exists(),
-        "run scripts/install-test-deps.sh (it fetches all-MiniLM-L6-v2)"
-    );
-    // build what the walkthrough runs: the workspace's test build, which
-    // builds every tool into target/debug (a no-op when this test runs
-    // inside `cargo test --workspace`, since the same build made it)
+/// Builds what the walkthroughs run: the workspace's test build, which
+/// builds every tool into target/debug (a no-op when this test runs inside
+/// `cargo test --workspace`, since the same build made it).
+fn build_tools(root: &Path) {
     // without the variables cargo sets for this test (CARGO_MANIFEST_DIR,
     // CARGO_PKG_*, ...): ring's build script watches CARGO_MANIFEST_DIR, so
     // with them the inner build would rebuild ring and all above it
@@ -103,6 +92,22 @@ fn the_publish_walkthrough_runs_as_written() {
         .status()
         .expect("cargo");
     assert!(built.success(), "building the tools failed");
+}
+
+#[test]
+fn the_publish_walkthrough_runs_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("root");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let cmds = commands(&readme, "## Publish your own model");
+    assert!(cmds.len() >= 6, "{cmds:?}");
+    let minilm = root.join("target/real-models/all-MiniLM-L6-v2");
+    assert!(
+        minilm.join("model.safetensors").exists(),
+        "run scripts/install-test-deps.sh (it fetches all-MiniLM-L6-v2)"
+    );
+    build_tools(root);
     let bins = bin_dir();
     let tmp = tempfile::tempdir().expect("tmp");
     let hub = hub_cache(tmp.path(), &minilm);
@@ -151,5 +156,81 @@ fn the_publish_walkthrough_runs_as_written() {
         );
         println!("$ {cmd}\n{out}{err}");
         assert!(o.status.success(), "$ {cmd}\n{out}{err}");
+    }
+}
+
+/// The CI recipe ("Publishing from CI") as written, from a directory outside
+/// the repository, with only the four tools it names copied into a bin
+/// directory and the system's /usr/bin and /bin on PATH: no cargo, no
+/// checkout, no target directory. The local S3 server and nginx stand in
+/// for R2 and its public URL; the model is the committed tiny Qwen2.
+#[test]
+fn the_ci_recipe_runs_from_installed_binaries() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("root");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let cmds = commands(&readme, "## Publishing from CI");
+    assert_eq!(cmds.len(), 7, "{cmds:?}");
+    build_tools(root);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    for tool in ["gkq-pack", "gkq-verify", "gkq-sign", "r2-upload"] {
+        std::fs::copy(bin_dir().join(tool), bin.join(tool)).expect("copy the tool");
+    }
+    let work = tmp.path().join("runner");
+    let model = work.join("my-model");
+    std::fs::create_dir_all(&model).expect("model");
+    for e in std::fs::read_dir(fixtures::committed_tiny()).expect("tiny") {
+        let p = e.expect("entry").path();
+        std::fs::copy(&p, model.join(p.file_name().expect("name"))).expect("copy");
+    }
+    let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs");
+    std::fs::create_dir_all(s3.data().join("models")).expect("bucket");
+    let nginx = Nginx::start(
+        s3.data(),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx");
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    for cmd in cmds {
+        let cmd = cmd
+            .replace(
+                "--bucket models",
+                &format!("--endpoint {} --bucket models", s3.url()),
+            )
+            .replace(
+                "https://models.example.com",
+                &format!("{}/models", nginx.url()),
+            );
+        let o = Command::new("/bin/bash")
+            .args(["-c", &cmd])
+            .current_dir(&work)
+            .env_clear()
+            .env("PATH", &path)
+            .env("HOME", tmp.path())
+            .env("XDG_CACHE_HOME", tmp.path().join("cache"))
+            .env("R2_ACCESS_KEY_ID", S3_ACCESS_KEY)
+            .env("R2_SECRET_ACCESS_KEY", S3_SECRET_KEY)
+            .output()
+            .expect("bash");
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        println!("$ {cmd}\n{out}{err}");
+        assert!(o.status.success(), "$ {cmd}\n{out}{err}");
+    }
+    // what the nodes read is there, signed under its name
+    let published = s3.data().join("models/my-model/v1");
+    for f in [
+        "model.knot",
+        "model.sig",
+        "token_embd.f32.rows",
+        "config.json",
+    ] {
+        assert!(published.join(f).is_file(), "{f} not published");
     }
 }

@@ -69,19 +69,35 @@ fn a_publisher_reports_on_their_own_model_and_text() {
     let nginx =
         Nginx::start(&www, &tmp.path().join("nginx"), &NginxOptions::default()).expect("nginx");
     let url = format!("{}/minilm/model.knot", nginx.url());
-    let o = report(&url, &["--json", "--url", "--no-cache"], &texts()[..1]);
+    // (every workload, the 3-session chat among them: the mean per session
+    // on both sides, on the row file the measured node read)
+    let o = report(&url, &["--json", "--url", "--no-cache"], &texts());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let line = &v["workloads"][0];
-    let f32_cost = line["cost"]
-        .as_array()
-        .expect("cost")
-        .iter()
-        .find(|c| c["dtype"] == "f32")
-        .expect("f32");
-    let measured = &line["measured"];
-    assert!(measured["requests"].as_u64().expect("requests") >= 1);
-    assert_eq!(measured["bytes"], f32_cost["total"], "{line}");
+    for line in v["workloads"].as_array().expect("workloads") {
+        assert_eq!(line["measured_object"], "token_embd.f32.rows", "{line}");
+        let f32_cost = line["cost"]
+            .as_array()
+            .expect("cost")
+            .iter()
+            .find(|c| c["dtype"] == "f32")
+            .expect("f32");
+        let measured = &line["measured"];
+        assert!(measured["requests"].as_u64().expect("requests") >= 1);
+        let (m, c) = (
+            measured["bytes"].as_u64().expect("bytes"),
+            f32_cost["total"].as_u64().expect("total"),
+        );
+        // means of integers, rounded on each side: at most 2 bytes apart
+        assert!(m.abs_diff(c) <= 2, "measured {m}, computed {c}: {line}");
+    }
+    let o = report(&url, &["--url", "--no-cache"], &texts());
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        md.contains("measured per cold session, on the f32 row file")
+            && md.contains("f32: bytes per cold session, computed"),
+        "{md}"
+    );
     // Markdown: one table line per workload
     let o = report(pkg.to_str().expect("utf8"), &[], &texts());
     let md = String::from_utf8_lossy(&o.stdout);
@@ -188,6 +204,10 @@ fn a_warm_object_warms_a_node_in_one_request_and_the_report_predicts_the_wire() 
     let m = &v["amortised"]["measured"];
     let prefetch_requests = m["warm"]["requests"].as_u64().expect("requests");
     assert!(prefetch_requests > 10, "the top 100 ids are scattered: {m}");
+    // the warm-up computed as the reader fetches it: the runs of the warm set
+    let c = amortised(&v, "f32");
+    assert_eq!(m["warm"]["requests"], c["warm_requests"], "{m} {c}");
+    assert_eq!(m["warm"]["bytes"], c["warm_bytes"], "{m} {c}");
     eprintln!("without a warm object: {m}");
     let ids = tmp.path().join("warm.json");
     std::fs::write(&ids, &o.stdout).expect("write");

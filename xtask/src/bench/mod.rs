@@ -7,6 +7,7 @@ mod coldstart;
 mod common;
 mod decode;
 mod fleet;
+mod llama_cpp;
 mod pack;
 mod quant;
 mod reader;
@@ -41,6 +42,8 @@ pub(crate) enum Which {
     Fleet,
     /// gkq-report on the qwen2.5-0.5b preset with the Qwen2.5 BPE and the six workloads of fixtures/texts, without and with a top-100 warm object: the warm-up's requests and the 100 sessions on the wire against the computed report.
     Report,
+    /// gkq-decode against llama.cpp (built from the llama-cpp-python sdist) on SmolLM2 and the qwen2.5-0.5b preset at q4_0: prefill and generation tok/s, time to first token, peak RSS, interleaved; a safetensors-born export loaded by llama.cpp; `--quant Q4_K_M` against llama-quantize's types.
+    LlamaCpp,
     /// A cold node ready at link speed: decode from a package behind a 100 MB/s link with 25 MB/s per response, against the sequential pull, curl --parallel and a local-file decode; warm restarts.
     Coldstart,
 }
@@ -65,5 +68,6 @@ pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Quant => quant::run(),
         Which::Fleet => fleet::run(),
         Which::Report => report::run(),
+        Which::LlamaCpp => llama_cpp::run(),
     }
 }

@@ -101,10 +101,19 @@ fn simulate<'a>(
     drawn: impl Iterator<Item = &'a [u32]>,
 ) -> AmortisedCost {
     let stride = f.row_bytes + f.record_len;
-    let warm_bytes = match (warm.is_empty(), warm_len) {
-        (true, _) => 0,
-        (false, Some(len)) => len,
-        (false, None) => f.table_len + warm.len() as u64 * stride,
+    // the warm object in one request, or (a warm set the texts chose) the
+    // chunk table and the warm rows' runs, as the reader prefetches them
+    let (warm_bytes, warm_requests) = match (warm.is_empty(), warm_len) {
+        (true, _) => (0, 0),
+        (false, Some(len)) => (len, 1),
+        (false, None) => {
+            let ids: HashSet<u32> = warm.iter().filter_map(|&i| u32::try_from(i).ok()).collect();
+            let runs = runs_of(&ids);
+            (
+                f.table_len + runs.iter().map(|r| r.count).sum::<u64>() * stride,
+                u64::from(f.table_len > 0) + runs.len() as u64 * f.requests_per_run,
+            )
+        }
     };
     let mut cache: HashSet<u64> = warm.iter().copied().collect();
     let mut table = !warm.is_empty();
@@ -135,7 +144,7 @@ fn simulate<'a>(
     AmortisedCost {
         dtype: f.dtype.clone(),
         warm_bytes,
-        warm_requests: u64::from(!warm.is_empty()),
+        warm_requests,
         cold_bytes,
         cold_requests,
         cold_round_trips,

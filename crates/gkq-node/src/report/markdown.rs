@@ -40,11 +40,22 @@ fn workloads(out: &mut String, r: &Report) {
     let heads: Vec<String> = r
         .files
         .iter()
-        .map(|f| format!("{} per cold session (saved)", f.dtype))
+        .map(|f| {
+            format!(
+                "{}: bytes per cold session, computed (saved vs dense)",
+                f.dtype
+            )
+        })
         .collect();
+    let on = r
+        .workloads
+        .iter()
+        .find_map(|w| w.measured_object.as_deref())
+        .and_then(|o| r.files.iter().find(|f| f.object == o))
+        .map_or(String::new(), |f| format!(", on the {} row file", f.dtype));
     let _ = writeln!(
         out,
-        "| workload | sessions | tokens | distinct ids | {} | measured (requests, round trips, bytes) |",
+        "| workload | sessions | tokens per session | distinct ids per session | {} | measured per cold session{on} (requests, round trips, bytes) |",
         heads.join(" | ")
     );
     let _ = writeln!(
@@ -78,7 +89,7 @@ fn amortised(out: &mut String, r: &Report) {
     let from = match a.warm_from {
         WarmFrom::Package => "the package's warm object",
         WarmFrom::Texts => {
-            "the texts' top ids, as a warm object would hold them (the package has none)"
+            "the texts' top ids (the package has no warm object: the warm-up fetches them as runs of rows)"
         }
     };
     let _ = writeln!(
@@ -88,7 +99,8 @@ fn amortised(out: &mut String, r: &Report) {
     );
     let _ = writeln!(
         out,
-        "| row file | warm-up (requests) | cold tail (requests, round trips) | total | saved vs dense per session |"
+        "| row file | warm-up bytes, once per node (requests) | cold tail bytes over the {} sessions (requests, round trips) | total bytes | saved vs dense per session |",
+        a.sessions
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|");
     for c in &a.cost {

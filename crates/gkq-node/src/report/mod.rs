@@ -111,9 +111,12 @@ pub struct WorkloadLine {
     pub distinct: f64,
     /// Mean cost of a cold session, per row file.
     pub cost: Vec<Cost>,
-    /// Measured on the first session with `--url`, on the row file a node
-    /// given the package's base URL reads.
+    /// With `--url`: each session of the workload fetched by a fresh node
+    /// given the package's URL, the mean per session (comparable with
+    /// `cost` on the row file that node reads, `measured_object`).
     pub measured: Option<Measured>,
+    /// The row file the measured nodes read.
+    pub measured_object: Option<String>,
 }
 
 /// The whole report.
@@ -247,7 +250,7 @@ fn tokenized(reader: &Reader, vocab: u64, o: &ReportOptions) -> Result<Vec<Workl
 fn workload_line(
     (name, sessions): &Workload,
     files: &[RowFile],
-    measured: Option<Measured>,
+    measured: Option<(String, Measured)>,
 ) -> WorkloadLine {
     let n = sessions.len() as f64;
     let distinct: Vec<HashSet<u32>> = sessions
@@ -273,8 +276,36 @@ fn workload_line(
         tokens: sessions.iter().map(Vec::len).sum::<usize>() as f64 / n,
         distinct: distinct.iter().map(HashSet::len).sum::<usize>() as f64 / n,
         cost,
-        measured,
+        measured_object: measured.as_ref().map(|m| m.0.clone()),
+        measured: measured.map(|m| m.1),
     }
+}
+
+/// Each session on a fresh node: the row file read and the mean per
+/// session, rounded.
+fn measure_each(
+    location: &str,
+    config: &ReaderConfig,
+    sessions: &[Vec<u32>],
+) -> Result<Option<(String, Measured)>, NodeError> {
+    let (mut object, mut sum) = (String::new(), Measured::default());
+    for s in sessions {
+        let (o, _, m) = amortise::measure(location, config, (false, &[]), [s.as_slice()])?;
+        object = o;
+        sum.requests += m.requests;
+        sum.round_trips += m.round_trips;
+        sum.bytes += m.bytes;
+    }
+    let n = sessions.len() as u64;
+    let mean = |v: u64| (v + n / 2) / n.max(1);
+    Ok((n > 0).then(|| {
+        let m = Measured {
+            requests: mean(sum.requests),
+            round_trips: mean(sum.round_trips),
+            bytes: mean(sum.bytes),
+        };
+        (object, m)
+    }))
 }
 
 /// The report of the package at `location` on the texts of `o`.
@@ -294,11 +325,9 @@ pub fn report(
     let all = tokenized(&reader, vocab, o)?;
     let mut workloads = Vec::new();
     for w in &all {
-        let measured = match (o.measure, w.1.first()) {
-            (true, Some(first)) => {
-                Some(amortise::measure(location, &config, (false, &[]), [first.as_slice()])?.2)
-            }
-            _ => None,
+        let measured = match o.measure {
+            true => measure_each(location, &config, &w.1)?,
+            false => None,
         };
         workloads.push(workload_line(w, &files, measured));
     }

@@ -1,0 +1,384 @@
+//! `cargo xtask bench llama-cpp` (issues 44, 45, 47): gkq-decode against
+//! llama.cpp, the runtime our operators already run, on the same GGUF, the
+//! same prompt ids, the same thread count, interleaved round by round (the
+//! machine is noisy): medians of prefill tok/s, generation tok/s, time to
+//! the first token from process start and peak RSS, as ratios. llama.cpp is
+//! built once from the llama-cpp-python sdist on PyPI (its
+//! `vendor/llama.cpp`), and `scripts/llama_driver.cpp` against its
+//! libllama runs it greedily from ids. Then two checks against llama.cpp's
+//! own tools: a safetensors-born package exported with `gkq-export --gguf`
+//! loads and runs in llama.cpp, and `gkq-pack --quant Q4_K_M` stores every
+//! tensor of the qwen2.5-0.5b preset in the type llama-quantize picks.
+//!
+//! `GKQ_LLAMA_CPP=DIR` uses an llama.cpp tree already built in `DIR/build`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use super::common::{bench_dir, median, release_bin};
+use crate::{root, run as run_cmd};
+
+const SDIST: &str = "llama-cpp-python==0.3.36";
+const SDIST_DIR: &str = "llama_cpp_python-0.3.36";
+/// This machine's CPU reports AMX but traps on it.
+const NO_AMX: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
+const ROUNDS: usize = 5;
+const THREADS: &str = "2";
+const NEW_TOKENS: &str = "64";
+
+/// The llama.cpp tree, built (libllama, llama-quantize), and the driver.
+fn llama_cpp() -> anyhow::Result<(PathBuf, PathBuf)> {
+    let src = match std::env::var_os("GKQ_LLAMA_CPP") {
+        Some(d) => PathBuf::from(d),
+        None => bench_dir()
+            .join("llama-cpp")
+            .join(SDIST_DIR)
+            .join("vendor/llama.cpp"),
+    };
+    let bin = src.join("build/bin");
+    if !bin.join("llama-quantize").exists() {
+        let top = bench_dir().join("llama-cpp");
+        std::fs::create_dir_all(&top)?;
+        eprintln!("bench: downloading the {SDIST} sdist from PyPI");
+        run_cmd(
+            Command::new("python3")
+                .args(["-m", "pip", "download", "--no-binary", ":all:"])
+                .args(["--no-deps", "--no-build-isolation", SDIST, "-d"])
+                .arg(&top),
+        )?;
+        run_cmd(
+            Command::new("tar")
+                .arg("xzf")
+                .arg(top.join(format!("{SDIST_DIR}.tar.gz")))
+                .arg("-C")
+                .arg(&top),
+        )?;
+        eprintln!("bench: building llama.cpp (about 10 minutes on 2 cores)");
+        run_cmd(
+            Command::new("cmake")
+                .arg("-S")
+                .arg(&src)
+                .arg("-B")
+                .arg(src.join("build"))
+                .args([
+                    "-DCMAKE_BUILD_TYPE=Release",
+                    "-DLLAMA_CURL=OFF",
+                    "-DLLAMA_OPENSSL=OFF",
+                    "-DGGML_NATIVE=ON",
+                    "-DLLAMA_BUILD_TESTS=OFF",
+                    "-DGGML_BUILD_TESTS=OFF",
+                ])
+                .arg(format!("-DCMAKE_C_FLAGS={NO_AMX}"))
+                .arg(format!("-DCMAKE_CXX_FLAGS={NO_AMX}")),
+        )?;
+        run_cmd(
+            Command::new("cmake")
+                .arg("--build")
+                .arg(src.join("build"))
+                .args(["-j", "2", "--target", "llama", "llama-quantize"]),
+        )?;
+    }
+    let driver = src.join("build/gkq_llama_driver");
+    let script = root().join("scripts/llama_driver.cpp");
+    let stale = |d: &Path| -> bool {
+        let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        m(d).is_none() || m(d) < m(&script)
+    };
+    if stale(&driver) {
+        run_cmd(
+            Command::new("g++")
+                .args(["-O2", "-std=c++17"])
+                .arg(format!("-I{}", src.join("include").display()))
+                .arg(format!("-I{}", src.join("ggml/include").display()))
+                .arg(&script)
+                .arg(format!("-L{}", bin.display()))
+                .args(["-lllama", "-lggml", "-lggml-base"])
+                .arg(format!("-Wl,-rpath,{}", bin.display()))
+                .arg("-o")
+                .arg(&driver),
+        )?;
+    }
+    Ok((bin, driver))
+}
+
+fn json_of(cmd: &mut Command) -> anyhow::Result<Value> {
+    let o = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !o.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let line = String::from_utf8_lossy(&o.stdout);
+    let last = line.lines().last().context("no JSON line")?;
+    Ok(serde_json::from_str(last)?)
+}
+
+/// The four figures of one run, llama.cpp's and gkq-decode's JSON alike.
+fn figures(v: &Value) -> anyhow::Result<[f64; 4]> {
+    let f = |k: &str| v[k].as_f64().with_context(|| format!("{k} in {v}"));
+    Ok([
+        f("prefill_tokens_per_second")?,
+        f("tokens_per_second")?,
+        f("time_to_first_token_from_start_ms")?,
+        f("peak_rss_bytes")? / 1e6,
+    ])
+}
+
+fn gkq(pkg: &Path, ids: &str) -> anyhow::Result<Value> {
+    json_of(Command::new(release_bin("gkq-decode")).arg(pkg).args([
+        "--prompt-ids",
+        ids,
+        "-n",
+        NEW_TOKENS,
+        "--ignore-eos",
+        "-t",
+        THREADS,
+        "--no-cache",
+        "--json",
+    ]))
+}
+
+fn llama(driver: &Path, gguf: &Path, ids: &str) -> anyhow::Result<Value> {
+    json_of(Command::new(driver).arg("-m").arg(gguf).args([
+        "-t",
+        THREADS,
+        "-n",
+        NEW_TOKENS,
+        "--ids",
+        ids,
+        "--ignore-eos",
+    ]))
+}
+
+/// The prompt ids of a gkq-decode prompt (`--chat TEXT` or `-f FILE`), by
+/// the package's own tokenizer (equal to llama.cpp's: the suite checks it).
+fn prompt_ids(pkg: &Path, prompt: &[&str]) -> anyhow::Result<String> {
+    let v = json_of(
+        Command::new(release_bin("gkq-decode"))
+            .arg(pkg)
+            .args(prompt)
+            .args(["-n", "1", "--no-cache", "--json"]),
+    )?;
+    let ids: Vec<String> = v["prompt_ids"]
+        .as_array()
+        .context("prompt_ids")?
+        .iter()
+        .map(|i| i.to_string())
+        .collect();
+    Ok(ids.join(","))
+}
+
+/// One model: rounds × prompts, the two runtimes alternating which goes
+/// first; the medians and the ratios.
+fn compare(
+    name: &str,
+    (pkg, gguf): (&Path, &Path),
+    driver: &Path,
+    prompts: &[(&str, String)],
+) -> anyhow::Result<()> {
+    let mut runs: BTreeMap<(&str, bool), Vec<[f64; 4]>> = BTreeMap::new();
+    for round in 0..ROUNDS {
+        for (p, ids) in prompts {
+            for first_gkq in [round % 2 == 0, round % 2 != 0] {
+                let v = match first_gkq {
+                    true => gkq(pkg, ids)?,
+                    false => llama(driver, gguf, ids)?,
+                };
+                runs.entry((*p, first_gkq)).or_default().push(figures(&v)?);
+            }
+        }
+        eprintln!("bench: {name}: round {} of {ROUNDS}", round + 1);
+    }
+    println!(
+        "\n{name}: medians over {ROUNDS} rounds, {THREADS} threads, {NEW_TOKENS} tokens generated (gkq-decode / llama.cpp = ratio)"
+    );
+    println!(
+        "| prompt | tokens | prefill tok/s | generation tok/s | time to first token (ms) | peak RSS (MB) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut all: [Vec<f64>; 4] = Default::default();
+    for (p, ids) in prompts {
+        let (g, l) = (&runs[&(*p, true)], &runs[&(*p, false)]);
+        let mut cells = Vec::new();
+        for (k, col) in all.iter_mut().enumerate() {
+            let (mg, ml) = (
+                median(g.iter().map(|f| f[k]).collect()),
+                median(l.iter().map(|f| f[k]).collect()),
+            );
+            col.push(mg / ml);
+            cells.push(format!("{mg:.1} / {ml:.1} = {:.2}×", mg / ml));
+        }
+        println!(
+            "| {p} | {} | {} |",
+            ids.split(',').count(),
+            cells.join(" | ")
+        );
+    }
+    let m: Vec<String> = all
+        .into_iter()
+        .map(|c| format!("{:.2}×", median(c)))
+        .collect();
+    println!("| median ratio | | {} |", m.join(" | "));
+    Ok(())
+}
+
+/// SmolLM2 (the real model, Q4_1) on a chat, a ~500-token document and code.
+fn smollm2(driver: &Path) -> anyhow::Result<()> {
+    let gguf = root().join("target/real-models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !gguf.exists() {
+        bail!("{}: run scripts/install-test-deps.sh", gguf.display());
+    }
+    let pkg = bench_dir().join("llama-cpp/smollm2");
+    run_cmd(
+        Command::new(release_bin("gkq-pack"))
+            .arg(&gguf)
+            .arg("--out")
+            .arg(&pkg)
+            .arg("--force"),
+    )?;
+    let texts = root().join("fixtures/texts");
+    let doc = texts.join("long_context.txt");
+    let code = texts.join("code.txt");
+    let prompts = vec![
+        (
+            "chat",
+            prompt_ids(
+                &pkg,
+                &[
+                    "--chat",
+                    "What is the capital of France? Answer in one sentence.",
+                ],
+            )?,
+        ),
+        (
+            "document",
+            prompt_ids(&pkg, &["-f", doc.to_str().context("utf8")?])?,
+        ),
+        (
+            "code",
+            prompt_ids(&pkg, &["-f", code.to_str().context("utf8")?])?,
+        ),
+    ];
+    compare(
+        "SmolLM2-135M-Instruct Q4_1",
+        (&pkg, &gguf),
+        driver,
+        &prompts,
+    )
+}
+
+/// Every tensor's type in a GGUF, by gguf-py.
+fn gguf_types(files: &[&Path]) -> anyhow::Result<BTreeMap<String, String>> {
+    let o = Command::new("python3")
+        .arg(root().join("scripts/gguf_dump.py"))
+        .args(files)
+        .output()?;
+    if !o.status.success() {
+        bail!("gguf_dump: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let v: Value = serde_json::from_slice(&o.stdout)?;
+    let mut m = BTreeMap::new();
+    for t in v["tensors"].as_array().context("tensors")? {
+        m.insert(
+            t["name"].as_str().context("name")?.to_owned(),
+            t["type"].as_str().context("type")?.to_owned(),
+        );
+    }
+    Ok(m)
+}
+
+/// The qwen2.5-0.5b preset: exported to GGUF from its bf16 package (llama.cpp
+/// must load it), quantized by llama-quantize and by `gkq-pack --quant`
+/// (the types must agree), then the q4_0 package against llama.cpp.
+fn preset(bin: &Path, driver: &Path) -> anyhow::Result<()> {
+    let model = super::common::model()?;
+    let dir = bench_dir().join("llama-cpp/preset");
+    std::fs::create_dir_all(&dir)?;
+    let pack = |out: &str, args: &[&str]| -> anyhow::Result<PathBuf> {
+        let p = dir.join(out);
+        run_cmd(
+            Command::new(release_bin("gkq-pack"))
+                .arg(&model)
+                .arg("--out")
+                .arg(&p)
+                .arg("--force")
+                .args(args),
+        )?;
+        Ok(p)
+    };
+    let export = |pkg: &Path, gguf: &Path| {
+        run_cmd(
+            Command::new(release_bin("gkq-export"))
+                .arg("--gguf")
+                .arg(gguf)
+                .arg(pkg)
+                .arg("--no-cache"),
+        )
+    };
+    // safetensors-born: bf16 package → GGUF → llama-quantize Q4_K_M
+    let bf16 = pack("bf16", &["--dtype", "bf16"])?;
+    let bf16_gguf = dir.join("bf16.gguf");
+    export(&bf16, &bf16_gguf)?;
+    let ids: Vec<String> = (0..32u32)
+        .map(|i| ((i * 4_729 + 17) % 151_936).to_string())
+        .collect();
+    let ids = ids.join(",");
+    let ran = llama(driver, &bf16_gguf, &ids)?;
+    println!(
+        "\nqwen2.5-0.5b preset, packed from safetensors at bf16 and exported with gkq-export --gguf: llama.cpp loads it and decodes {} tokens",
+        ran["tokens"].as_array().map_or(0, Vec::len)
+    );
+    let lq = dir.join("llama-quantize-q4_k_m.gguf");
+    run_cmd(
+        Command::new(bin.join("llama-quantize"))
+            .arg(&bf16_gguf)
+            .arg(&lq)
+            .arg("Q4_K_M"),
+    )?;
+    let ours = pack("q4_k_m", &["--quant", "Q4_K_M"])?;
+    let ours_gguf = dir.join("gkq-q4_k_m.gguf");
+    export(&ours, &ours_gguf)?;
+    let (want, got) = (gguf_types(&[&lq])?, gguf_types(&[&ours_gguf])?);
+    let differ: Vec<String> = want
+        .iter()
+        .filter(|(n, t)| got.get(*n) != Some(t))
+        .map(|(n, t)| format!("{n}: llama-quantize {t}, gkq-pack {:?}", got.get(n)))
+        .collect();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in want.values() {
+        *counts.entry(t.as_str()).or_default() += 1;
+    }
+    println!(
+        "--quant Q4_K_M on the preset: {} tensors, llama-quantize's types {counts:?}; {} differ",
+        want.len(),
+        differ.len()
+    );
+    for d in &differ {
+        println!("  {d}");
+    }
+    // the q4_0 package against llama.cpp on its export
+    let q4 = pack("q4_0", &["--quant", "Q4_0"])?;
+    let q4_gguf = dir.join("q4_0.gguf");
+    export(&q4, &q4_gguf)?;
+    compare(
+        "qwen2.5-0.5b preset Q4_0 (random weights)",
+        (&q4, &q4_gguf),
+        driver,
+        &[("32 ids", ids)],
+    )?;
+    if !differ.is_empty() {
+        bail!(
+            "--quant Q4_K_M differs from llama-quantize on {} tensors",
+            differ.len()
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    let (bin, driver) = llama_cpp()?;
+    smollm2(&driver)?;
+    preset(&bin, &driver)
+}
