@@ -40,7 +40,7 @@ fn llama_cpp() -> anyhow::Result<(PathBuf, PathBuf)> {
             .join("vendor/llama.cpp"),
     };
     let bin = src.join("build/bin");
-    if !bin.join("llama-quantize").exists() {
+    if !bin.join("llama-quantize").exists() || !bin.join("llama-tokenize").exists() {
         let top = bench_dir().join("llama-cpp");
         std::fs::create_dir_all(&top)?;
         eprintln!("bench: downloading the {SDIST} sdist from PyPI");
@@ -79,7 +79,14 @@ fn llama_cpp() -> anyhow::Result<(PathBuf, PathBuf)> {
             Command::new("cmake")
                 .arg("--build")
                 .arg(src.join("build"))
-                .args(["-j", "2", "--target", "llama", "llama-quantize"]),
+                .args([
+                    "-j",
+                    "2",
+                    "--target",
+                    "llama",
+                    "llama-quantize",
+                    "llama-tokenize",
+                ]),
         )?;
     }
     let driver = src.join("build/gkq_llama_driver");
@@ -289,6 +296,46 @@ fn gguf_types(files: &[&Path]) -> anyhow::Result<BTreeMap<String, String>> {
     Ok(m)
 }
 
+/// `gkq-pack --quant Q4_K_M` against llama-quantize on the same weights:
+/// the tensors whose types differ.
+fn quant_types(
+    bin: &Path,
+    bf16_gguf: &Path,
+    pack: &dyn Fn(&str, &[&str]) -> anyhow::Result<PathBuf>,
+    export: &dyn Fn(&Path, &Path) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<String>> {
+    let dir = bf16_gguf.parent().context("dir")?;
+    let lq = dir.join("llama-quantize-q4_k_m.gguf");
+    run_cmd(
+        Command::new(bin.join("llama-quantize"))
+            .arg(bf16_gguf)
+            .arg(&lq)
+            .arg("Q4_K_M"),
+    )?;
+    let ours = pack("q4_k_m", &["--quant", "Q4_K_M"])?;
+    let ours_gguf = dir.join("gkq-q4_k_m.gguf");
+    export(&ours, &ours_gguf)?;
+    let (want, got) = (gguf_types(&[&lq])?, gguf_types(&[&ours_gguf])?);
+    let differ: Vec<String> = want
+        .iter()
+        .filter(|(n, t)| got.get(*n) != Some(t))
+        .map(|(n, t)| format!("{n}: llama-quantize {t}, gkq-pack {:?}", got.get(n)))
+        .collect();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in want.values() {
+        *counts.entry(t.as_str()).or_default() += 1;
+    }
+    println!(
+        "--quant Q4_K_M on the preset: {} tensors, llama-quantize's types {counts:?}; {} differ",
+        want.len(),
+        differ.len()
+    );
+    for d in &differ {
+        println!("  {d}");
+    }
+    Ok(differ)
+}
+
 /// The qwen2.5-0.5b preset: exported to GGUF from its bf16 package (llama.cpp
 /// must load it), quantized by llama-quantize and by `gkq-pack --quant`
 /// (the types must agree), then the q4_0 package against llama.cpp.
@@ -330,34 +377,7 @@ fn preset(bin: &Path, driver: &Path) -> anyhow::Result<()> {
         "\nqwen2.5-0.5b preset, packed from safetensors at bf16 and exported with gkq-export --gguf: llama.cpp loads it and decodes {} tokens",
         ran["tokens"].as_array().map_or(0, Vec::len)
     );
-    let lq = dir.join("llama-quantize-q4_k_m.gguf");
-    run_cmd(
-        Command::new(bin.join("llama-quantize"))
-            .arg(&bf16_gguf)
-            .arg(&lq)
-            .arg("Q4_K_M"),
-    )?;
-    let ours = pack("q4_k_m", &["--quant", "Q4_K_M"])?;
-    let ours_gguf = dir.join("gkq-q4_k_m.gguf");
-    export(&ours, &ours_gguf)?;
-    let (want, got) = (gguf_types(&[&lq])?, gguf_types(&[&ours_gguf])?);
-    let differ: Vec<String> = want
-        .iter()
-        .filter(|(n, t)| got.get(*n) != Some(t))
-        .map(|(n, t)| format!("{n}: llama-quantize {t}, gkq-pack {:?}", got.get(n)))
-        .collect();
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for t in want.values() {
-        *counts.entry(t.as_str()).or_default() += 1;
-    }
-    println!(
-        "--quant Q4_K_M on the preset: {} tensors, llama-quantize's types {counts:?}; {} differ",
-        want.len(),
-        differ.len()
-    );
-    for d in &differ {
-        println!("  {d}");
-    }
+    let differ = quant_types(bin, &bf16_gguf, &pack, &export)?;
     // the q4_0 package against llama.cpp on its export
     let q4 = pack("q4_0", &["--quant", "Q4_0"])?;
     let q4_gguf = dir.join("q4_0.gguf");
@@ -377,8 +397,53 @@ fn preset(bin: &Path, driver: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The committed llama.cpp ids of the tokenizer texts (`fixtures/tokenizer`,
+/// which the suite checks gkq's tokenizer against) are llama-tokenize's.
+fn tokenizer(bin: &Path) -> anyhow::Result<()> {
+    let dir = bench_dir().join("llama-cpp/tokenize");
+    std::fs::create_dir_all(&dir)?;
+    let models = [
+        (
+            "smollm2",
+            root().join("target/real-models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        ),
+        (
+            "gemma3",
+            root().join("target/real-models/gemma-3-270m-q4_k_m.gguf"),
+        ),
+    ];
+    for (model, gguf) in models {
+        let cases = fixtures::tokenizer_cases(model);
+        for (name, text, want) in &cases {
+            let file = dir.join(format!("{name}.txt"));
+            std::fs::write(&file, text)?;
+            let o = Command::new(bin.join("llama-tokenize"))
+                .arg("-m")
+                .arg(&gguf)
+                .arg("-f")
+                .arg(&file)
+                .args(["--no-escape", "--ids", "--log-disable"])
+                .output()?;
+            let out = String::from_utf8_lossy(&o.stdout);
+            let line = out.lines().rev().find(|l| l.starts_with('[')).unwrap_or("");
+            let got: Vec<u32> = serde_json::from_str(line).unwrap_or_default();
+            if &got != want {
+                bail!(
+                    "{model} {name}: llama-tokenize gives {got:?}, fixtures/tokenizer holds {want:?}"
+                );
+            }
+        }
+        println!(
+            "tokenizer: {model}: llama-tokenize gives the committed ids on all {} texts",
+            cases.len()
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn run() -> anyhow::Result<()> {
     let (bin, driver) = llama_cpp()?;
+    tokenizer(&bin)?;
     smollm2(&driver)?;
     preset(&bin, &driver)
 }

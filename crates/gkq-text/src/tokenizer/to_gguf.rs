@@ -53,56 +53,9 @@ pub fn gguf_tokenizer_keys(json: &[u8], config: Option<&[u8]>) -> Result<Vec<(St
         return Err(bad(format!("a {} model, not BPE", model["type"])));
     }
     let pre = pre_name(&doc)?;
-    let vocab = model["vocab"]
-        .as_object()
-        .ok_or_else(|| bad("no model.vocab"))?;
-    let mut tokens: Vec<Option<String>> = Vec::new();
-    let mut types: Vec<i32> = Vec::new();
-    let mut put = |i: usize, t: &str, ty: i32| {
-        if tokens.len() <= i {
-            tokens.resize(i + 1, None);
-            types.resize(i + 1, 1);
-        }
-        tokens[i] = Some(t.to_owned());
-        types[i] = ty;
-    };
-    for (t, i) in vocab {
-        put(
-            id(i).ok_or_else(|| bad(format!("token {t:?} has no id")))?,
-            t,
-            1,
-        );
-    }
-    for a in doc["added_tokens"].as_array().into_iter().flatten() {
-        let (Some(i), Some(t)) = (id(&a["id"]), a["content"].as_str()) else {
-            continue;
-        };
-        put(i, t, if a["special"] == true { 3 } else { 4 });
-    }
-    // ids the tokenizer leaves unused (llama.cpp's converter pads them so)
-    let strings: GgufStrings = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| t.clone().unwrap_or_else(|| format!("[PAD{i}]")))
-        .collect::<Vec<String>>()
-        .iter()
-        .map(String::as_str)
-        .collect();
-    for (i, t) in tokens.iter().enumerate() {
-        if t.is_none() {
-            types[i] = 5;
-        }
-    }
-    let merges: Vec<String> = model["merges"]
-        .as_array()
-        .ok_or_else(|| bad("no model.merges"))?
-        .iter()
-        .filter_map(|m| match m {
-            Value::String(s) => Some(s.clone()),
-            Value::Array(p) => Some(format!("{} {}", p.first()?.as_str()?, p.get(1)?.as_str()?)),
-            _ => None,
-        })
-        .collect();
+    let (strings, types) = vocab_of(&doc)?;
+    let strings: GgufStrings = strings.iter().map(String::as_str).collect();
+    let merges = merges_of(model)?;
     let token_id = |key: &str| {
         let text = cfg[key].as_str().or_else(|| cfg[key]["content"].as_str())?;
         let i = strings.iter().position(|t| t == text)?;
@@ -150,4 +103,63 @@ pub fn gguf_tokenizer_keys(json: &[u8], config: Option<&[u8]>) -> Result<Vec<(St
         ));
     }
     Ok(kv)
+}
+
+/// Every id's token text and llama.cpp token type (1 normal, 3 control, 4
+/// user-defined, 5 unused): the vocabulary, then the added tokens.
+fn vocab_of(doc: &Value) -> Result<(Vec<String>, Vec<i32>)> {
+    let model = &doc["model"];
+    let vocab = model["vocab"]
+        .as_object()
+        .ok_or_else(|| bad("no model.vocab"))?;
+    let mut tokens: Vec<Option<String>> = Vec::new();
+    let mut types: Vec<i32> = Vec::new();
+    let mut put = |i: usize, t: &str, ty: i32| {
+        if tokens.len() <= i {
+            tokens.resize(i + 1, None);
+            types.resize(i + 1, 1);
+        }
+        tokens[i] = Some(t.to_owned());
+        types[i] = ty;
+    };
+    for (t, i) in vocab {
+        put(
+            id(i).ok_or_else(|| bad(format!("token {t:?} has no id")))?,
+            t,
+            1,
+        );
+    }
+    for a in doc["added_tokens"].as_array().into_iter().flatten() {
+        let (Some(i), Some(t)) = (id(&a["id"]), a["content"].as_str()) else {
+            continue;
+        };
+        put(i, t, if a["special"] == true { 3 } else { 4 });
+    }
+    // ids the tokenizer leaves unused (llama.cpp's converter pads them so)
+    let strings: Vec<String> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| t.clone().unwrap_or_else(|| format!("[PAD{i}]")))
+        .collect();
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_none() {
+            types[i] = 5;
+        }
+    }
+    Ok((strings, types))
+}
+
+/// The merges, as "a b" strings (either of tokenizer.json's spellings).
+fn merges_of(model: &Value) -> Result<Vec<String>> {
+    let merges: Vec<String> = model["merges"]
+        .as_array()
+        .ok_or_else(|| bad("no model.merges"))?
+        .iter()
+        .filter_map(|m| match m {
+            Value::String(s) => Some(s.clone()),
+            Value::Array(p) => Some(format!("{} {}", p.first()?.as_str()?, p.get(1)?.as_str()?)),
+            _ => None,
+        })
+        .collect();
+    Ok(merges)
 }
