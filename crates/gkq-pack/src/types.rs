@@ -100,15 +100,13 @@ fn fit(tensor: &str, asked: DType, cols: u64, explicit: bool) -> Result<(DType, 
         return Ok((asked, None));
     }
     let (per, _) = asked.block().expect("float types hold any row");
-    let second = match asked {
-        DType::Q4_K => DType::Q5_0,
-        DType::Q5_K => DType::Q5_1,
-        DType::Q6_K => DType::Q8_0,
-        _ if !explicit => {
+    let second = match asked.quant_fallback() {
+        Some(d) => d,
+        None if !explicit => {
             let why = format!("{cols} values per row are not a multiple of {per}");
             return Ok((DType::F16, Some(why)));
         }
-        _ => {
+        None => {
             return Err(PackError::QuantShape {
                 tensor: tensor.to_owned(),
                 dtype: asked,

@@ -183,3 +183,18 @@ pub fn logits_with(
         .to_dtype(candle_core::DType::F32)?
         .matmul(&weights.t()?)?)
 }
+
+#[cfg(all(test, feature = "candle"))]
+mod tests {
+    /// Every block type of gkq-format's table has candle's kernel: a ggml
+    /// type added there without one fails here.
+    #[test]
+    fn every_block_type_has_a_candle_kernel() {
+        for d in gkq_format::QUANTIZED {
+            let g = super::ggml_dtype(d).unwrap_or_else(|| panic!("{d}: no candle type"));
+            let (values, bytes) = d.block().expect("block");
+            assert_eq!(g.block_size() as u64, values, "{d}");
+            assert_eq!(g.type_size() as u64, bytes, "{d}");
+        }
+    }
+}

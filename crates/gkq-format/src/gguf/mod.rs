@@ -314,17 +314,12 @@ impl Gguf {
 
 /// The knot dtype of ggml type `code`, if the knot has it.
 pub fn dtype_of_ggml(code: u32) -> Option<DType> {
+    if let Some(d) = crate::quant::of_ggml(code) {
+        return Some(d);
+    }
     Some(match code {
         0 => DType::F32,
         1 => DType::F16,
-        2 => DType::Q4_0,
-        3 => DType::Q4_1,
-        6 => DType::Q5_0,
-        7 => DType::Q5_1,
-        8 => DType::Q8_0,
-        12 => DType::Q4_K,
-        13 => DType::Q5_K,
-        14 => DType::Q6_K,
         24 => DType::I8,
         25 => DType::I16,
         26 => DType::I32,

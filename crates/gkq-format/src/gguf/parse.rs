@@ -247,9 +247,14 @@ fn tensor_info(c: &mut Cursor<'_>) -> Result<GgufTensor> {
     }
     let ggml_type = c.u32(&name)?;
     let dtype = dtype_of_ggml(ggml_type).ok_or_else(|| {
+        let blocks: Vec<String> = crate::QUANTIZED
+            .iter()
+            .map(|d| d.name().to_ascii_uppercase())
+            .collect();
         bad(format!(
-            "{} is not a type a knot holds (it holds F32, F16, BF16, F64, I8 to I64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
-            super::ggml_type_name(ggml_type)
+            "{} is not a type a knot holds (it holds F32, F16, BF16, F64, I8 to I64, {})",
+            super::ggml_type_name(ggml_type),
+            blocks.join(", ")
         ))
     })?;
     let offset = c.u64(&name)?;

@@ -32,19 +32,94 @@ pub const QK: usize = 32;
 /// Values per super-block of the K types.
 pub const QK_K: usize = 256;
 
+/// One ggml block type: its block (values, bytes) and its kernels. The one
+/// table of what a block type is here; a new ggml type is an entry (and
+/// its kernels), and a test fails while a quantized `DType` has none.
+pub(crate) struct BlockType {
+    /// The dtype.
+    pub(crate) dtype: DType,
+    /// Values per block.
+    pub(crate) values: usize,
+    /// Bytes per block.
+    pub(crate) bytes: usize,
+    /// ggml's type code (GGUF's tensor type).
+    pub(crate) ggml: u32,
+    /// llama-quantize's `tensor_type_fallback` for rows the type cannot
+    /// fill: the next type it tries (f16 after that).
+    pub(crate) fallback: Option<DType>,
+    dequant: Dequant,
+    quant: Quantize,
+}
+
+/// A block's dequantization kernel: its bytes into its values.
+type Dequant = fn(&[u8], &mut [f32]);
+/// A block's reference quantizer: its values into its bytes.
+type Quantize = fn(&[f32], &mut [u8]);
+
+const fn entry(
+    (dtype, ggml): (DType, u32),
+    (values, bytes): (usize, usize),
+    fallback: Option<DType>,
+    (dequant, quant): (Dequant, Quantize),
+) -> BlockType {
+    BlockType {
+        dtype,
+        values,
+        bytes,
+        ggml,
+        fallback,
+        dequant,
+        quant,
+    }
+}
+
+/// ggml's block types, in code order.
+pub(crate) const BLOCK_TYPES: [BlockType; 8] = {
+    use DType::*;
+    use k::*;
+    use simple::*;
+    [
+        entry((Q4_0, 2), (QK, 18), None, (dequant_q4_0, quant_q4_0)),
+        entry((Q4_1, 3), (QK, 20), None, (dequant_q4_1, quant_q4_1)),
+        entry((Q5_0, 6), (QK, 22), None, (dequant_q5_0, quant_q5_0)),
+        entry((Q5_1, 7), (QK, 24), None, (dequant_q5_1, quant_q5_1)),
+        entry((Q8_0, 8), (QK, 34), None, (dequant_q8_0, quant_q8_0)),
+        entry(
+            (Q4_K, 12),
+            (QK_K, 144),
+            Some(Q5_0),
+            (dequant_q4_k, quant_q4_k),
+        ),
+        entry(
+            (Q5_K, 13),
+            (QK_K, 176),
+            Some(Q5_1),
+            (dequant_q5_k, quant_q5_k),
+        ),
+        entry(
+            (Q6_K, 14),
+            (QK_K, 210),
+            Some(Q8_0),
+            (dequant_q6_k, quant_q6_k),
+        ),
+    ]
+};
+
+/// The largest block, in bytes.
+const MAX_BLOCK_BYTES: usize = 210;
+
+pub(crate) fn block_type(dtype: DType) -> Option<&'static BlockType> {
+    BLOCK_TYPES.iter().find(|t| t.dtype == dtype)
+}
+
+/// The block type of ggml type code `ggml`.
+pub(crate) fn of_ggml(ggml: u32) -> Option<DType> {
+    BLOCK_TYPES.iter().find(|t| t.ggml == ggml).map(|t| t.dtype)
+}
+
 /// `(values, bytes)` of one block of `dtype`, for the block types.
 pub(crate) fn layout(dtype: DType) -> Option<(usize, usize)> {
-    Some(match dtype {
-        DType::Q4_0 => (QK, 18),
-        DType::Q4_1 => (QK, 20),
-        DType::Q5_0 => (QK, 22),
-        DType::Q5_1 => (QK, 24),
-        DType::Q8_0 => (QK, 34),
-        DType::Q4_K => (QK_K, 144),
-        DType::Q5_K => (QK_K, 176),
-        DType::Q6_K => (QK_K, 210),
-        _ => return None,
-    })
+    block_type(dtype).map(|t| (t.values, t.bytes))
 }
 
 /// An f32 as the f16 ggml stores (round to nearest, ties to even).
@@ -62,26 +137,17 @@ fn unhalf(b: [u8; 2]) -> f32 {
 /// blocks.
 pub fn dequantize(src: &[u8], dtype: DType, out: &mut Vec<f32>) -> bool {
     out.clear();
-    let Some((n, size)) = layout(dtype) else {
+    let Some(t) = block_type(dtype) else {
         return false;
     };
-    if !src.len().is_multiple_of(size) {
+    if !src.len().is_multiple_of(t.bytes) {
         return false;
     }
-    out.reserve(src.len() / size * n);
-    for b in src.chunks_exact(size) {
+    out.reserve(src.len() / t.bytes * t.values);
+    for b in src.chunks_exact(t.bytes) {
         let mut y = [0f32; QK_K];
-        let y = &mut y[..n];
-        match dtype {
-            DType::Q4_0 => simple::dequant_q4_0(b, y),
-            DType::Q4_1 => simple::dequant_q4_1(b, y),
-            DType::Q5_0 => simple::dequant_q5_0(b, y),
-            DType::Q5_1 => simple::dequant_q5_1(b, y),
-            DType::Q8_0 => simple::dequant_q8_0(b, y),
-            DType::Q4_K => k::dequant_q4_k(b, y),
-            DType::Q5_K => k::dequant_q5_k(b, y),
-            _ => k::dequant_q6_k(b, y),
-        }
+        let y = &mut y[..t.values];
+        (t.dequant)(b, y);
         out.extend_from_slice(y);
     }
     true
@@ -92,26 +158,17 @@ pub fn dequantize(src: &[u8], dtype: DType, out: &mut Vec<f32>) -> bool {
 /// not whole blocks. Non-finite values give deterministic but meaningless
 /// blocks: callers refuse them first (`gkq-pack` unless `--allow-nonfinite`).
 pub fn quantize(src: &[f32], dtype: DType, out: &mut Vec<u8>) -> bool {
-    let Some((n, size)) = layout(dtype) else {
+    let Some(t) = block_type(dtype) else {
         return false;
     };
-    if !src.len().is_multiple_of(n) {
+    if !src.len().is_multiple_of(t.values) {
         return false;
     }
-    out.reserve(src.len() / n * size);
-    for x in src.chunks_exact(n) {
-        let mut b = [0u8; 210];
-        let b = &mut b[..size];
-        match dtype {
-            DType::Q4_0 => simple::quant_q4_0(x, b),
-            DType::Q4_1 => simple::quant_q4_1(x, b),
-            DType::Q5_0 => simple::quant_q5_0(x, b),
-            DType::Q5_1 => simple::quant_q5_1(x, b),
-            DType::Q8_0 => simple::quant_q8_0(x, b),
-            DType::Q4_K => k::quant_q4_k(x, b),
-            DType::Q5_K => k::quant_q5_k(x, b),
-            _ => k::quant_q6_k(x, b),
-        }
+    out.reserve(src.len() / t.values * t.bytes);
+    for x in src.chunks_exact(t.values) {
+        let mut b = [0u8; MAX_BLOCK_BYTES];
+        let b = &mut b[..t.bytes];
+        (t.quant)(x, b);
         out.extend_from_slice(b);
     }
     true

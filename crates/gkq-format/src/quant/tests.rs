@@ -101,3 +101,25 @@ fn golden_vectors_are_the_documents() {
     }
     assert_eq!(seen, QUANTIZED.len());
 }
+
+/// Every dtype is a scalar type (an item size) or a block type of the
+/// table, with its kernels: a quantized `DType` added without an entry
+/// fails here (it would otherwise have no layout, and no kernel).
+#[test]
+fn every_dtype_is_scalar_or_a_block_type_with_kernels() {
+    for d in DType::ALL {
+        let scalar = d.itemsize() > 0;
+        let block = super::BLOCK_TYPES.iter().filter(|t| t.dtype == d).count();
+        assert!(
+            scalar != (block == 1) && block <= 1,
+            "{d}: item size {}, {block} block-type entries",
+            d.itemsize()
+        );
+    }
+    for (t, d) in super::BLOCK_TYPES.iter().zip(QUANTIZED) {
+        assert_eq!(t.dtype, d);
+        let mut out = Vec::new();
+        assert!(super::quantize(&vec![0.5; t.values], d, &mut out), "{d}");
+        assert_eq!(out.len(), t.bytes, "{d}");
+    }
+}
