@@ -173,7 +173,13 @@ fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), NodeError> {
             .any(|f| f == "tokenizer_config.json")
             .then(|| r.package_file("tokenizer_config.json"))
             .transpose()?;
-        kv.extend(gkq_text::gguf_tokenizer_keys(&json, cfg.as_deref())?);
+        // padded to the embedding's rows (the knot's, not a claimed size)
+        let vocab = header
+            .meta_str(gkq_format::keys::ROLE_TOKEN_EMBD)
+            .and_then(|n| header.blocks.iter().find(|b| b.name == n))
+            .and_then(|b| b.shape.first().copied())
+            .map_or(0, |v| v as usize);
+        kv.extend(gkq_text::gguf_tokenizer_keys(&json, cfg.as_deref(), vocab)?);
     }
     let heads = config["num_attention_heads"].as_u64().unwrap_or(1) as usize;
     let kv_heads = config["num_key_value_heads"]

@@ -16,6 +16,7 @@
 //! `output` (the atomic commit); `report` is what comes back.
 
 mod analyze;
+pub mod cli;
 mod companions;
 mod error;
 mod options;
@@ -30,6 +31,7 @@ mod rows;
 mod run;
 mod spectral;
 mod svd;
+mod text;
 mod types;
 mod warm;
 mod writeback;
@@ -51,6 +53,7 @@ pub use report::{
     CastSummary, ColumnarReport, CompanionReport, FileReport, KnotFile, PackReport, QuantReport,
 };
 pub use spectral::{SpectralReport, SpectralSpec, Target};
+pub use text::{analysis_text, text};
 pub use types::{Fallback, QuantOptions};
 pub use warm::{WarmOptions, WarmSetReport};
 

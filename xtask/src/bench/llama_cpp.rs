@@ -340,7 +340,8 @@ fn quant_types(
 /// must load it), quantized by llama-quantize and by `gkq-pack --quant`
 /// (the types must agree), then the q4_0 package against llama.cpp.
 fn preset(bin: &Path, driver: &Path) -> anyhow::Result<()> {
-    let model = super::common::model()?;
+    // with the Qwen2.5 tokenizer beside it: llama.cpp loads no GGUF without one
+    let model = super::report::model_with_tokenizer()?;
     let dir = bench_dir().join("llama-cpp/preset");
     std::fs::create_dir_all(&dir)?;
     let pack = |out: &str, args: &[&str]| -> anyhow::Result<PathBuf> {

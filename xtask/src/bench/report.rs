@@ -22,7 +22,7 @@ use super::common::{bench_dir, model, pack_args, release_bin};
 
 /// The preset's files with the Qwen2.5 tokenizer.json beside them (links,
 /// so the preset other benches pack stays as it is).
-fn model_with_tokenizer() -> anyhow::Result<PathBuf> {
+pub(crate) fn model_with_tokenizer() -> anyhow::Result<PathBuf> {
     let src = model()?;
     let dir = bench_dir().join("report-model");
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,0 +1,198 @@
+//! gkq-pack's flags (clap) and the options they ask for: the binary
+//! parses them and calls [`crate::pack`] or [`crate::analyze`].
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use gkq_format::DType;
+
+use crate::{PackOptions, Result};
+
+/// The features of this build, for `--version`.
+const FEATURES: &[&str] = if cfg!(feature = "spectral") {
+    &["spectral"]
+} else {
+    &[]
+};
+
+const AFTER_HELP: &str = "\
+Examples:
+  gkq-pack ./Qwen2.5-0.5B -o out/qwen                      f32 row files (the default)
+  gkq-pack ./Qwen2.5-0.5B -o out/qwen --dtype f32 --dtype bf16
+                                                           f32 blocks, f32 and bf16 row files
+  gkq-pack ./Qwen2.5-0.5B -o out/q4 --quant q4_0 --output-tensor-type q4_0
+                                                           4-bit weights, embedding and lm_head (ggml Q4_0)
+  gkq-pack Qwen/Qwen2.5-0.5B -o out/qwen --force           from the local Hugging Face cache, replacing out/qwen
+  gkq-pack ./model -o out/m --spectral 'model.layers.*.self_attn.k_proj.weight=rank:64'
+  gkq-pack ./model --analyze                               which tensors are low-rank (writes nothing)
+
+Output: the report (files, digests, the knot id) goes to stderr, with a progress bar on a terminal; --json prints one object on stdout instead; --quiet prints nothing.
+
+Exit status: 0 packed; 1 error (nothing is left behind: an existing OUT_DIR keeps its old package); 2 usage error.";
+
+/// Pack a Hugging Face model directory into a GKQ v2 knot and columnar row files.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "gkq-pack",
+    version = gkq_cli::version_line(FEATURES),
+    override_usage = "gkq-pack <MODEL_DIR> --out <OUT_DIR> [OPTIONS]\n       gkq-pack <MODEL_DIR> --analyze",
+    after_help = AFTER_HELP
+)]
+pub struct Args {
+    /// Model directory (config.json plus model.safetensors, or shards with
+    /// model.safetensors.index.json), or ORG/NAME of a model in the local
+    /// Hugging Face cache (HF_HUB_CACHE, HF_HOME; nothing is downloaded).
+    pub model_dir: PathBuf,
+    /// Output directory (must not exist unless --force).
+    #[arg(
+        short,
+        long,
+        value_name = "OUT_DIR",
+        required_unless_present = "analyze"
+    )]
+    pub out: Option<PathBuf>,
+    /// Write nothing: print, for every 2-D float tensor, the singular value
+    /// spectrum (rank for 99 %, 99.9 %, 99.99 % of the energy), the relative
+    /// Frobenius error at ranks 32, 64, 128, 256, and the bytes a spectral
+    /// block would take there (quant 0 with 16-bit factors, quant 1 u8)
+    /// against the dense bytes. Computed in f64 with faer, on one thread.
+    #[arg(long, conflicts_with = "out", help_heading = "Low-rank blocks")]
+    pub analyze: bool,
+    /// Row file dtype, repeatable; the first is also the dtype of the
+    /// embedding's and lm_head's dense blocks unless a type below sets it.
+    /// Accepted: f32, f16, bf16 (and fp32, float32, fp16, float16, half,
+    /// bfloat16), or a block type (q8_0, q4_0, ...; rows of a float block in
+    /// a block type are lossy: a node takes them only when asked). Default:
+    /// f32, or with a block-type role only that type's rows.
+    #[arg(short, long = "dtype", value_name = "DTYPE", value_parser = DType::parse_row)]
+    pub dtypes: Vec<DType>,
+    /// Store every 2-D float weight matrix in TYPE, one of ggml's block
+    /// types (FORMAT.md 3.5): q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
+    /// q6_k; or one of llama-quantize's file types (case-insensitive):
+    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K,
+    /// with its per-layer rules (Q4_K_M: attn_v and ffn_down of some layers
+    /// in q6_k). 1-D tensors (norms, biases) stay as they are. It also
+    /// sets the two roles as llama-quantize does: the token embedding in
+    /// TYPE, the lm_head in q6_k (q8_0 when TYPE is q8_0); a tied
+    /// embedding is the lm_head, so q6_k. Rows that are not whole blocks
+    /// fall back as llama-quantize's do: q4_k / q5_k / q6_k to q5_0 / q5_1
+    /// / q8_0, then f16 (the report names each).
+    #[arg(long, value_name = "TYPE", value_parser = crate::parse_quant, help_heading = "Quantization")]
+    pub quant: Option<(DType, crate::Mix)>,
+    /// The token embedding's type: a block type or f32, f16, bf16.
+    #[arg(long, value_name = "TYPE", value_parser = DType::parse_row, help_heading = "Quantization")]
+    pub token_embedding_type: Option<DType>,
+    /// The lm_head's type: a block type or f32, f16, bf16. In a tied model
+    /// it is the embedding's, and differing types are refused.
+    #[arg(long, value_name = "TYPE", value_parser = DType::parse_row, help_heading = "Quantization")]
+    pub output_tensor_type: Option<DType>,
+    /// Quantize tensors that hold NaN or infinities (refused by default,
+    /// naming the tensor, row and column).
+    #[arg(long, help_heading = "Quantization")]
+    pub allow_nonfinite: bool,
+    /// Replace the contents of an existing output directory.
+    #[arg(short, long)]
+    pub force: bool,
+    /// Accept narrowing casts that turn finite values into infinities.
+    #[arg(long)]
+    pub allow_lossy: bool,
+    /// Name of the token-embedding tensor (default: from config.json).
+    #[arg(long, value_name = "NAME", help_heading = "Source")]
+    pub embed_tensor: Option<String>,
+    /// Name of the lm_head tensor (default: from config.json).
+    #[arg(long, value_name = "NAME", help_heading = "Source")]
+    pub lm_head_tensor: Option<String>,
+    /// Model id recorded as source.model_id (default: read from a Hugging
+    /// Face cache path, models--ORG--NAME/snapshots/REV; else none).
+    #[arg(long, value_name = "ORG/NAME", help_heading = "Source")]
+    pub model_id: Option<String>,
+    /// Revision recorded as source.revision (default: from a Hugging Face
+    /// cache path; else none).
+    #[arg(long, value_name = "REV", help_heading = "Source")]
+    pub revision: Option<String>,
+    /// Store the tensors whose names match PATTERN (a glob: `*`, `?`,
+    /// `[...]`) as rank-K spectral blocks (FORMAT.md section 5), repeatable.
+    /// SPEC is `rank:K` or `energy:X` (the smallest K keeping at least X of
+    /// the energy Σσ²), then optionally `,quant:u8` (u8 per-row affine
+    /// factors) or `,factors:f32|f16|bf16` (default: the tensor's dtype).
+    /// The embedding and lm_head are refused; a pattern matching nothing is
+    /// an error. Example: 'model.layers.*.self_attn.k_proj.weight=rank:64'.
+    #[arg(
+        long = "spectral",
+        value_name = "PATTERN=SPEC",
+        conflicts_with = "analyze",
+        help_heading = "Low-rank blocks"
+    )]
+    pub spectral: Vec<String>,
+    /// Write no runs objects (`<row file>.runs`: each row with its Merkle
+    /// path, so a node fetches a run of rows and its proof in one range;
+    /// they add about 1.1 × each row file). Nodes then fetch rows and
+    /// proofs from two objects, two requests per run.
+    #[arg(long)]
+    pub no_runs: bool,
+    /// Write a warm object next to each row file of the token embedding
+    /// (`<row file>.warm`: the K rows most sessions need, with everything
+    /// that verifies them, so a cold node seeds its cache with one range
+    /// request). K ids: the most needed ones of --warm-corpus, or at most
+    /// K of --warm-ids.
+    #[arg(long, value_name = "K", help_heading = "Warm set")]
+    pub warm_set: Option<usize>,
+    /// Text files to rank ids by: each .txt file one session, each line of
+    /// a .jsonl file one session ({"text": …} or {"messages": […]}),
+    /// tokenized with the model's tokenizer.json as a node would. An id
+    /// ranks by the number of sessions that use it.
+    #[arg(long, value_name = "FILE", num_args = 1.., help_heading = "Warm set")]
+    pub warm_corpus: Vec<PathBuf>,
+    /// A file of token ids, most needed first (decimals separated by
+    /// commas or white space, a JSON array, or `gkq-report --json`'s
+    /// output, whose warm_ids it takes).
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Warm set",
+        conflicts_with = "warm_corpus"
+    )]
+    pub warm_ids: Option<PathBuf>,
+    /// Print one JSON object on stdout.
+    #[arg(long, help_heading = "Output")]
+    pub json: bool,
+    /// No human output and no progress bar.
+    #[arg(short, long, help_heading = "Output")]
+    pub quiet: bool,
+}
+
+impl Args {
+    /// The options these flags ask for, writing to `out_dir` (`--out`).
+    pub fn options(&self, out_dir: PathBuf) -> Result<PackOptions> {
+        let args = self.clone();
+        Ok(PackOptions {
+            model_dir: args.model_dir,
+            out_dir,
+            dtypes: args.dtypes,
+            quant: crate::QuantOptions {
+                weights: args.quant.map(|(d, _)| d),
+                mix: args.quant.map_or(crate::Mix::None, |(_, m)| m),
+                token_embedding: args.token_embedding_type,
+                output: args.output_tensor_type,
+                allow_nonfinite: args.allow_nonfinite,
+            },
+            embed_tensor: args.embed_tensor,
+            lm_head_tensor: args.lm_head_tensor,
+            force: args.force,
+            allow_lossy: args.allow_lossy,
+            model_id: args.model_id,
+            revision: args.revision,
+            spectral: args
+                .spectral
+                .iter()
+                .map(|s| s.parse())
+                .collect::<Result<_, _>>()?,
+            runs: !args.no_runs,
+            warm: crate::WarmOptions {
+                k: args.warm_set,
+                corpus: args.warm_corpus,
+                ids: args.warm_ids,
+            },
+        })
+    }
+}
