@@ -18,7 +18,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use gkq_format::gguf::{self, Gguf, GgufTensorOut, GgufValue};
-use gkq_format::{Block, Encoding};
+use gkq_format::{Block, DType, Encoding};
 use gkq_reader::{PullPlan, Pulled, Reader};
 
 use crate::NodeError;
@@ -50,6 +50,10 @@ struct Planned {
     name: String,
     block: String,
     permute_heads: Option<usize>,
+    /// Widened exactly to f32 on the way out: a 1-D f16/bf16 block of a
+    /// safetensors-born package (norms, biases), which llama.cpp's
+    /// converter writes as F32 and its CPU kernels need as F32.
+    widen: bool,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> NodeError + '_ {
@@ -154,6 +158,7 @@ fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), NodeError> {
                 name: b.name.clone(),
                 block: b.name.clone(),
                 permute_heads: None,
+                widen: false,
             })
             .collect();
         return Ok((
@@ -199,6 +204,7 @@ fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), NodeError> {
             name,
             block: b.name.clone(),
             permute_heads,
+            widen: b.shape.len() == 1 && matches!(b.dtype, DType::F16 | DType::BF16),
         });
     }
     let g = Gguf {
@@ -219,7 +225,7 @@ pub fn export_gguf(r: &Reader, out: &Path) -> Result<ExportReport, NodeError> {
     let mut infos = Vec::new();
     for p in &planned {
         let b = header.block(&p.block).expect("planned from the table");
-        let dtype = b.dtype;
+        let dtype = if p.widen { DType::F32 } else { b.dtype };
         if gguf::ggml_of_dtype(dtype).is_none() {
             return Err(NodeError::Unsupported(format!(
                 "tensor {:?} is {dtype}, which GGUF has no type for",
@@ -292,10 +298,20 @@ fn write_file(
         let Pulled::Block { block, bytes } = item?.1 else {
             return Err(NodeError::Unsupported("the pull gave an lm_head".into()));
         };
+        let mut widened = Vec::new();
+        let bytes: &[u8] = match p.widen {
+            true => {
+                gkq_format::cast_row(&bytes, block.dtype, DType::F32, &mut widened).ok_or_else(
+                    || NodeError::Unsupported(format!("tensor {:?}: not widened", block.name)),
+                )?;
+                &widened
+            }
+            false => &bytes,
+        };
         let data = match p.permute_heads {
             Some(heads) => {
                 let rows = block.shape.first().copied().unwrap_or(1) as usize;
-                permute_rows(&bytes, rows, heads).ok_or_else(|| {
+                permute_rows(bytes, rows, heads).ok_or_else(|| {
                     NodeError::Unsupported(format!(
                         "tensor {:?}: {rows} rows are not whole pairs of {heads} heads",
                         block.name

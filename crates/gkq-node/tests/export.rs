@@ -200,6 +200,46 @@ fn a_safetensors_knot_gets_llama_cpps_layout() {
     }
 }
 
+/// Issue 44: a safetensors-born package in f16 exports as llama.cpp's
+/// converter writes it (gguf-py's conversion here): the 1-D tensors (norms)
+/// widened exactly to F32, which llama.cpp's CPU kernels need; the rest as
+/// they are.
+#[test]
+fn a_half_precision_package_exports_its_norms_as_f32() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("model");
+    fixtures::write_model(&src, &fixtures::preset("llama-tiny-f16").expect("preset"))
+        .expect("fixture");
+    let out = tmp.path().join("pkg");
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.dtypes = vec![gkq_format::DType::F16];
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    let back = tmp.path().join("back.gguf");
+    ok(&export(&[
+        "--gguf",
+        s(&back),
+        s(&out),
+        "--no-cache",
+        "--json",
+    ]));
+    let reference =
+        fixtures::gguf::write(&src, &tmp.path().join("ref.gguf"), "f16", None).expect("gguf-py");
+    let ours = fixtures::gguf::dump(&[back]).expect("gguf-py");
+    let theirs = fixtures::gguf::dump(&reference).expect("gguf-py");
+    let by_name = |d: &serde_json::Value| {
+        let mut v: Vec<serde_json::Value> = d["tensors"].as_array().expect("tensors").clone();
+        v.sort_by_key(|t| t["name"].as_str().expect("name").to_owned());
+        v
+    };
+    let (ours, theirs) = (by_name(&ours), by_name(&theirs));
+    assert!(
+        ours.iter()
+            .any(|t| t["name"] == "output_norm.weight" && t["type"] == "F32"),
+        "{ours:?}"
+    );
+    assert_eq!(ours, theirs, "the same tensors, types and bytes");
+}
+
 #[test]
 fn bad_exports_leave_nothing_behind() {
     let tmp = tempfile::tempdir().expect("tmp");

@@ -25,23 +25,29 @@ Examples:
   gkq-pack Qwen/Qwen2.5-0.5B -o out/qwen --force           from the local Hugging Face cache, replacing out/qwen
   gkq-pack ./model -o out/m --spectral 'model.layers.*.self_attn.k_proj.weight=rank:64'
   gkq-pack ./model --analyze                               which tensors are low-rank (writes nothing)
+  gkq-pack SmolLM2-135M-Instruct.Q4_1.gguf -o out/smol      a GGUF as it is (its tokenizer and template travel in metadata.gguf)
+  gkq-pack model-Q8_0.gguf -o out/q4 --quant Q4_K_M --allow-requantize
+                                                           llama-quantize's Q4_K_M mix from an already quantized GGUF
 
 Output: the report (files, digests, the knot id) goes to stderr, with a progress bar on a terminal; --json prints one object on stdout instead; --quiet prints nothing.
 
 Exit status: 0 packed; 1 error (nothing is left behind: an existing OUT_DIR keeps its old package); 2 usage error.";
 
-/// Pack a Hugging Face model directory into a GKQ v2 knot and columnar row files.
+/// Pack a Hugging Face model directory or a GGUF (a .gguf file, or a directory of its shards) into a GKQ v2 knot and columnar row files.
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "gkq-pack",
     version = gkq_cli::version_line(FEATURES),
-    override_usage = "gkq-pack <MODEL_DIR> --out <OUT_DIR> [OPTIONS]\n       gkq-pack <MODEL_DIR> --analyze",
+    override_usage = "gkq-pack <MODEL_DIR|MODEL.gguf> --out <OUT_DIR> [OPTIONS]\n       gkq-pack <MODEL_DIR> --analyze",
     after_help = AFTER_HELP
 )]
 pub struct Args {
     /// Model directory (config.json plus model.safetensors, or shards with
-    /// model.safetensors.index.json), or ORG/NAME of a model in the local
-    /// Hugging Face cache (HF_HUB_CACHE, HF_HOME; nothing is downloaded).
+    /// model.safetensors.index.json), ORG/NAME of a model in the local
+    /// Hugging Face cache (HF_HUB_CACHE, HF_HOME; nothing is downloaded), or
+    /// a GGUF: a .gguf file, or a directory of its shards (every tensor kept
+    /// in its own type and bytes).
+    #[arg(value_name = "MODEL_DIR|MODEL.gguf")]
     pub model_dir: PathBuf,
     /// Output directory (must not exist unless --force).
     #[arg(
@@ -90,6 +96,12 @@ pub struct Args {
     /// naming the tensor, row and column).
     #[arg(long, help_heading = "Quantization")]
     pub allow_nonfinite: bool,
+    /// Store a tensor that is already quantized (a GGUF's) in another type:
+    /// dequantize it, then quantize it, as llama-quantize's
+    /// --allow-requantize (the errors add up). A tensor already in the type
+    /// asked for passes through unchanged without it.
+    #[arg(long, help_heading = "Quantization")]
+    pub allow_requantize: bool,
     /// Replace the contents of an existing output directory.
     #[arg(short, long)]
     pub force: bool,
@@ -175,6 +187,7 @@ impl Args {
                 token_embedding: args.token_embedding_type,
                 output: args.output_tensor_type,
                 allow_nonfinite: args.allow_nonfinite,
+                allow_requantize: args.allow_requantize,
             },
             embed_tensor: args.embed_tensor,
             lm_head_tensor: args.lm_head_tensor,

@@ -98,6 +98,19 @@ pub enum PackError {
         /// Requested dtype.
         to: String,
     },
+    /// A tensor of a block type asked in another type without
+    /// `--allow-requantize`.
+    #[error(
+        "tensor {tensor:?} is already quantized ({from}): storing it as {to} quantizes it again, adding to its error (pass --allow-requantize to dequantize and quantize it, as llama-quantize does)"
+    )]
+    Requantize {
+        /// The tensor.
+        tensor: String,
+        /// Its block type in the source.
+        from: gkq_format::DType,
+        /// The type asked for.
+        to: gkq_format::DType,
+    },
     /// A narrowing cast that would turn a finite value into an infinity.
     #[error(
         "tensor {tensor:?}, row {row}, column {col}: value {value} rounds to infinity in {to} (pass --allow-lossy to accept infinities, or choose a wider --dtype)"

@@ -31,7 +31,7 @@ pub const TOOL: &str = concat!("gkq-pack ", env!("CARGO_PKG_VERSION"));
 /// What to pack and how.
 #[derive(Clone, Debug)]
 pub struct PackOptions {
-    /// The Hugging Face model directory.
+    /// The source: a Hugging Face model directory (or ORG/NAME of the cache), or a GGUF file or directory of shards.
     pub model_dir: PathBuf,
     /// The output directory.
     pub out_dir: PathBuf,

@@ -171,7 +171,9 @@ fn role_block(
         .or(default.filter(|_| dtypes.is_empty()))
         .or(dtypes.first().copied())
         .unwrap_or(DType::F32);
-    if dtype != t.dtype && !t.dtype.is_castable_float() {
+    // a block-type source in another type only as decided (--allow-requantize)
+    let requantized = t.dtype.is_quantized() && types.of(&t.name) == Some(dtype);
+    if dtype != t.dtype && !t.dtype.is_castable_float() && !requantized {
         return Err(PackError::NotCastable {
             tensor: t.name.clone(),
             from: t.dtype.to_string(),

@@ -78,16 +78,17 @@ fn convert_values(x: &[f32], to: DType, out: &mut Vec<u8>) -> Measure {
     m
 }
 
-/// Converts whole rows of `cols` values of `src` (in `from`, a float type)
+/// Converts whole rows of `cols` values of `src` (in `from`, a float type,
+/// or a block type dequantized first: `--allow-requantize`)
 /// to `to` (a block type, or a float type). Returns the bytes and what the
 /// conversion measured.
 pub(crate) fn convert_rows(src: &[u8], from: DType, to: DType, cols: usize) -> (Vec<u8>, Measure) {
-    let in_row = cols * from.itemsize() as usize;
+    let in_row = from.row_bytes(cols as u64).unwrap_or(0) as usize;
     let per_task = in_row.max(1) * ROWS_PER_TASK;
     let parts: Vec<(Vec<u8>, Measure)> = src
         .par_chunks(per_task)
         .map(|c| {
-            let mut x = Vec::with_capacity(c.len() / from.itemsize().max(1) as usize);
+            let mut x = Vec::new();
             decode_f32(c, from, &mut x);
             let mut out = Vec::new();
             let m = convert_values(&x, to, &mut out);

@@ -98,6 +98,13 @@ pub fn text(r: &PackReport) -> String {
             c.sha256
         );
     }
+    tensors(s, r);
+    std::mem::take(s)
+}
+
+/// The lines of the tensors that changed type: quantized, fallen back,
+/// spectral, cast.
+fn tensors(s: &mut String, r: &PackReport) {
     for q in &r.quantized {
         let _ = writeln!(
             s,
@@ -135,7 +142,6 @@ pub fn text(r: &PackReport) -> String {
             c.tensor, c.from, c.to, c.max_abs_error
         );
     }
-    std::mem::take(s)
 }
 
 /// The --analyze table: one line per tensor.

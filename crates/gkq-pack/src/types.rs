@@ -41,6 +41,9 @@ pub struct QuantOptions {
     pub output: Option<DType>,
     /// `--allow-nonfinite`: quantize tensors holding NaN or infinities.
     pub allow_nonfinite: bool,
+    /// `--allow-requantize`: a tensor of a block type may be stored in
+    /// another type (dequantized, then quantized, as llama-quantize does).
+    pub allow_requantize: bool,
 }
 
 impl QuantOptions {
@@ -172,7 +175,19 @@ pub(crate) fn decide(q: &QuantOptions, src: &SourceModel, roles: &RolePlan) -> R
             None
         };
         let Some(asked) = asked else { continue };
-        if !t.dtype.is_castable_float() {
+        if t.dtype == asked {
+            // already in the asked type: its bytes pass through unchanged
+            plan.types.insert(t.name.clone(), asked);
+            continue;
+        }
+        if t.dtype.is_quantized() && !q.allow_requantize {
+            return Err(PackError::Requantize {
+                tensor: t.name.clone(),
+                from: t.dtype,
+                to: asked,
+            });
+        }
+        if !t.dtype.is_castable_float() && !t.dtype.is_quantized() {
             return Err(PackError::NotCastable {
                 tensor: t.name.clone(),
                 from: t.dtype.to_string(),
@@ -193,9 +208,9 @@ pub(crate) fn decide(q: &QuantOptions, src: &SourceModel, roles: &RolePlan) -> R
     Ok(plan)
 }
 
-/// A 2-D float tensor: what `--quant` applies to.
+/// A 2-D float or block-type tensor: what `--quant` applies to.
 fn is_weight_matrix(t: &SourceTensor) -> bool {
-    t.shape.len() == 2 && t.dtype.is_castable_float()
+    t.shape.len() == 2 && (t.dtype.is_castable_float() || t.dtype.is_quantized())
 }
 
 fn cols_of(src: &SourceModel, name: &str) -> u64 {

@@ -133,17 +133,25 @@ pub fn qmatmul(
         )));
     }
     // candle views the bytes as blocks in place (their f16 scales want an
-    // even address): copy them to an 8-aligned place first
-    let mut buf = vec![0u8; bytes.len() + 8];
-    let at = buf.as_ptr().align_offset(8).min(8);
-    let view = &mut buf[at..at + bytes.len()];
-    view.copy_from_slice(bytes);
+    // even address) and copies them into its own storage: bytes already
+    // 8-aligned (as pulled, they are) go as they are, others are copied to
+    // an aligned place first (one matrix more in memory while it is built)
+    let mut buf = Vec::new();
+    let view: &[u8] = if bytes.as_ptr().align_offset(8) == 0 {
+        bytes
+    } else {
+        buf.resize(bytes.len() + 8, 0u8);
+        let at = buf.as_ptr().align_offset(8).min(8);
+        buf[at..at + bytes.len()].copy_from_slice(bytes);
+        &buf[at..at + bytes.len()]
+    };
     let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
         g,
         view,
         vec![rows, cols],
         &candle_core::Device::Cpu,
     )?;
+    drop(buf);
     Ok(candle_core::quantized::QMatMul::from_qtensor(t)?)
 }
 

@@ -46,7 +46,7 @@ pub use report::{Check, CheckName, Differ, Failure, Finding, Note, RemoteFinding
 pub struct VerifyOptions {
     /// An output directory of gkq-pack, or the knot itself.
     pub target: PathBuf,
-    /// The original Hugging Face model directory.
+    /// The original the package was packed from: a Hugging Face model directory, or a GGUF file or directory of shards.
     pub source: Option<PathBuf>,
     /// Base URL where the objects are published.
     pub url: Option<String>,

@@ -39,7 +39,7 @@ Exit status: 0 every check passed (NOTE lines are information, such as a lossy c
 struct Args {
     /// A gkq-pack output directory, the knot file, or the http(s) URL of a published package (https://…/v1/model.knot or https://…/v1/): every object it names is fetched into a temporary directory, checked there, and the published objects checked as --url checks them.
     target: PathBuf,
-    /// The original Hugging Face model directory: check every tensor against it.
+    /// The original the package was packed from, a Hugging Face model directory or a GGUF (.gguf file or directory of shards): check every tensor against it.
     #[arg(short, long, value_name = "MODEL_DIR")]
     source: Option<PathBuf>,
     /// Base URL of the published objects: check Content-Length, Range

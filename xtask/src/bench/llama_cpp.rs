@@ -10,7 +10,8 @@
 //! loads and runs in llama.cpp, and `gkq-pack --quant Q4_K_M` stores every
 //! tensor of the qwen2.5-0.5b preset in the type llama-quantize picks.
 //!
-//! `GKQ_LLAMA_CPP=DIR` uses an llama.cpp tree already built in `DIR/build`.
+//! `GKQ_LLAMA_CPP=DIR` uses an llama.cpp tree already built in `DIR/build`;
+//! `GKQ_LLAMA_BENCH=tokenizer,smollm2,gemma3,preset` runs only those parts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -133,8 +134,12 @@ fn figures(v: &Value) -> anyhow::Result<[f64; 4]> {
     ])
 }
 
-fn gkq(pkg: &Path, ids: &str) -> anyhow::Result<Value> {
-    json_of(Command::new(release_bin("gkq-decode")).arg(pkg).args([
+fn gkq(pkg: &Path, ids: &str, logits: Option<&Path>) -> anyhow::Result<Value> {
+    let mut cmd = Command::new(release_bin("gkq-decode"));
+    if let Some(l) = logits {
+        cmd.arg("--logits-out").arg(l);
+    }
+    json_of(cmd.arg(pkg).args([
         "--prompt-ids",
         ids,
         "-n",
@@ -147,8 +152,12 @@ fn gkq(pkg: &Path, ids: &str) -> anyhow::Result<Value> {
     ]))
 }
 
-fn llama(driver: &Path, gguf: &Path, ids: &str) -> anyhow::Result<Value> {
-    json_of(Command::new(driver).arg("-m").arg(gguf).args([
+fn llama(driver: &Path, gguf: &Path, ids: &str, logits: Option<&Path>) -> anyhow::Result<Value> {
+    let mut cmd = Command::new(driver);
+    if let Some(l) = logits {
+        cmd.arg("--logits-out").arg(l);
+    }
+    json_of(cmd.arg("-m").arg(gguf).args([
         "-t",
         THREADS,
         "-n",
@@ -177,36 +186,86 @@ fn prompt_ids(pkg: &Path, prompt: &[&str]) -> anyhow::Result<String> {
     Ok(ids.join(","))
 }
 
-/// One model: rounds × prompts, the two runtimes alternating which goes
-/// first; the medians and the ratios.
-fn compare(
+/// The step-0 logits of both runtimes: the same first token (argmax), and
+/// their Pearson correlation.
+fn logits_agree(gkq: &Path, llama: &Path) -> anyhow::Result<(bool, f64)> {
+    let read = |p: &Path| -> anyhow::Result<Vec<f64>> {
+        Ok(std::fs::read(p)?
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect())
+    };
+    let (a, b) = (read(gkq)?, read(llama)?);
+    if a.len() != b.len() || a.is_empty() {
+        bail!("step-0 logits of {} and {} values", a.len(), b.len());
+    }
+    let argmax = |v: &[f64]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j]));
+    let n = a.len() as f64;
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
+    for (x, y) in a.iter().zip(&b) {
+        sab += (x - ma) * (y - mb);
+        saa += (x - ma) * (x - ma);
+        sbb += (y - mb) * (y - mb);
+    }
+    Ok((argmax(&a) == argmax(&b), sab / (saa * sbb).sqrt()))
+}
+
+/// Figures per (prompt, runtime: gkq-decode or not), and each prompt's
+/// step-0 agreement (written in the first round).
+type Runs<'a> = (BTreeMap<(&'a str, bool), Vec<[f64; 4]>>, Vec<(bool, f64)>);
+
+/// Rounds × prompts, the two runtimes alternating which goes first.
+fn rounds<'a>(
     name: &str,
     (pkg, gguf): (&Path, &Path),
     driver: &Path,
-    prompts: &[(&str, String)],
-) -> anyhow::Result<()> {
-    let mut runs: BTreeMap<(&str, bool), Vec<[f64; 4]>> = BTreeMap::new();
+    prompts: &'a [(&'a str, String)],
+) -> anyhow::Result<Runs<'a>> {
+    let (mut runs, mut agree) = (BTreeMap::new(), Vec::new());
+    let dir = bench_dir().join("llama-cpp");
     for round in 0..ROUNDS {
         for (p, ids) in prompts {
-            for first_gkq in [round % 2 == 0, round % 2 != 0] {
-                let v = match first_gkq {
-                    true => gkq(pkg, ids)?,
-                    false => llama(driver, gguf, ids)?,
+            let (lg, ll) = (dir.join("logits-gkq.f32"), dir.join("logits-llama.f32"));
+            let (lg_arg, ll_arg) = match round {
+                0 => (Some(lg.as_path()), Some(ll.as_path())),
+                _ => (None, None),
+            };
+            for is_gkq in [round % 2 == 0, round % 2 != 0] {
+                let v = match is_gkq {
+                    true => gkq(pkg, ids, lg_arg)?,
+                    false => llama(driver, gguf, ids, ll_arg)?,
                 };
-                runs.entry((*p, first_gkq)).or_default().push(figures(&v)?);
+                runs.entry((*p, is_gkq))
+                    .or_insert_with(Vec::new)
+                    .push(figures(&v)?);
+            }
+            if round == 0 {
+                agree.push(logits_agree(&lg, &ll)?);
             }
         }
         eprintln!("bench: {name}: round {} of {ROUNDS}", round + 1);
     }
+    Ok((runs, agree))
+}
+
+/// One model: the medians and the ratios, and the step-0 agreement.
+fn compare(
+    name: &str,
+    files: (&Path, &Path),
+    driver: &Path,
+    prompts: &[(&str, String)],
+) -> anyhow::Result<()> {
+    let (runs, agree) = rounds(name, files, driver, prompts)?;
     println!(
-        "\n{name}: medians over {ROUNDS} rounds, {THREADS} threads, {NEW_TOKENS} tokens generated (gkq-decode / llama.cpp = ratio)"
+        "\n{name}: medians over {ROUNDS} rounds, {THREADS} threads, {NEW_TOKENS} tokens generated (gkq-decode / llama.cpp = ratio); step 0 against llama.cpp"
     );
     println!(
-        "| prompt | tokens | prefill tok/s | generation tok/s | time to first token (ms) | peak RSS (MB) |"
+        "| prompt | tokens | prefill tok/s | generation tok/s | time to first token (ms) | peak RSS (MB) | same first token | step-0 logits Pearson r |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---|---:|");
     let mut all: [Vec<f64>; 4] = Default::default();
-    for (p, ids) in prompts {
+    for ((p, ids), (same, r)) in prompts.iter().zip(&agree) {
         let (g, l) = (&runs[&(*p, true)], &runs[&(*p, false)]);
         let mut cells = Vec::new();
         for (k, col) in all.iter_mut().enumerate() {
@@ -217,8 +276,9 @@ fn compare(
             col.push(mg / ml);
             cells.push(format!("{mg:.1} / {ml:.1} = {:.2}×", mg / ml));
         }
+        let same = if *same { "yes" } else { "no" };
         println!(
-            "| {p} | {} | {} |",
+            "| {p} | {} | {} | {same} | {r:.5} |",
             ids.split(',').count(),
             cells.join(" | ")
         );
@@ -227,38 +287,38 @@ fn compare(
         .into_iter()
         .map(|c| format!("{:.2}×", median(c)))
         .collect();
-    println!("| median ratio | | {} |", m.join(" | "));
+    println!("| median ratio | | {} | | |", m.join(" | "));
     Ok(())
 }
 
-/// SmolLM2 (the real model, Q4_1) on a chat, a ~500-token document and code.
-fn smollm2(driver: &Path) -> anyhow::Result<()> {
-    let gguf = root().join("target/real-models/SmolLM2-135M-Instruct.Q4_1.gguf");
+/// A real model's GGUF (`target/real-models`, fetched by
+/// scripts/install-test-deps.sh), packed, on a chat, a ~500-token document
+/// and code.
+fn real_model(name: &str, file: &str, driver: &Path) -> anyhow::Result<()> {
+    let gguf = root().join("target/real-models").join(file);
     if !gguf.exists() {
         bail!("{}: run scripts/install-test-deps.sh", gguf.display());
     }
-    let pkg = bench_dir().join("llama-cpp/smollm2");
+    let pkg = bench_dir()
+        .join("llama-cpp")
+        .join(file.trim_end_matches(".gguf"));
     run_cmd(
         Command::new(release_bin("gkq-pack"))
             .arg(&gguf)
             .arg("--out")
             .arg(&pkg)
-            .arg("--force"),
+            .arg("--force")
+            .arg("--quiet"),
     )?;
     let texts = root().join("fixtures/texts");
     let doc = texts.join("long_context.txt");
     let code = texts.join("code.txt");
+    let chat = [
+        "--chat",
+        "What is the capital of France? Answer in one sentence.",
+    ];
     let prompts = vec![
-        (
-            "chat",
-            prompt_ids(
-                &pkg,
-                &[
-                    "--chat",
-                    "What is the capital of France? Answer in one sentence.",
-                ],
-            )?,
-        ),
+        ("chat", prompt_ids(&pkg, &chat)?),
         (
             "document",
             prompt_ids(&pkg, &["-f", doc.to_str().context("utf8")?])?,
@@ -268,12 +328,7 @@ fn smollm2(driver: &Path) -> anyhow::Result<()> {
             prompt_ids(&pkg, &["-f", code.to_str().context("utf8")?])?,
         ),
     ];
-    compare(
-        "SmolLM2-135M-Instruct Q4_1",
-        (&pkg, &gguf),
-        driver,
-        &prompts,
-    )
+    compare(name, (&pkg, &gguf), driver, &prompts)
 }
 
 /// Every tensor's type in a GGUF, by gguf-py.
@@ -362,7 +417,7 @@ fn preset(bin: &Path, driver: &Path) -> anyhow::Result<()> {
                 .arg("--gguf")
                 .arg(gguf)
                 .arg(pkg)
-                .arg("--no-cache"),
+                .args(["--no-cache", "--force"]),
         )
     };
     // safetensors-born: bf16 package → GGUF → llama-quantize Q4_K_M
@@ -373,9 +428,13 @@ fn preset(bin: &Path, driver: &Path) -> anyhow::Result<()> {
         .map(|i| ((i * 4_729 + 17) % 151_936).to_string())
         .collect();
     let ids = ids.join(",");
-    let ran = llama(driver, &bf16_gguf, &ids)?;
+    let l = bench_dir().join("llama-cpp");
+    let (lg, ll) = (l.join("logits-gkq.f32"), l.join("logits-llama.f32"));
+    gkq(&bf16, &ids, Some(&lg))?;
+    let ran = llama(driver, &bf16_gguf, &ids, Some(&ll))?;
+    let (same, r) = logits_agree(&lg, &ll)?;
     println!(
-        "\nqwen2.5-0.5b preset, packed from safetensors at bf16 and exported with gkq-export --gguf: llama.cpp loads it and decodes {} tokens",
+        "\nqwen2.5-0.5b preset, packed from safetensors at bf16 and exported with gkq-export --gguf: llama.cpp loads it and decodes {} tokens; step 0 against gkq-decode on the package: same first token {same}, logits Pearson r {r:.6}",
         ran["tokens"].as_array().map_or(0, Vec::len)
     );
     let differ = quant_types(bin, &bf16_gguf, &pack, &export)?;
@@ -444,7 +503,23 @@ fn tokenizer(bin: &Path) -> anyhow::Result<()> {
 
 pub(crate) fn run() -> anyhow::Result<()> {
     let (bin, driver) = llama_cpp()?;
-    tokenizer(&bin)?;
-    smollm2(&driver)?;
-    preset(&bin, &driver)
+    let parts = std::env::var("GKQ_LLAMA_BENCH").unwrap_or_default();
+    let part = |p: &str| parts.is_empty() || parts.split(',').any(|x| x == p);
+    if part("tokenizer") {
+        tokenizer(&bin)?;
+    }
+    if part("smollm2") {
+        real_model(
+            "SmolLM2-135M-Instruct Q4_1",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            &driver,
+        )?;
+    }
+    if part("gemma3") {
+        real_model("Gemma 3 270M Q4_K_M", "gemma-3-270m-q4_k_m.gguf", &driver)?;
+    }
+    if part("preset") {
+        preset(&bin, &driver)?;
+    }
+    Ok(())
 }

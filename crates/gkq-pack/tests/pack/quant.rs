@@ -527,3 +527,79 @@ fn bad_quantization_input_fails_cleanly() {
         "nonfinite allowed",
     );
 }
+
+/// A quantized GGUF's tensors: (name, dtype, bytes).
+fn gguf_tensors(path: &Path) -> Vec<(String, DType, Vec<u8>)> {
+    let bytes = fs::read(path).expect("gguf");
+    let g = gkq_format::gguf::Gguf::parse(&bytes).expect("parse");
+    g.tensors
+        .iter()
+        .map(|t| {
+            let (a, n) = (t.offset as usize, t.len as usize);
+            (t.name.clone(), t.dtype, bytes[a..a + n].to_vec())
+        })
+        .collect()
+}
+
+/// Issue 44 item 5: a quantized source's tensors pass through when already
+/// in the asked type; another type needs --allow-requantize (named in the
+/// refusal), and then each block equals gguf-py's
+/// quantize(dequantize(source)).
+#[test]
+fn a_quantized_gguf_is_requantized_only_when_allowed_and_as_gguf_py() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("tiny-q8_0.gguf");
+    fixtures::gguf::write(&fixtures::committed_tiny(), &src, "q8_0", None).expect("gguf-py");
+    let source = gguf_tensors(&src);
+    assert!(source.iter().any(|(_, d, _)| *d == DType::Q8_0));
+    // already q8_0: the bytes pass through, no flag needed
+    let same = tmp.path().join("same");
+    packs(&src, &same, &["--quant", "q8_0"], "q8_0 on q8_0");
+    let knot_bytes = fs::read(same.join("model.knot")).expect("knot");
+    let knot = Knot::parse(&knot_bytes).expect("knot");
+    for (name, dtype, data) in &source {
+        let i = knot.header().header().block_index(name).expect("block");
+        assert_eq!(knot.header().header().blocks[i].dtype, *dtype, "{name}");
+        assert_eq!(knot.payload(i).expect("payload"), data.as_slice(), "{name}");
+    }
+    // another type: refused, naming the tensor, its type and the flag
+    let out = tmp.path().join("q4");
+    fails(
+        &src,
+        &out,
+        &["--quant", "q4_0"],
+        &["already quantized (q8_0)", "--allow-requantize", ".weight"],
+    );
+    assert!(!out.exists(), "nothing left behind");
+    // allowed: dequantized, then quantized, as gguf-py does
+    packs(
+        &src,
+        &out,
+        &["--quant", "q4_0", "--allow-requantize"],
+        "requantized",
+    );
+    let types = types_of(&out);
+    let knot_bytes = fs::read(out.join("model.knot")).expect("knot");
+    let knot = Knot::parse(&knot_bytes).expect("knot");
+    let mut jobs = Vec::new();
+    let mut expect = Vec::new();
+    for (name, dtype, data) in &source {
+        let stored = types.iter().find(|(n, _)| n == name).map(|(_, d)| *d);
+        if *dtype != DType::Q8_0 || stored != Some(DType::Q4_0) {
+            continue;
+        }
+        jobs.push(("dequantize".to_owned(), DType::Q8_0, data.clone()));
+        expect.push(name.clone());
+    }
+    assert!(!expect.is_empty(), "{types:?}");
+    let values = gguf_py_batch(&jobs, tmp.path());
+    let jobs: Vec<_> = values
+        .into_iter()
+        .map(|v| ("quantize".to_owned(), DType::Q4_0, v))
+        .collect();
+    let want = gguf_py_batch(&jobs, tmp.path());
+    for (name, want) in expect.iter().zip(want) {
+        let i = knot.header().header().block_index(name).expect("block");
+        assert_eq!(knot.payload(i).expect("payload"), want.as_slice(), "{name}");
+    }
+}

@@ -67,8 +67,12 @@ impl<'k> TensorCheck<'k> {
                 },
             );
         }
+        // a float source cast or quantized; a block-type source quantized
+        // again (gkq-pack --allow-requantize)
         let castable = |b: &Block| {
-            (b.dtype.is_castable_float() || b.dtype.is_quantized()) && t.dtype.is_castable_float()
+            (b.dtype.is_castable_float() || b.dtype.is_quantized())
+                && (t.dtype.is_castable_float()
+                    || (t.dtype.is_quantized() && b.dtype.is_quantized()))
         };
         if let Some((b, _)) = target
             && (b.shape != t.shape || (b.dtype != t.dtype && !castable(b)))

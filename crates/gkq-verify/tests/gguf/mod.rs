@@ -74,3 +74,19 @@ fn another_metadata_gguf_is_named_against_the_source() {
         &["metadata.gguf is not the source GGUF's metadata"],
     );
 }
+
+/// Issue 44 item 5: a package requantized from a q8_0 GGUF (gkq-pack
+/// --quant q4_0 --allow-requantize) checks against its GGUF: every block
+/// re-quantized from the dequantized source, as the packer did.
+#[test]
+fn a_requantized_gguf_package_checks_against_its_gguf() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let gguf = tmp.path().join("tiny-q8_0.gguf");
+    fixtures::gguf::write(&fixtures::committed_tiny(), &gguf, "q8_0", None).expect("gguf-py");
+    let out = tmp.path().join("out");
+    let mut opts = gkq_pack::PackOptions::new(&gguf, &out);
+    opts.quant.weights = Some(gkq_format::DType::Q4_0);
+    opts.quant.allow_requantize = true;
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
+    passes(&verify(&[s(&out), "--source", s(&gguf)]));
+}
