@@ -6,6 +6,7 @@
 mod error;
 pub mod export;
 pub mod report;
+pub mod tools;
 
 pub use error::NodeError;
 
