@@ -169,6 +169,15 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
             &[&format!("{flag} is a llama.cpp flag"), needle],
         );
     }
+    // every flag of the table, as the binary answers it (before clap)
+    for (names, instead) in gkq_decode::run::flags::LLAMA_CPP_FLAGS {
+        for flag in *names {
+            usage(
+                &decode(&[&knot, "--prompt-ids", "1", flag, "1"]),
+                &[&format!("{flag} is a llama.cpp flag"), instead],
+            );
+        }
+    }
     // -p @file: the file is not read as a prompt
     let prompt = tmp.path().join("prompt.txt");
     std::fs::write(&prompt, "hello").expect("write");

@@ -125,6 +125,16 @@ fn fit(tensor: &str, asked: DType, cols: u64, explicit: bool) -> Result<(DType, 
     Ok((DType::F16, Some(format!("{why}, nor of 32"))))
 }
 
+/// llama.cpp's layer count for its mixes: the layers the names number.
+fn layer_count(src: &SourceModel) -> usize {
+    src.tensors
+        .iter()
+        .filter_map(|t| gkq_format::arch::layer_part(&t.name))
+        .map(|(l, _)| l + 1)
+        .max()
+        .unwrap_or(0)
+}
+
 /// Decides the types of every tensor the options touch.
 pub(crate) fn decide(q: &QuantOptions, src: &SourceModel, roles: &RolePlan) -> Result<TypePlan> {
     let mut plan = TypePlan::default();
@@ -149,14 +159,7 @@ pub(crate) fn decide(q: &QuantOptions, src: &SourceModel, roles: &RolePlan) -> R
     } else {
         q.token_embedding.or(q.weights)
     };
-    // llama.cpp's layer count for its mixes: the layers the names number
-    let layers = src
-        .tensors
-        .iter()
-        .filter_map(|t| gkq_format::arch::layer_part(&t.name))
-        .map(|(l, _)| l + 1)
-        .max()
-        .unwrap_or(0);
+    let layers = layer_count(src);
     for t in &src.tensors {
         let is_output = output.is_some_and(|o| o.name == t.name);
         let explicit = (t.name == roles.embed

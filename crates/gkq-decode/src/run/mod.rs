@@ -7,7 +7,7 @@
 //! the writers given.
 
 mod args;
-mod flags;
+pub mod flags;
 mod prompt;
 mod report;
 

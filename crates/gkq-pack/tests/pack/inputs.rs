@@ -343,7 +343,8 @@ fn help_examples_usage_and_suggestions() {
         .expect("help");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("Examples:") && text.contains("gkq-pack <MODEL_DIR> --out <OUT_DIR>"),
+        text.contains("Examples:")
+            && text.contains("gkq-pack <MODEL_DIR|MODEL.gguf> --out <OUT_DIR>"),
         "{text}"
     );
     let o = std::process::Command::new(bin)
