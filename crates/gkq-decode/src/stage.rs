@@ -304,8 +304,7 @@ pub(crate) fn config_json(reader: &Reader) -> Result<bytes::Bytes> {
         .knot()
         .header()
         .header()
-        .meta_list(gkq_format::keys::PACKAGE_FILES)
-        .unwrap_or_default()
+        .package_file_names()
         .to_vec();
     if !files.iter().any(|f| f == "config.json") && files.iter().any(|f| f == "metadata.gguf") {
         let meta = reader.package_file("metadata.gguf")?;

@@ -472,7 +472,7 @@ impl Header {
     /// The companion files (`package.files`) with their digests
     /// (`package.sha256`), in order.
     pub fn package_files(&self) -> Vec<(&str, &str)> {
-        let files = self.meta_list(keys::PACKAGE_FILES).unwrap_or_default();
+        let files = self.package_file_names();
         let hashes = self.meta_list(keys::PACKAGE_SHA256).unwrap_or_default();
         files
             .iter()
@@ -549,6 +549,12 @@ impl Header {
             Some(Value::StrList(v)) => Some(v),
             _ => None,
         }
+    }
+
+    /// The names of the package's companion files (`package.files`; none
+    /// when absent).
+    pub fn package_file_names(&self) -> &[String] {
+        self.meta_list(keys::PACKAGE_FILES).unwrap_or_default()
     }
 }
 

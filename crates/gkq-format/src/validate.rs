@@ -167,7 +167,7 @@ fn validate_roles(h: &Header) -> Result<()> {
 /// `package.files`: valid object names, strictly ascending, none of them a
 /// row file of the knot; `package.sha256`: 64 lowercase hex digits each.
 fn validate_package_files(h: &Header) -> Result<()> {
-    let files = h.meta_list(keys::PACKAGE_FILES).unwrap_or_default();
+    let files = h.package_file_names();
     let bad = |name: &str, reason| Error::BadPackageFile {
         name: name.to_owned(),
         reason,

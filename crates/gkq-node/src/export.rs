@@ -145,9 +145,7 @@ fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), NodeError> {
         .iter()
         .filter(|b| !matches!(b.encoding, Encoding::Alias { .. }))
         .collect();
-    let files = header
-        .meta_list(gkq_format::keys::PACKAGE_FILES)
-        .unwrap_or_default();
+    let files = header.package_file_names();
     if files.iter().any(|f| f == "metadata.gguf") {
         let bytes = r.package_file("metadata.gguf")?;
         let mut g = Gguf::parse(&bytes)?;

@@ -50,8 +50,7 @@ pub(crate) fn tokenizer(o: &RunOptions, stage: &Stage) -> Result<Tokenizer> {
                 .knot()
                 .header()
                 .header()
-                .meta_list(gkq_format::keys::PACKAGE_FILES)
-                .unwrap_or_default()
+                .package_file_names()
                 .to_vec();
             let read = |name: &str| {
                 stage

@@ -231,8 +231,7 @@ fn tokenized(reader: &Reader, vocab: u64, o: &ReportOptions) -> Result<Vec<Workl
                 .knot()
                 .header()
                 .header()
-                .meta_list(gkq_format::keys::PACKAGE_FILES)
-                .unwrap_or_default()
+                .package_file_names()
                 .to_vec();
             let read = |name: &str| {
                 reader.package_file(name).map(|b| b.to_vec()).map_err(|e| {

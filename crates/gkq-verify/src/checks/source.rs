@@ -395,7 +395,7 @@ pub(crate) fn check_gguf_layout(
         return;
     };
     let header = knot.header().header();
-    let listed = header.meta_list(keys::PACKAGE_FILES).unwrap_or_default();
+    let listed = header.package_file_names();
     if listed.iter().any(|f| f == "metadata.gguf") {
         let path = dir.join("metadata.gguf");
         let limit = gkq_format::layout::MAX_HEADER_LEN.saturating_mul(64);
