@@ -94,6 +94,16 @@ fn build_tools(root: &Path) {
     assert!(built.success(), "building the tools failed");
 }
 
+/// The stand-ins for R2 and its public URL: s3s-fs with a `models` bucket,
+/// and nginx serving its data.
+fn servers(dir: &Path) -> (S3sFs, Nginx) {
+    let s3 = S3sFs::start(&dir.join("s3")).expect("s3s-fs");
+    std::fs::create_dir_all(s3.data().join("models")).expect("bucket");
+    let nginx =
+        Nginx::start(s3.data(), &dir.join("nginx"), &NginxOptions::default()).expect("nginx");
+    (s3, nginx)
+}
+
 #[test]
 fn the_publish_walkthrough_runs_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -111,14 +121,7 @@ fn the_publish_walkthrough_runs_as_written() {
     let bins = bin_dir();
     let tmp = tempfile::tempdir().expect("tmp");
     let hub = hub_cache(tmp.path(), &minilm);
-    let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs");
-    std::fs::create_dir_all(s3.data().join("models")).expect("bucket");
-    let nginx = Nginx::start(
-        s3.data(),
-        &tmp.path().join("nginx"),
-        &NginxOptions::default(),
-    )
-    .expect("nginx");
+    let (s3, nginx) = servers(tmp.path());
     let work = tmp.path().join("work");
     std::fs::create_dir_all(&work).expect("work");
     fixtures::gguf::write(
@@ -186,14 +189,7 @@ fn the_ci_recipe_runs_from_installed_binaries() {
         let p = e.expect("entry").path();
         std::fs::copy(&p, model.join(p.file_name().expect("name"))).expect("copy");
     }
-    let s3 = S3sFs::start(&tmp.path().join("s3")).expect("s3s-fs");
-    std::fs::create_dir_all(s3.data().join("models")).expect("bucket");
-    let nginx = Nginx::start(
-        s3.data(),
-        &tmp.path().join("nginx"),
-        &NginxOptions::default(),
-    )
-    .expect("nginx");
+    let (s3, nginx) = servers(tmp.path());
     let path = format!("{}:/usr/bin:/bin", bin.display());
     for cmd in cmds {
         let cmd = cmd

@@ -155,6 +155,13 @@ fn a_remote_export_is_a_verified_download_and_the_cache_serves_it_again() {
     }));
 }
 
+/// The tensors of a gguf-py dump, sorted by name.
+fn tensors_by_name(d: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut v: Vec<serde_json::Value> = d["tensors"].as_array().expect("tensors").clone();
+    v.sort_by_key(|t| t["name"].as_str().expect("name").to_owned());
+    v
+}
+
 #[test]
 fn a_safetensors_knot_gets_llama_cpps_layout() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -180,14 +187,9 @@ fn a_safetensors_knot_gets_llama_cpps_layout() {
         fixtures::gguf::write(&src, &tmp.path().join("ref.gguf"), "q4_0", None).expect("gguf-py");
     let ours = fixtures::gguf::dump(&[back]).expect("gguf-py");
     let theirs = fixtures::gguf::dump(&reference).expect("gguf-py");
-    let by_name = |d: &serde_json::Value| {
-        let mut v: Vec<serde_json::Value> = d["tensors"].as_array().expect("tensors").clone();
-        v.sort_by_key(|t| t["name"].as_str().expect("name").to_owned());
-        v
-    };
     assert_eq!(
-        by_name(&ours),
-        by_name(&theirs),
+        tensors_by_name(&ours),
+        tensors_by_name(&theirs),
         "the same tensors, q/k permuted as llama.cpp's"
     );
     for k in [
@@ -226,12 +228,7 @@ fn a_half_precision_package_exports_its_norms_as_f32() {
         fixtures::gguf::write(&src, &tmp.path().join("ref.gguf"), "f16", None).expect("gguf-py");
     let ours = fixtures::gguf::dump(&[back]).expect("gguf-py");
     let theirs = fixtures::gguf::dump(&reference).expect("gguf-py");
-    let by_name = |d: &serde_json::Value| {
-        let mut v: Vec<serde_json::Value> = d["tensors"].as_array().expect("tensors").clone();
-        v.sort_by_key(|t| t["name"].as_str().expect("name").to_owned());
-        v
-    };
-    let (ours, theirs) = (by_name(&ours), by_name(&theirs));
+    let (ours, theirs) = (tensors_by_name(&ours), tensors_by_name(&theirs));
     assert!(
         ours.iter()
             .any(|t| t["name"] == "output_norm.weight" && t["type"] == "F32"),
