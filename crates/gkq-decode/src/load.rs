@@ -76,7 +76,7 @@ fn weight(
     shape: &[usize],
 ) -> Result<Weight> {
     let (block, bytes) = take(name, got, shape)?;
-    Weight::of(&bytes, block.dtype, shape)
+    Weight::of(bytes, block.dtype, shape)
 }
 
 /// A norm's weight with the family's offset added (Gemma's `1 + w` from

@@ -31,21 +31,21 @@ pub(crate) fn tensor_from_block(bytes: &[u8], dtype: DType, shape: &[usize]) -> 
 }
 
 /// A weight matrix `[out, in]`: f32, or a block type kept in its blocks
-/// and multiplied by ggml's quantized kernels (candle's `QMatMul`).
+/// and multiplied by ggml's quantized kernels (`gkq_reader::QMatrix`).
 pub(crate) enum Weight {
     Float(Tensor),
-    Quant(candle_core::quantized::QMatMul),
+    Quant(gkq_reader::QMatrix),
 }
 
 impl Weight {
     /// The weight of a block's bytes: quantized for a block type, else
     /// widened exactly to f32.
-    pub(crate) fn of(bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Weight> {
+    pub(crate) fn of(bytes: bytes::Bytes, dtype: DType, shape: &[usize]) -> Result<Weight> {
         match (dtype.is_quantized(), shape) {
-            (true, &[rows, cols]) => Ok(Weight::Quant(gkq_reader::qmatmul(
+            (true, &[rows, cols]) => Ok(Weight::Quant(gkq_reader::QMatrix::new(
                 bytes, dtype, rows, cols,
             )?)),
-            _ => Ok(Weight::Float(tensor_from_block(bytes, dtype, shape)?)),
+            _ => Ok(Weight::Float(tensor_from_block(&bytes, dtype, shape)?)),
         }
     }
 }
@@ -60,7 +60,7 @@ impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.w {
             Weight::Float(w) => x.matmul(&w.t()?)?,
-            Weight::Quant(q) => candle_core::Module::forward(q, x)?,
+            Weight::Quant(q) => q.forward(x)?,
         };
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,

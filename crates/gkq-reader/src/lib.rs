@@ -87,6 +87,8 @@ mod knot;
 mod lmhead;
 mod proof;
 mod pull;
+#[cfg(feature = "candle")]
+mod qmatrix;
 pub mod ranges;
 mod reason;
 mod resolve;
@@ -113,7 +115,4 @@ pub use resolve::{
 };
 pub use rows::Rows;
 #[cfg(feature = "candle")]
-pub use {
-    candle_core,
-    rows::{logits_with, qmatmul},
-};
+pub use {candle_core, qmatrix::QMatrix, rows::logits_with};

@@ -123,7 +123,7 @@ impl Matrix {
     pub fn prepare(&self) -> Result<()> {
         if self.logits.get().is_none() {
             let w = if self.dtype.is_quantized() {
-                let q = crate::rows::qmatmul(&self.bytes, self.dtype, self.rows, self.cols)?;
+                let q = crate::QMatrix::new(self.bytes.clone(), self.dtype, self.rows, self.cols)?;
                 crate::rows::Weights::Quant(q)
             } else {
                 // the one f32 tensor (a clone shares its storage)

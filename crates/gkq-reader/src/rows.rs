@@ -96,81 +96,21 @@ pub(crate) fn tensor_f32(
     Ok(t.to_dtype(candle_core::DType::F32)?)
 }
 
-/// ggml's type for a block type (candle's `quantized` module).
-#[cfg(feature = "candle")]
-fn ggml_dtype(dtype: DType) -> Option<candle_core::quantized::GgmlDType> {
-    use candle_core::quantized::GgmlDType as G;
-    Some(match dtype {
-        DType::Q4_0 => G::Q4_0,
-        DType::Q4_1 => G::Q4_1,
-        DType::Q5_0 => G::Q5_0,
-        DType::Q5_1 => G::Q5_1,
-        DType::Q8_0 => G::Q8_0,
-        DType::Q4_K => G::Q4K,
-        DType::Q5_K => G::Q5K,
-        DType::Q6_K => G::Q6K,
-        _ => return None,
-    })
-}
-
-/// A `[rows, cols]` matrix of a block type as candle's quantized matmul
-/// (ggml's CPU kernels), kept in its blocks: `forward(x)` is `x @ w^T`
-/// without widening the weights (feature `candle`).
-#[cfg(feature = "candle")]
-pub fn qmatmul(
-    bytes: &[u8],
-    dtype: DType,
-    rows: usize,
-    cols: usize,
-) -> Result<candle_core::quantized::QMatMul> {
-    let g = ggml_dtype(dtype)
-        .ok_or_else(|| ReaderError::Compute(format!("{dtype} is not one of ggml's block types")))?;
-    let want = dtype.row_bytes(cols as u64).map(|r| r as usize * rows);
-    if want != Some(bytes.len()) {
-        return Err(ReaderError::Compute(format!(
-            "a [{rows}, {cols}] {dtype} matrix is not {} bytes",
-            bytes.len()
-        )));
-    }
-    // candle views the bytes as blocks in place (their f16 scales want an
-    // even address) and copies them into its own storage: bytes already
-    // 8-aligned (as pulled, they are) go as they are, others are copied to
-    // an aligned place first (one matrix more in memory while it is built)
-    let mut buf = Vec::new();
-    let view: &[u8] = if bytes.as_ptr().align_offset(8) == 0 {
-        bytes
-    } else {
-        buf.resize(bytes.len() + 8, 0u8);
-        let at = buf.as_ptr().align_offset(8).min(8);
-        buf[at..at + bytes.len()].copy_from_slice(bytes);
-        &buf[at..at + bytes.len()]
-    };
-    let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
-        g,
-        view,
-        vec![rows, cols],
-        &candle_core::Device::Cpu,
-    )?;
-    drop(buf);
-    Ok(candle_core::quantized::QMatMul::from_qtensor(t)?)
-}
-
 /// The weights logits are computed with: f32, or a block type's blocks.
 #[cfg(feature = "candle")]
 #[derive(Debug)]
 pub(crate) enum Weights {
     Float(candle_core::Tensor),
-    Quant(candle_core::quantized::QMatMul),
+    Quant(crate::qmatrix::QMatrix),
 }
 
 #[cfg(feature = "candle")]
 impl Weights {
     /// `hidden [n, cols] @ w^T` → `[n, rows]`.
     pub(crate) fn logits(&self, hidden: &candle_core::Tensor) -> Result<candle_core::Tensor> {
-        use candle_core::Module;
         match self {
             Weights::Float(w) => logits_with(w, hidden),
-            Weights::Quant(q) => Ok(q.forward(&hidden.to_dtype(candle_core::DType::F32)?)?),
+            Weights::Quant(q) => q.forward(hidden),
         }
     }
 }
@@ -199,7 +139,7 @@ mod tests {
     #[test]
     fn every_block_type_has_a_candle_kernel() {
         for d in gkq_format::QUANTIZED {
-            let g = super::ggml_dtype(d).unwrap_or_else(|| panic!("{d}: no candle type"));
+            let g = crate::qmatrix::ggml_dtype(d).unwrap_or_else(|| panic!("{d}: no candle type"));
             let (values, bytes) = d.block().expect("block");
             assert_eq!(g.block_size() as u64, values, "{d}");
             assert_eq!(g.type_size() as u64, bytes, "{d}");

@@ -20,8 +20,13 @@
     clippy::needless_range_loop
 )]
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod dot;
 mod k;
 mod simple;
+
+pub use dot::{Q8Block, RowDot, quantize_activations};
 
 use half::f16;
 
@@ -49,6 +54,9 @@ pub(crate) struct BlockType {
     pub(crate) fallback: Option<DType>,
     dequant: Dequant,
     quant: Quantize,
+    /// The dot product of a row with quantized activations (the 32-value
+    /// types; the K types are multiplied by candle's kernels).
+    pub(crate) dot: Option<dot::Dot>,
 }
 
 /// A block's dequantization kernel: its bytes into its values.
@@ -61,6 +69,7 @@ const fn entry(
     (values, bytes): (usize, usize),
     fallback: Option<DType>,
     (dequant, quant): (Dequant, Quantize),
+    dot: Option<dot::Dot>,
 ) -> BlockType {
     BlockType {
         dtype,
@@ -70,6 +79,7 @@ const fn entry(
         fallback,
         dequant,
         quant,
+        dot,
     }
 }
 
@@ -79,28 +89,61 @@ pub(crate) const BLOCK_TYPES: [BlockType; 8] = {
     use k::*;
     use simple::*;
     [
-        entry((Q4_0, 2), (QK, 18), None, (dequant_q4_0, quant_q4_0)),
-        entry((Q4_1, 3), (QK, 20), None, (dequant_q4_1, quant_q4_1)),
-        entry((Q5_0, 6), (QK, 22), None, (dequant_q5_0, quant_q5_0)),
-        entry((Q5_1, 7), (QK, 24), None, (dequant_q5_1, quant_q5_1)),
-        entry((Q8_0, 8), (QK, 34), None, (dequant_q8_0, quant_q8_0)),
+        entry(
+            (Q4_0, 2),
+            (QK, 18),
+            None,
+            (dequant_q4_0, quant_q4_0),
+            Some(dot::dot_q4_0),
+        ),
+        entry(
+            (Q4_1, 3),
+            (QK, 20),
+            None,
+            (dequant_q4_1, quant_q4_1),
+            Some(dot::dot_q4_1),
+        ),
+        entry(
+            (Q5_0, 6),
+            (QK, 22),
+            None,
+            (dequant_q5_0, quant_q5_0),
+            Some(dot::dot_q5_0),
+        ),
+        entry(
+            (Q5_1, 7),
+            (QK, 24),
+            None,
+            (dequant_q5_1, quant_q5_1),
+            Some(dot::dot_q5_1),
+        ),
+        entry(
+            (Q8_0, 8),
+            (QK, 34),
+            None,
+            (dequant_q8_0, quant_q8_0),
+            Some(dot::dot_q8_0),
+        ),
         entry(
             (Q4_K, 12),
             (QK_K, 144),
             Some(Q5_0),
             (dequant_q4_k, quant_q4_k),
+            None,
         ),
         entry(
             (Q5_K, 13),
             (QK_K, 176),
             Some(Q5_1),
             (dequant_q5_k, quant_q5_k),
+            None,
         ),
         entry(
             (Q6_K, 14),
             (QK_K, 210),
             Some(Q8_0),
             (dequant_q6_k, quant_q6_k),
+            None,
         ),
     ]
 };

@@ -1,0 +1,204 @@
+//! AVX2 forms of `dot.rs`'s kernels, as ggml's `ggml_vec_dot_*` for AVX2
+//! (and candle's `avx.rs`): a block's codes unpacked to 32 bytes, their
+//! products with the activations summed in pairs by `maddubs`, then `madd`
+//! to eight i32, scaled in f32 and accumulated with FMA.
+//!
+//! The only unsafe code of the crate: loads of 16 or 32 bytes from slices
+//! that are indexed to that length first, and calls of these functions
+//! once the CPU is known to have AVX2, FMA and F16C.
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::*;
+
+use super::dot::{Dot, Dot4, Q8Block};
+use crate::dtype::DType;
+
+/// The AVX2 kernels of `dtype` (one token, four tokens) when this CPU
+/// has AVX2, FMA and F16C.
+pub(super) fn kernels(dtype: DType) -> Option<(Dot, Dot4)> {
+    if !(is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c"))
+    {
+        return None;
+    }
+    // SAFETY (each call): the CPU has AVX2, FMA and F16C, checked above
+    Some(match dtype {
+        DType::Q4_0 => (
+            |w, a| unsafe { dot::<Q4_0>(w, a) },
+            |w, a| unsafe { dot4::<Q4_0>(w, a) },
+        ),
+        DType::Q4_1 => (
+            |w, a| unsafe { dot::<Q4_1>(w, a) },
+            |w, a| unsafe { dot4::<Q4_1>(w, a) },
+        ),
+        DType::Q5_0 => (
+            |w, a| unsafe { dot::<Q5_0>(w, a) },
+            |w, a| unsafe { dot4::<Q5_0>(w, a) },
+        ),
+        DType::Q5_1 => (
+            |w, a| unsafe { dot::<Q5_1>(w, a) },
+            |w, a| unsafe { dot4::<Q5_1>(w, a) },
+        ),
+        DType::Q8_0 => (
+            |w, a| unsafe { dot::<Q8_0>(w, a) },
+            |w, a| unsafe { dot4::<Q8_0>(w, a) },
+        ),
+        _ => return None,
+    })
+}
+
+// The block types, as const parameters of the kernels below.
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+/// Bytes of a block of type `T`.
+const fn block_bytes(t: u8) -> usize {
+    match t {
+        Q4_0 => 18,
+        Q4_1 => 20,
+        Q5_0 => 22,
+        Q5_1 => 24,
+        _ => 34,
+    }
+}
+
+/// Whether type `t` has a minimum (its codes are then unsigned).
+const fn has_min(t: u8) -> bool {
+    matches!(t, Q4_1 | Q5_1)
+}
+
+/// 32 bytes of `b` (which is indexed to them first).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load32(b: &[u8]) -> __m256i {
+    let b = &b[..32];
+    // SAFETY: `b` has 32 bytes; the load is unaligned
+    unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+}
+
+/// The 32 activations of `y`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn acts(y: &Q8Block) -> __m256i {
+    // SAFETY: `qs` is 32 bytes; the load is unaligned
+    unsafe { _mm256_loadu_si256(y.qs.as_ptr().cast()) }
+}
+
+/// 16 packed bytes as 32 nibbles: the low ones first, then the high.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibbles(qs: &[u8]) -> __m256i {
+    let qs = &qs[..16];
+    // SAFETY: `qs` has 16 bytes; the load is unaligned
+    let lo = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    let both = _mm256_insertf128_si256::<1>(_mm256_castsi128_si256(lo), _mm_srli_epi16(lo, 4));
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// The 32 bits of `qh` as bytes: 0xFF where the bit is set.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bits(qh: &[u8]) -> __m256i {
+    let x = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    let spread = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), spread);
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi64x(-1))
+}
+
+/// `Σ x·y` in eight f32 lanes, `x` unsigned bytes, `y` signed.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_us8(x: __m256i, y: __m256i) -> __m256 {
+    let pairs = _mm256_maddubs_epi16(x, y);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+}
+
+/// `Σ x·y` in eight f32 lanes, both signed bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
+    mul_sum_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(x: __m256) -> f32 {
+    let r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
+    let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+}
+
+/// The f16 at `b[0..2]` (F16C).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unhalf(b: [u8; 2]) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
+        u16::from_le_bytes(b),
+    ))))
+}
+
+/// The 32 codes of block `b` of type `T`: signed bytes (`q - 8`,
+/// `q - 16`, Q8_0's), or unsigned for the types with a minimum.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn codes<const T: u8>(b: &[u8]) -> __m256i {
+    match T {
+        Q4_0 => _mm256_sub_epi8(nibbles(&b[2..]), _mm256_set1_epi8(8)),
+        Q4_1 => nibbles(&b[4..]),
+        // code - 16: the nibble with 0xF0 where the fifth bit is clear
+        Q5_0 => _mm256_or_si256(
+            nibbles(&b[6..]),
+            _mm256_andnot_si256(bits(&b[2..]), _mm256_set1_epi8(0xF0_u8 as i8)),
+        ),
+        Q5_1 => _mm256_or_si256(
+            nibbles(&b[8..]),
+            _mm256_and_si256(bits(&b[4..]), _mm256_set1_epi8(0x10)),
+        ),
+        _ => load32(&b[2..]),
+    }
+}
+
+/// `w · a`, one block of type `T` at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot<const T: u8>(w: &[u8], a: &[Q8Block]) -> f32 {
+    let (mut acc, mut mins) = (_mm256_setzero_ps(), 0f32);
+    for (b, y) in w.chunks_exact(block_bytes(T)).zip(a) {
+        let q = codes::<T>(b);
+        let sum = if has_min(T) {
+            mins += unhalf([b[2], b[3]]) * y.s;
+            mul_sum_us8(q, acts(y))
+        } else {
+            mul_sum_i8(q, acts(y))
+        };
+        let d = _mm256_set1_ps(unhalf([b[0], b[1]]) * y.d);
+        acc = _mm256_fmadd_ps(d, sum, acc);
+    }
+    hsum(acc) + mins
+}
+
+/// `w · a[t]` for four tokens: each block unpacked once.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut mins = [0f32; 4];
+    let n = w.len() / block_bytes(T);
+    let a = a.map(|a| &a[..n]);
+    for (i, b) in w.chunks_exact(block_bytes(T)).enumerate() {
+        let q = codes::<T>(b);
+        let dw = unhalf([b[0], b[1]]);
+        // the signed codes' magnitudes, once; their signs go to each token's
+        let aq = _mm256_sign_epi8(q, q);
+        for t in 0..4 {
+            let y = &a[t][i];
+            let sum = if has_min(T) {
+                mins[t] += unhalf([b[2], b[3]]) * y.s;
+                mul_sum_us8(q, acts(y))
+            } else {
+                mul_sum_us8(aq, _mm256_sign_epi8(acts(y), q))
+            };
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), sum, acc[t]);
+        }
+    }
+    [0, 1, 2, 3].map(|t| hsum(acc[t]) + mins[t])
+}

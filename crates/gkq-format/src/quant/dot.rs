@@ -1,0 +1,189 @@
+//! Dot products of a quantized row with quantized activations, as ggml's
+//! CPU backend computes them (`ggml_vec_dot_*_q8_0`, `*_q8_1`): the
+//! activations are quantized to 8-bit blocks of 32 (ggml's Q8_0 values and
+//! scale, with Q8_1's scaled sum for the types with a minimum), then each
+//! block contributes `d_w · d_a · Σ q_w q_a (+ m_w · s_a)`, the sum exact
+//! in integers. AVX2 kernels (`avx2.rs`) where the CPU has them, else the
+//! portable loops below; both give the same integer sums, their f32
+//! accumulation differs in order only.
+
+use half::f16;
+
+use super::simple::{unpack4, unpack5};
+use super::{QK, unhalf};
+use crate::dtype::DType;
+
+/// 32 activations quantized as ggml's Q8_1: `qs · d` approximates them,
+/// `s` is `d · Σ qs` (both scales rounded to f16 as ggml stores them).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C)]
+pub struct Q8Block {
+    /// The scale (`max |x| / 127`, through f16).
+    pub d: f32,
+    /// `d · Σ qs` (through f16), for the types with a minimum.
+    pub s: f32,
+    /// The values, `round(x / d)`.
+    pub qs: [i8; QK],
+}
+
+/// Quantizes `x` (whole blocks of 32) to `out` (cleared first), as ggml's
+/// `quantize_row_q8_1_ref`. `false` when `x` is not whole blocks.
+pub fn quantize_activations(x: &[f32], out: &mut Vec<Q8Block>) -> bool {
+    out.clear();
+    if !x.len().is_multiple_of(QK) {
+        return false;
+    }
+    out.reserve(x.len() / QK);
+    for c in x.chunks_exact(QK) {
+        let amax = c.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let mut b = Q8Block::default();
+        let mut sum = 0i32;
+        for (o, &v) in b.qs.iter_mut().zip(c) {
+            *o = (v * id).round() as i8;
+            sum += i32::from(*o);
+        }
+        b.d = f16::from_f32(d).to_f32();
+        b.s = f16::from_f32(sum as f32 * d).to_f32();
+        out.push(b);
+    }
+    true
+}
+
+/// A row's dot product: its blocks' bytes, the activations' blocks.
+pub(crate) type Dot = fn(&[u8], &[Q8Block]) -> f32;
+/// A row's dot products with four tokens' activations.
+pub(crate) type Dot4 = fn(&[u8], [&[Q8Block]; 4]) -> [f32; 4];
+
+/// The dot product of rows of one block type with quantized activations.
+#[derive(Clone, Copy, Debug)]
+pub struct RowDot {
+    dtype: DType,
+    block_bytes: usize,
+    kernel: Dot,
+    /// Four tokens at a time, where a SIMD kernel has it.
+    kernel4: Option<Dot4>,
+}
+
+impl RowDot {
+    /// The kernel of `dtype` (the 32-value types), the CPU's fastest.
+    pub fn of(dtype: DType) -> Option<RowDot> {
+        #[cfg(target_arch = "x86_64")]
+        if let Some((kernel, four)) = super::avx2::kernels(dtype) {
+            let block_bytes = super::block_type(dtype)?.bytes;
+            return Some(RowDot {
+                dtype,
+                block_bytes,
+                kernel,
+                kernel4: Some(four),
+            });
+        }
+        RowDot::portable(dtype)
+    }
+
+    /// The portable kernel of `dtype`, whatever the CPU (for tests).
+    pub fn portable(dtype: DType) -> Option<RowDot> {
+        let t = super::block_type(dtype)?;
+        Some(RowDot {
+            dtype,
+            block_bytes: t.bytes,
+            kernel: t.dot?,
+            kernel4: None,
+        })
+    }
+
+    /// The instruction set of the kernel: `"avx2"` or `"portable"`.
+    pub fn isa(&self) -> &'static str {
+        if self.kernel4.is_some() {
+            "avx2"
+        } else {
+            "portable"
+        }
+    }
+
+    /// The block type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// `w · a`: `w` a row of whole blocks, `a` one block per 32 of its
+    /// values. `None` when their lengths disagree.
+    pub fn dot(&self, w: &[u8], a: &[Q8Block]) -> Option<f32> {
+        (w.len() == a.len() * self.block_bytes).then(|| (self.kernel)(w, a))
+    }
+
+    /// `[w · a[0], …, w · a[3]]`, each block of `w` read once. `None` when
+    /// a length disagrees.
+    pub fn dot4(&self, w: &[u8], a: [&[Q8Block]; 4]) -> Option<[f32; 4]> {
+        if a.iter().any(|a| w.len() != a.len() * self.block_bytes) {
+            return None;
+        }
+        Some(match self.kernel4 {
+            Some(k) => k(w, a),
+            None => a.map(|a| (self.kernel)(w, a)),
+        })
+    }
+}
+
+/// A block's scale, minimum (0 for the types without) and codes.
+type Split = fn(&[u8]) -> (f32, f32, [i32; QK]);
+
+/// `Σ d_w d_a Σ q_w q_a + m_w s_a` over the blocks, with a block's
+/// `(d, m, codes)` from `split`.
+fn portable(w: &[u8], a: &[Q8Block], bytes: usize, split: Split) -> f32 {
+    let mut sum = 0f32;
+    for (b, y) in w.chunks_exact(bytes).zip(a) {
+        let (d, m, q) = split(b);
+        let dot: i32 = q.iter().zip(&y.qs).map(|(&q, &v)| q * i32::from(v)).sum();
+        sum += d * y.d * dot as f32 + m * y.s;
+    }
+    sum
+}
+
+fn codes(q: [u8; QK], offset: i32) -> [i32; QK] {
+    q.map(|v| i32::from(v) - offset)
+}
+
+pub(super) fn dot_q4_0(w: &[u8], a: &[Q8Block]) -> f32 {
+    portable(w, a, 18, |b| {
+        (unhalf([b[0], b[1]]), 0.0, codes(unpack4(&b[2..18]), 8))
+    })
+}
+
+pub(super) fn dot_q4_1(w: &[u8], a: &[Q8Block]) -> f32 {
+    portable(w, a, 20, |b| {
+        (
+            unhalf([b[0], b[1]]),
+            unhalf([b[2], b[3]]),
+            codes(unpack4(&b[4..20]), 0),
+        )
+    })
+}
+
+pub(super) fn dot_q5_0(w: &[u8], a: &[Q8Block]) -> f32 {
+    portable(w, a, 22, |b| {
+        (
+            unhalf([b[0], b[1]]),
+            0.0,
+            codes(unpack5(&b[2..6], &b[6..22]), 16),
+        )
+    })
+}
+
+pub(super) fn dot_q5_1(w: &[u8], a: &[Q8Block]) -> f32 {
+    portable(w, a, 24, |b| {
+        let q = codes(unpack5(&b[4..8], &b[8..24]), 0);
+        (unhalf([b[0], b[1]]), unhalf([b[2], b[3]]), q)
+    })
+}
+
+pub(super) fn dot_q8_0(w: &[u8], a: &[Q8Block]) -> f32 {
+    portable(w, a, 34, |b| {
+        let mut q = [0i32; QK];
+        for (o, &v) in q.iter_mut().zip(&b[2..34]) {
+            *o = i32::from(v as i8);
+        }
+        (unhalf([b[0], b[1]]), 0.0, q)
+    })
+}

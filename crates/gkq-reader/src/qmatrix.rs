@@ -1,0 +1,262 @@
+//! `x @ w^T` with `w` kept in its blocks (feature `candle`): the 32-value
+//! types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) by gkq-format's row dot products
+//! (AVX2 where the CPU has it) on the blocks as pulled, no copy; the K
+//! types by candle's quantized matmul, which has AVX2 kernels for them.
+//!
+//! candle 0.11 multiplies a Q4_1 or Q5_0 matrix with scalar loops, one
+//! token at a time (the profile of issue 45: 79 % of SmolLM2's decode).
+//! Here the rows are split among rayon's threads and each row, once in
+//! cache, meets a tile of tokens: a prompt is read from memory once per
+//! tile, not once per token.
+
+use bytes::Bytes;
+use candle_core::{Device, Tensor};
+use gkq_format::DType;
+use gkq_format::quant::{Q8Block, RowDot, quantize_activations};
+use rayon::prelude::*;
+
+use crate::error::{ReaderError, Result};
+
+/// Tokens that meet a row while it is in cache.
+const TOKEN_TILE: usize = 32;
+
+/// A `[rows, cols]` matrix of a block type, multiplied in its blocks.
+#[derive(Debug)]
+pub struct QMatrix {
+    rows: usize,
+    cols: usize,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Rows { bytes: Bytes, dot: RowDot },
+    Candle(candle_core::quantized::QMatMul),
+}
+
+impl QMatrix {
+    /// The matrix of `bytes`, `rows` rows of whole blocks of `dtype`.
+    pub fn new(bytes: Bytes, dtype: DType, rows: usize, cols: usize) -> Result<QMatrix> {
+        let want = dtype.row_bytes(cols as u64).map(|r| r as usize * rows);
+        if want != Some(bytes.len()) {
+            return Err(ReaderError::Compute(format!(
+                "a [{rows}, {cols}] {dtype} matrix is not {} bytes",
+                bytes.len()
+            )));
+        }
+        let kind = match RowDot::of(dtype) {
+            Some(dot) => Kind::Rows { bytes, dot },
+            None => Kind::Candle(candle_qmatmul(&bytes, dtype, rows, cols)?),
+        };
+        Ok(QMatrix { rows, cols, kind })
+    }
+
+    /// `x [.., cols] @ self^T` → `[.., rows]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (bytes, dot) = match &self.kind {
+            Kind::Rows { bytes, dot } => (bytes, dot),
+            Kind::Candle(q) => return Ok(candle_core::Module::forward(q, x)?),
+        };
+        let mut dims = x.dims().to_vec();
+        if dims.last() != Some(&self.cols) {
+            return Err(ReaderError::Compute(format!(
+                "{dims:?} activations for a matrix of {} columns",
+                self.cols
+            )));
+        }
+        let xs: Vec<f32> = x
+            .to_dtype(candle_core::DType::F32)?
+            .flatten_all()?
+            .to_vec1()?;
+        let mut acts = Vec::new();
+        quantize_activations(&xs, &mut acts);
+        let out = matmul(bytes, *dot, &acts, self.rows, xs.len() / self.cols);
+        if let Some(last) = dims.last_mut() {
+            *last = self.rows;
+        }
+        Ok(Tensor::from_vec(out, dims, &Device::Cpu)?)
+    }
+}
+
+/// `[tokens, rows]`: each row of `w` dotted with each token's blocks of
+/// `acts`, rows split among the threads, tokens in tiles.
+fn matmul(w: &Bytes, dot: RowDot, acts: &[Q8Block], rows: usize, tokens: usize) -> Vec<f32> {
+    let row_bytes = w.len() / rows.max(1);
+    let per_token = acts.len() / tokens.max(1);
+    // a few chunks per thread, a row at least
+    let chunk = rows.div_ceil(rayon::current_num_threads() * 4).max(1);
+    let mut by_row = vec![0f32; rows * tokens];
+    by_row
+        .par_chunks_mut(chunk * tokens)
+        .zip(w.par_chunks(chunk * row_bytes))
+        .for_each(|(out, w)| {
+            for t0 in (0..tokens).step_by(TOKEN_TILE) {
+                let tile = t0..(t0 + TOKEN_TILE).min(tokens);
+                for (o, row) in out.chunks_exact_mut(tokens).zip(w.chunks_exact(row_bytes)) {
+                    dot_tile(dot, row, acts, per_token, tile.clone(), o);
+                }
+            }
+        });
+    if tokens == 1 {
+        return by_row;
+    }
+    let mut out = vec![0f32; rows * tokens];
+    for (r, o) in by_row.chunks_exact(tokens).enumerate() {
+        for (t, &v) in o.iter().enumerate() {
+            out[t * rows + r] = v;
+        }
+    }
+    out
+}
+
+/// `out[t] = row · acts[t]` for the tokens `t` of `tile`, four at a time.
+fn dot_tile(
+    dot: RowDot,
+    row: &[u8],
+    acts: &[Q8Block],
+    per_token: usize,
+    tile: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    let act = |t: usize| &acts[t * per_token..(t + 1) * per_token];
+    let mut t = tile.start;
+    while t + 4 <= tile.end {
+        let four = dot.dot4(row, [act(t), act(t + 1), act(t + 2), act(t + 3)]);
+        out[t..t + 4].copy_from_slice(&four.unwrap_or([f32::NAN; 4]));
+        t += 4;
+    }
+    for (t, o) in (t..tile.end).zip(&mut out[t..tile.end]) {
+        *o = dot.dot(row, act(t)).unwrap_or(f32::NAN);
+    }
+}
+
+/// ggml's type for a block type (candle's `quantized` module).
+pub(crate) fn ggml_dtype(dtype: DType) -> Option<candle_core::quantized::GgmlDType> {
+    use candle_core::quantized::GgmlDType as G;
+    Some(match dtype {
+        DType::Q4_0 => G::Q4_0,
+        DType::Q4_1 => G::Q4_1,
+        DType::Q5_0 => G::Q5_0,
+        DType::Q5_1 => G::Q5_1,
+        DType::Q8_0 => G::Q8_0,
+        DType::Q4_K => G::Q4K,
+        DType::Q5_K => G::Q5K,
+        DType::Q6_K => G::Q6K,
+        _ => return None,
+    })
+}
+
+/// candle's quantized matmul of a `[rows, cols]` matrix (its byte length
+/// checked by the caller).
+fn candle_qmatmul(
+    bytes: &[u8],
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+) -> Result<candle_core::quantized::QMatMul> {
+    let g = ggml_dtype(dtype)
+        .ok_or_else(|| ReaderError::Compute(format!("{dtype} is not one of ggml's block types")))?;
+    // candle views the bytes as blocks in place (their f16 scales want an
+    // even address) and copies them into its own storage: bytes already
+    // 8-aligned (as pulled, they are) go as they are, others are copied to
+    // an aligned place first (one matrix more in memory while it is built)
+    let mut buf = Vec::new();
+    let view: &[u8] = if bytes.as_ptr().align_offset(8) == 0 {
+        bytes
+    } else {
+        buf.resize(bytes.len() + 8, 0u8);
+        let at = buf.as_ptr().align_offset(8).min(8);
+        buf[at..at + bytes.len()].copy_from_slice(bytes);
+        &buf[at..at + bytes.len()]
+    };
+    let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
+        g,
+        view,
+        vec![rows, cols],
+        &Device::Cpu,
+    )?;
+    drop(buf);
+    Ok(candle_core::quantized::QMatMul::from_qtensor(t)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Ours against candle's quantized matmul on the same blocks: 1 token,
+    /// a few, more than a tile, and a batch dimension. The same integer
+    /// sums; they differ in f32 order and in Q8_1's scaled sum, which
+    /// candle rounds as `f16(Σq)·f16(d)` and ggml (and we) as `f16(Σq·d)`:
+    /// within 2^-9 of `Σ|w||x|`.
+    #[test]
+    fn forward_equals_candles_quantized_matmul() {
+        let (rows, cols) = (40, 256);
+        for dtype in gkq_format::QUANTIZED {
+            let mut b = Vec::new();
+            assert!(gkq_format::quant::quantize(
+                &noise(rows * cols, 5),
+                dtype,
+                &mut b
+            ));
+            let mut wd = Vec::new();
+            assert!(gkq_format::quant::dequantize(&b, dtype, &mut wd));
+            let ours = QMatrix::new(Bytes::from(b.clone()), dtype, rows, cols).expect("matrix");
+            let theirs = candle_qmatmul(&b, dtype, rows, cols).expect("candle");
+            for shape in [
+                vec![1, cols],
+                vec![3, cols],
+                vec![37, cols],
+                vec![2, 5, cols],
+            ] {
+                let n: usize = shape.iter().product();
+                let x = Tensor::from_vec(noise(n, 9), shape.clone(), &Device::Cpu).expect("x");
+                let got = ours.forward(&x).expect("ours");
+                let want = candle_core::Module::forward(&theirs, &x).expect("candle");
+                assert_eq!(got.dims(), want.dims(), "{dtype} {shape:?}");
+                let (g, w): (Vec<f32>, Vec<f32>) = (
+                    got.flatten_all().and_then(|t| t.to_vec1()).expect("got"),
+                    want.flatten_all().and_then(|t| t.to_vec1()).expect("want"),
+                );
+                let xs = noise(n, 9);
+                for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                    let (t, r) = (i / rows, i % rows);
+                    let scale: f32 = wd[r * cols..(r + 1) * cols]
+                        .iter()
+                        .zip(&xs[t * cols..(t + 1) * cols])
+                        .map(|(w, x)| (w * x).abs())
+                        .sum();
+                    assert!((a - b).abs() <= scale / 512.0, "{dtype} {shape:?}: {a} {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_lengths_are_refused_naming_the_matrix() {
+        let b = Bytes::from(vec![0u8; 20 * 8]);
+        let e = QMatrix::new(b.clone(), DType::Q4_1, 8, 64).expect_err("short");
+        assert!(
+            e.to_string()
+                .contains("[8, 64] q4_1 matrix is not 160 bytes"),
+            "{e}"
+        );
+        let m = QMatrix::new(b, DType::Q4_1, 8, 32).expect("matrix");
+        let x = Tensor::zeros((2, 64), candle_core::DType::F32, &Device::Cpu).expect("x");
+        let e = m.forward(&x).expect_err("columns");
+        assert!(
+            e.to_string()
+                .contains("[2, 64] activations for a matrix of 32 columns"),
+            "{e}"
+        );
+    }
+}
