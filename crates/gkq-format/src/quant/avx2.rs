@@ -111,17 +111,19 @@ fn bits(qh: &[u8]) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi64x(-1))
 }
 
-/// `Σ x·y` in eight f32 lanes, `x` unsigned bytes, `y` signed.
+/// `Σ x·y` in eight i32 lanes, `x` unsigned bytes, `y` signed (exact:
+/// the codes are at most 31, the activations at most 127).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn mul_sum_us8(x: __m256i, y: __m256i) -> __m256 {
-    let pairs = _mm256_maddubs_epi16(x, y);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+fn mul_sum_us8(x: __m256i, y: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
 }
 
-/// `Σ x·y` in eight f32 lanes, both signed bytes.
+/// The sum of eight i32 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
-    mul_sum_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+fn hsum_i32(x: __m256i) -> i32 {
+    let r = _mm_add_epi32(_mm256_extracti128_si256::<1>(x), _mm256_castsi256_si128(x));
+    let r = _mm_add_epi32(r, _mm_shuffle_epi32::<0b01_00_11_10>(r));
+    _mm_cvtsi128_si32(_mm_add_epi32(r, _mm_shuffle_epi32::<0b10_11_00_01>(r)))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -159,46 +161,101 @@ fn codes<const T: u8>(b: &[u8]) -> __m256i {
     }
 }
 
+/// Whether type `t` is summed in candle 0.11's AVX2 order (eight f32
+/// lanes, `fmadd(d_w·d_a, Σ, acc)`, added up at the end: Q4_0, Q8_0) or
+/// in its scalar order (a block's exact integer sum, then
+/// `sum += Σ·d_w·d_a (+ m_w·s_a)` in f32: Q4_1, Q5_0, Q5_1, which candle
+/// has no AVX2 kernel for). Either way the f32 results equal candle's, bit
+/// for bit: activation quantization turns a last-bit difference into a
+/// different 8-bit code in the next layer, and the logits of a 270M model
+/// moved by 2 % of the largest when the order changed.
+const fn lanes(t: u8) -> bool {
+    matches!(t, Q4_0 | Q8_0)
+}
+
+/// The integer products of block `b` (codes `q`, their magnitudes `aq`)
+/// with activations `y`, in eight lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn products<const T: u8>(q: __m256i, aq: __m256i, y: &Q8Block) -> __m256i {
+    if has_min(T) {
+        mul_sum_us8(q, acts(y))
+    } else {
+        mul_sum_us8(aq, _mm256_sign_epi8(acts(y), q))
+    }
+}
+
+/// One block's term in candle's scalar order.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn term<const T: u8>(b: &[u8], dw: f32, y: &Q8Block, p: __m256i) -> f32 {
+    let v = hsum_i32(p) as f32 * dw * y.d;
+    if has_min(T) {
+        v + unhalf([b[2], b[3]]) * y.s
+    } else {
+        v
+    }
+}
+
 /// `w · a`, one block of type `T` at a time.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dot<const T: u8>(w: &[u8], a: &[Q8Block]) -> f32 {
-    let (mut acc, mut mins) = (_mm256_setzero_ps(), 0f32);
+    let (mut acc, mut sum) = (_mm256_setzero_ps(), 0f32);
     for (b, y) in w.chunks_exact(block_bytes(T)).zip(a) {
         let q = codes::<T>(b);
-        let sum = if has_min(T) {
-            mins += unhalf([b[2], b[3]]) * y.s;
-            mul_sum_us8(q, acts(y))
+        let p = products::<T>(q, _mm256_sign_epi8(q, q), y);
+        let dw = unhalf([b[0], b[1]]);
+        if lanes(T) {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(p), acc);
         } else {
-            mul_sum_i8(q, acts(y))
-        };
-        let d = _mm256_set1_ps(unhalf([b[0], b[1]]) * y.d);
-        acc = _mm256_fmadd_ps(d, sum, acc);
+            sum += term::<T>(b, dw, y, p);
+        }
     }
-    hsum(acc) + mins
+    if lanes(T) { hsum(acc) } else { sum }
 }
 
-/// `w · a[t]` for four tokens: each block unpacked once.
+/// The integer sums of four tokens' products: lane `t` is `Σ p[t]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum4_i32(p: [__m256i; 4]) -> __m128i {
+    let c = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256::<1>(c))
+}
+
+/// `w · a[t]` for four tokens: each block unpacked once. In scalar order
+/// the four tokens' terms are the lanes of one vector, each lane the same
+/// f32 operations as [`term`].
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
-    let mut mins = [0f32; 4];
+    let mut sum = _mm_setzero_ps();
     let n = w.len() / block_bytes(T);
     let a = a.map(|a| &a[..n]);
     for (i, b) in w.chunks_exact(block_bytes(T)).enumerate() {
         let q = codes::<T>(b);
-        let dw = unhalf([b[0], b[1]]);
         // the signed codes' magnitudes, once; their signs go to each token's
         let aq = _mm256_sign_epi8(q, q);
-        for t in 0..4 {
-            let y = &a[t][i];
-            let sum = if has_min(T) {
-                mins[t] += unhalf([b[2], b[3]]) * y.s;
-                mul_sum_us8(q, acts(y))
-            } else {
-                mul_sum_us8(aq, _mm256_sign_epi8(acts(y), q))
-            };
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), sum, acc[t]);
+        let dw = unhalf([b[0], b[1]]);
+        let y = [&a[0][i], &a[1][i], &a[2][i], &a[3][i]];
+        let p = y.map(|y| products::<T>(q, aq, y));
+        if lanes(T) {
+            for t in 0..4 {
+                let d = _mm256_set1_ps(dw * y[t].d);
+                acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[t]), acc[t]);
+            }
+            continue;
         }
+        let da = _mm_set_ps(y[3].d, y[2].d, y[1].d, y[0].d);
+        let dots = _mm_cvtepi32_ps(hsum4_i32(p));
+        let mut v = _mm_mul_ps(_mm_mul_ps(dots, _mm_set1_ps(dw)), da);
+        if has_min(T) {
+            let sa = _mm_set_ps(y[3].s, y[2].s, y[1].s, y[0].s);
+            v = _mm_add_ps(v, _mm_mul_ps(_mm_set1_ps(unhalf([b[2], b[3]])), sa));
+        }
+        sum = _mm_add_ps(sum, v);
     }
-    [0, 1, 2, 3].map(|t| hsum(acc[t]) + mins[t])
+    if lanes(T) {
+        return acc.map(|x| hsum(x));
+    }
+    let mut out = [0f32; 4];
+    // SAFETY: `out` is four f32; the store is unaligned
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), sum) };
+    out
 }

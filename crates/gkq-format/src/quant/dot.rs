@@ -14,7 +14,9 @@ use super::{QK, unhalf};
 use crate::dtype::DType;
 
 /// 32 activations quantized as ggml's Q8_1: `qs · d` approximates them,
-/// `s` is `d · Σ qs` (both scales rounded to f16 as ggml stores them).
+/// `s` is `d · Σ qs` (both through f16, as ggml stores them; `s` rounded
+/// as candle 0.11 does, `f16(f16(Σ qs) · d)`, where ggml rounds
+/// `f16(Σ qs · d)`: the tokens stay those of the candle kernels).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(C)]
 pub struct Q8Block {
@@ -27,7 +29,8 @@ pub struct Q8Block {
 }
 
 /// Quantizes `x` (whole blocks of 32) to `out` (cleared first), as ggml's
-/// `quantize_row_q8_1_ref`. `false` when `x` is not whole blocks.
+/// `quantize_row_q8_1_ref` (with candle's `s`). `false` when `x` is not
+/// whole blocks.
 pub fn quantize_activations(x: &[f32], out: &mut Vec<Q8Block>) -> bool {
     out.clear();
     if !x.len().is_multiple_of(QK) {
@@ -44,8 +47,9 @@ pub fn quantize_activations(x: &[f32], out: &mut Vec<Q8Block>) -> bool {
             *o = (v * id).round() as i8;
             sum += i32::from(*o);
         }
-        b.d = f16::from_f32(d).to_f32();
-        b.s = f16::from_f32(sum as f32 * d).to_f32();
+        let d16 = f16::from_f32(d);
+        b.d = d16.to_f32();
+        b.s = (f16::from_f32(sum as f32) * d16).to_f32();
         out.push(b);
     }
     true
@@ -126,17 +130,22 @@ impl RowDot {
     }
 }
 
-/// A block's scale, minimum (0 for the types without) and codes.
-type Split = fn(&[u8]) -> (f32, f32, [i32; QK]);
+/// A block's scale, minimum (for the types with one) and codes.
+type Split = fn(&[u8]) -> (f32, Option<f32>, [i32; QK]);
 
 /// `Σ d_w d_a Σ q_w q_a + m_w s_a` over the blocks, with a block's
-/// `(d, m, codes)` from `split`.
+/// `(d, m, codes)` from `split`, in candle 0.11's scalar order (its
+/// `vec_dot_unopt`): `sum += Σ·d_w·d_a (+ m_w·s_a)`.
 fn portable(w: &[u8], a: &[Q8Block], bytes: usize, split: Split) -> f32 {
     let mut sum = 0f32;
     for (b, y) in w.chunks_exact(bytes).zip(a) {
         let (d, m, q) = split(b);
         let dot: i32 = q.iter().zip(&y.qs).map(|(&q, &v)| q * i32::from(v)).sum();
-        sum += d * y.d * dot as f32 + m * y.s;
+        let v = dot as f32 * d * y.d;
+        sum += match m {
+            Some(m) => v + m * y.s,
+            None => v,
+        };
     }
     sum
 }
@@ -147,7 +156,7 @@ fn codes(q: [u8; QK], offset: i32) -> [i32; QK] {
 
 pub(super) fn dot_q4_0(w: &[u8], a: &[Q8Block]) -> f32 {
     portable(w, a, 18, |b| {
-        (unhalf([b[0], b[1]]), 0.0, codes(unpack4(&b[2..18]), 8))
+        (unhalf([b[0], b[1]]), None, codes(unpack4(&b[2..18]), 8))
     })
 }
 
@@ -155,7 +164,7 @@ pub(super) fn dot_q4_1(w: &[u8], a: &[Q8Block]) -> f32 {
     portable(w, a, 20, |b| {
         (
             unhalf([b[0], b[1]]),
-            unhalf([b[2], b[3]]),
+            Some(unhalf([b[2], b[3]])),
             codes(unpack4(&b[4..20]), 0),
         )
     })
@@ -165,7 +174,7 @@ pub(super) fn dot_q5_0(w: &[u8], a: &[Q8Block]) -> f32 {
     portable(w, a, 22, |b| {
         (
             unhalf([b[0], b[1]]),
-            0.0,
+            None,
             codes(unpack5(&b[2..6], &b[6..22]), 16),
         )
     })
@@ -174,7 +183,7 @@ pub(super) fn dot_q5_0(w: &[u8], a: &[Q8Block]) -> f32 {
 pub(super) fn dot_q5_1(w: &[u8], a: &[Q8Block]) -> f32 {
     portable(w, a, 24, |b| {
         let q = codes(unpack5(&b[4..8], &b[8..24]), 0);
-        (unhalf([b[0], b[1]]), unhalf([b[2], b[3]]), q)
+        (unhalf([b[0], b[1]]), Some(unhalf([b[2], b[3]])), q)
     })
 }
 
@@ -184,6 +193,6 @@ pub(super) fn dot_q8_0(w: &[u8], a: &[Q8Block]) -> f32 {
         for (o, &v) in q.iter_mut().zip(&b[2..34]) {
             *o = i32::from(v as i8);
         }
-        (unhalf([b[0], b[1]]), 0.0, q)
+        (unhalf([b[0], b[1]]), None, q)
     })
 }
