@@ -204,8 +204,15 @@ mod tests {
     /// block type (the K types are candle's own).
     #[test]
     fn forward_equals_candles_quantized_matmul_bit_for_bit() {
-        let (rows, cols) = (40, 256);
-        for dtype in gkq_format::QUANTIZED {
+        // 256 columns: whole groups of four blocks; 192: and two blocks more
+        for (dtype, cols) in gkq_format::QUANTIZED
+            .into_iter()
+            .flat_map(|d| [(d, 256), (d, 192)])
+        {
+            if d_is_k(dtype) && cols == 192 {
+                continue;
+            }
+            let rows = 40;
             let mut b = Vec::new();
             assert!(gkq_format::quant::quantize(
                 &noise(rows * cols, 5),
@@ -234,6 +241,11 @@ mod tests {
                 assert_eq!(bits(&got), bits(&want), "{dtype} {shape:?}");
             }
         }
+    }
+
+    /// The K types' blocks hold 256 values.
+    fn d_is_k(d: DType) -> bool {
+        matches!(d, DType::Q4_K | DType::Q5_K | DType::Q6_K)
     }
 
     #[test]

@@ -64,9 +64,9 @@ pub struct RunOptions {
 /// The writers a run reports to.
 pub struct Out<'a> {
     /// What a user reads: the text, the report or the JSON.
-    pub stdout: &'a mut dyn Write,
+    pub stdout: &'a mut (dyn Write + Send),
     /// The figures after streamed text.
-    pub stderr: &'a mut dyn Write,
+    pub stderr: &'a mut (dyn Write + Send),
 }
 
 fn write_err(e: std::io::Error) -> DecodeError {
@@ -78,6 +78,18 @@ fn write_err(e: std::io::Error) -> DecodeError {
 
 /// Runs `o` (see the module docs).
 pub fn run(o: &RunOptions, out: &mut Out<'_>) -> Result<()> {
+    // the decode runs on a thread of its compute pool: a parallel matmul
+    // then shares its rows with the other threads, waiting on none, where
+    // called from outside it would wake them all and sleep until they end
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(o.threads.max(1))
+        .thread_name(|i| format!("gkq-compute-{i}"))
+        .build()
+        .map_err(|e| DecodeError::Stages(format!("the compute threads: {e}")))?;
+    pool.install(|| run_in_pool(o, out))
+}
+
+fn run_in_pool(o: &RunOptions, out: &mut Out<'_>) -> Result<()> {
     if let Some(l) = o.split {
         if o.roles != StageRoles::All {
             return Err(DecodeError::Usage(

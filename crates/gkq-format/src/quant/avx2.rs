@@ -195,21 +195,68 @@ fn term<const T: u8>(b: &[u8], dw: f32, y: &Q8Block, p: __m256i) -> f32 {
     }
 }
 
-/// `w · a`, one block of type `T` at a time.
+/// `w · a`, one block of type `T` at a time: in scalar order four
+/// blocks' terms are the lanes of one vector (each lane the same f32
+/// operations as [`term`]), added to the sum in block order.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dot<const T: u8>(w: &[u8], a: &[Q8Block]) -> f32 {
-    let (mut acc, mut sum) = (_mm256_setzero_ps(), 0f32);
-    for (b, y) in w.chunks_exact(block_bytes(T)).zip(a) {
-        let q = codes::<T>(b);
-        let p = products::<T>(q, _mm256_sign_epi8(q, q), y);
-        let dw = unhalf([b[0], b[1]]);
-        if lanes(T) {
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(p), acc);
-        } else {
-            sum += term::<T>(b, dw, y, p);
+    let bb = block_bytes(T);
+    if lanes(T) {
+        let mut acc = _mm256_setzero_ps();
+        for (b, y) in w.chunks_exact(bb).zip(a) {
+            let q = codes::<T>(b);
+            let p = products::<T>(q, _mm256_sign_epi8(q, q), y);
+            let d = _mm256_set1_ps(unhalf([b[0], b[1]]) * y.d);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+        }
+        return hsum(acc);
+    }
+    let mut sum = 0f32;
+    let mut quads = w.chunks_exact(4 * bb).zip(a.chunks_exact(4));
+    for (b4, y4) in &mut quads {
+        let b: [&[u8]; 4] = [0, 1, 2, 3].map(|k| &b4[k * bb..(k + 1) * bb]);
+        let p = [0, 1, 2, 3].map(|k| {
+            let q = codes::<T>(b[k]);
+            products::<T>(q, _mm256_sign_epi8(q, q), &y4[k])
+        });
+        let dw = _mm_set_ps(
+            unhalf([b[3][0], b[3][1]]),
+            unhalf([b[2][0], b[2][1]]),
+            unhalf([b[1][0], b[1][1]]),
+            unhalf([b[0][0], b[0][1]]),
+        );
+        let da = _mm_set_ps(y4[3].d, y4[2].d, y4[1].d, y4[0].d);
+        let mut v = _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(hsum4_i32(p)), dw), da);
+        if has_min(T) {
+            let m = _mm_set_ps(
+                unhalf([b[3][2], b[3][3]]),
+                unhalf([b[2][2], b[2][3]]),
+                unhalf([b[1][2], b[1][3]]),
+                unhalf([b[0][2], b[0][3]]),
+            );
+            let sa = _mm_set_ps(y4[3].s, y4[2].s, y4[1].s, y4[0].s);
+            v = _mm_add_ps(v, _mm_mul_ps(m, sa));
+        }
+        for t in lanes4(v) {
+            sum += t;
         }
     }
-    if lanes(T) { hsum(acc) } else { sum }
+    let done = w.len() / (4 * bb) * 4;
+    for (b, y) in w[done * bb..].chunks_exact(bb).zip(&a[done.min(a.len())..]) {
+        let q = codes::<T>(b);
+        let p = products::<T>(q, _mm256_sign_epi8(q, q), y);
+        sum += term::<T>(b, unhalf([b[0], b[1]]), y, p);
+    }
+    sum
+}
+
+/// The four f32 lanes of `v`, lowest first.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lanes4(v: __m128) -> [f32; 4] {
+    let mut out = [0f32; 4];
+    // SAFETY: `out` is four f32; the store is unaligned
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), v) };
+    out
 }
 
 /// The integer sums of four tokens' products: lane `t` is `Σ p[t]`.
@@ -254,8 +301,5 @@ fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
     if lanes(T) {
         return acc.map(|x| hsum(x));
     }
-    let mut out = [0f32; 4];
-    // SAFETY: `out` is four f32; the store is unaligned
-    unsafe { _mm_storeu_ps(out.as_mut_ptr(), sum) };
-    out
+    lanes4(sum)
 }
