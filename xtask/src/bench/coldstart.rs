@@ -33,7 +33,7 @@ const PART: u64 = 8 << 20;
 #[derive(Clone, Copy)]
 pub(super) struct Net {
     per_response: &'static str,
-    link: u64,
+    pub(super) link: u64,
 }
 
 pub(super) const SLOW: Net = Net {
@@ -98,8 +98,8 @@ pub(super) fn decode(
 
 /// The servers: nginx over TLS + h2 with `limit_rate`, and the test CA.
 pub(super) struct Site {
-    ca: TestCa,
-    nginx: Nginx,
+    pub(super) ca: TestCa,
+    pub(super) nginx: Nginx,
 }
 
 pub(super) fn site(net: Net) -> anyhow::Result<Site> {

@@ -8,7 +8,8 @@
 //! libllama runs it greedily from ids. Then two checks against llama.cpp's
 //! own tools: a safetensors-born package exported with `gkq-export --gguf`
 //! loads and runs in llama.cpp, and `gkq-pack --quant Q4_K_M` stores every
-//! tensor of the qwen2.5-0.5b preset in the type llama-quantize picks.
+//! tensor of the qwen2.5-0.5b preset in the type llama-quantize picks. For
+//! the real models, the cold start over the network too (`llama_cold.rs`).
 //!
 //! `GKQ_LLAMA_CPP=DIR` uses an llama.cpp tree already built in `DIR/build`;
 //! `GKQ_LLAMA_BENCH=tokenizer,smollm2,gemma3,preset` runs only those parts.
@@ -328,7 +329,14 @@ fn real_model(name: &str, file: &str, driver: &Path) -> anyhow::Result<()> {
             prompt_ids(&pkg, &["-f", code.to_str().context("utf8")?])?,
         ),
     ];
-    compare(name, (&pkg, &gguf), driver, &prompts)
+    compare(name, (&pkg, &gguf), driver, &prompts)?;
+    // the GGUF where nginx serves it, for the cold comparison
+    let served = pkg.with_file_name(file);
+    if std::fs::hard_link(&gguf, &served).is_err() && !served.exists() {
+        std::fs::copy(&gguf, &served)?;
+    }
+    let chat = &prompts[0].1;
+    super::llama_cold::cold(name, (&pkg, &served), driver, chat, (ROUNDS, THREADS))
 }
 
 /// Every tensor's type in a GGUF, by gguf-py.

@@ -7,6 +7,7 @@ mod coldstart;
 mod common;
 mod decode;
 mod fleet;
+mod llama_cold;
 mod llama_cpp;
 mod pack;
 mod quant;
