@@ -214,11 +214,15 @@ fn dot<const T: u8>(w: &[u8], a: &[Q8Block]) -> f32 {
     let mut sum = 0f32;
     let mut quads = w.chunks_exact(4 * bb).zip(a.chunks_exact(4));
     for (b4, y4) in &mut quads {
-        let b: [&[u8]; 4] = [0, 1, 2, 3].map(|k| &b4[k * bb..(k + 1) * bb]);
-        let p = [0, 1, 2, 3].map(|k| {
+        // loops, not closures: a closure does not inherit the target
+        // features, and its intrinsics would be calls
+        let mut b: [&[u8]; 4] = [&[]; 4];
+        let mut p = [_mm256_setzero_si256(); 4];
+        for k in 0..4 {
+            b[k] = &b4[k * bb..(k + 1) * bb];
             let q = codes::<T>(b[k]);
-            products::<T>(q, _mm256_sign_epi8(q, q), &y4[k])
-        });
+            p[k] = products::<T>(q, _mm256_sign_epi8(q, q), &y4[k]);
+        }
         let dw = _mm_set_ps(
             unhalf([b[3][0], b[3][1]]),
             unhalf([b[2][0], b[2][1]]),
@@ -274,14 +278,17 @@ fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut sum = _mm_setzero_ps();
     let n = w.len() / block_bytes(T);
-    let a = a.map(|a| &a[..n]);
+    let a = [&a[0][..n], &a[1][..n], &a[2][..n], &a[3][..n]];
     for (i, b) in w.chunks_exact(block_bytes(T)).enumerate() {
         let q = codes::<T>(b);
         // the signed codes' magnitudes, once; their signs go to each token's
         let aq = _mm256_sign_epi8(q, q);
         let dw = unhalf([b[0], b[1]]);
         let y = [&a[0][i], &a[1][i], &a[2][i], &a[3][i]];
-        let p = y.map(|y| products::<T>(q, aq, y));
+        let mut p = [_mm256_setzero_si256(); 4];
+        for t in 0..4 {
+            p[t] = products::<T>(q, aq, y[t]);
+        }
         if lanes(T) {
             for t in 0..4 {
                 let d = _mm256_set1_ps(dw * y[t].d);
@@ -299,7 +306,11 @@ fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
         sum = _mm_add_ps(sum, v);
     }
     if lanes(T) {
-        return acc.map(|x| hsum(x));
+        let mut out = [0f32; 4];
+        for t in 0..4 {
+            out[t] = hsum(acc[t]);
+        }
+        return out;
     }
     lanes4(sum)
 }
