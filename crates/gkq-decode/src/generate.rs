@@ -73,7 +73,12 @@ pub struct Generation {
     pub load_ms: f64,
     /// From the start of the prefill to the first generated token.
     pub prefill_ms: f64,
-    /// Prompt tokens per second of the prefill (one forward pass of all of them).
+    /// The part of `prefill_ms` the forward pass waited for weights still
+    /// arriving (the load runs beside the compute).
+    pub prefill_wait_ms: f64,
+    /// Prompt tokens per second of the prefill's compute (one forward pass
+    /// of all of them; `prefill_ms` less `prefill_wait_ms`, as a runtime
+    /// that loads first and then prefills counts it).
     pub prefill_tokens_per_second: f64,
     /// When the first stage was opened (what the times above count from).
     #[serde(skip)]
@@ -266,6 +271,7 @@ pub fn generate_with(
     let mut tokens = Vec::with_capacity(max_new.min(1 << 12));
     let mut digests = Vec::with_capacity(max_new.min(1 << 12));
     let (mut ttft, mut prefill, mut first_logits, mut stop) = (0.0, 0.0, Vec::new(), "length");
+    let mut waited = 0.0;
     let mut ids = prompt.to_vec();
     for n in 0..max_new {
         let out = step(stages, &ids)?;
@@ -281,6 +287,7 @@ pub fn generate_with(
         if n == 0 {
             prefill = start.elapsed().as_secs_f64() * 1e3;
             ttft = opened.elapsed().as_secs_f64() * 1e3;
+            waited = stages.iter().map(|s| s.waited().as_secs_f64() * 1e3).sum();
             first_logits = logits;
         }
         tokens.push(next);
@@ -296,7 +303,7 @@ pub fn generate_with(
         stages,
         (prompt, tokens, stop),
         (digests, first_logits),
-        (opened, ttft, prefill, rest),
+        (opened, ttft, (prefill, waited), rest),
     )
 }
 
@@ -305,7 +312,7 @@ fn finish(
     stages: &mut [Stage],
     (prompt, tokens, stop): (&[u32], Vec<u32>, &'static str),
     (digests, first_logits): (Vec<String>, Vec<f32>),
-    (opened, ttft, prefill, rest): (Instant, f64, f64, f64),
+    (opened, ttft, (prefill, waited), rest): (Instant, f64, (f64, f64), f64),
 ) -> Result<Generation> {
     let mut load_ms = 0.0f64;
     let mut stage_load_ms = Vec::new();
@@ -329,8 +336,9 @@ fn finish(
         time_to_first_token_ms: ttft,
         load_ms,
         prefill_ms: prefill,
-        prefill_tokens_per_second: if prefill > 0.0 {
-            prompt.len() as f64 / (prefill / 1e3)
+        prefill_wait_ms: waited,
+        prefill_tokens_per_second: if prefill > waited {
+            prompt.len() as f64 / ((prefill - waited) / 1e3)
         } else {
             0.0
         },

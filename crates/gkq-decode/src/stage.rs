@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
 use gkq_format::{Role, keys};
@@ -32,6 +32,8 @@ pub struct Stage {
     header_bytes: u64,
     /// What [`Stage::bytes`] counts from (set by [`Stage::reset`]).
     base: RoleBytes,
+    /// How long the forward pass waited for weights still arriving.
+    waited: Duration,
 }
 
 impl std::fmt::Debug for Stage {
@@ -117,6 +119,7 @@ impl Stage {
             opened,
             header_bytes,
             base: RoleBytes::default(),
+            waited: Duration::ZERO,
         })
     }
 
@@ -161,7 +164,9 @@ impl Stage {
         }
         if self.serves_output() {
             self.final_norm()?;
+            let t = Instant::now();
             self.loaded.wait_lm_head()?;
+            self.waited += t.elapsed();
         }
         self.loaded.wait_done()
     }
@@ -200,14 +205,25 @@ impl Stage {
 
     fn layer(&mut self, i: usize) -> Result<()> {
         if self.weights[i].is_none() {
+            let t = Instant::now();
             self.weights[i] = Some(self.loaded.take_layer(i)?);
+            self.waited += t.elapsed();
         }
         Ok(())
     }
 
+    /// How long [`Stage::forward`] and [`Stage::logits`] have waited for
+    /// weights still arriving (the load runs beside the compute): once per
+    /// layer, the final norm and the lm_head, at their first use.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
     fn final_norm(&mut self) -> Result<Tensor> {
         if self.norm.is_none() {
+            let t = Instant::now();
             self.norm = Some(self.loaded.take_norm()?);
+            self.waited += t.elapsed();
         }
         self.norm
             .clone()

@@ -26,11 +26,12 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> DecodeError + '_
 /// The figures of `g` as lines of text.
 fn text_report(g: &Generation, from_start: f64) -> String {
     let mut text = format!(
-        "tokens {:?}\ntime to first token {from_start:.1} ms from process start, {:.1} ms from open (load {:.1} ms, prefill {:.1} ms: {} tokens at {:.1} tokens/s), {:.2} tokens/s",
+        "tokens {:?}\ntime to first token {from_start:.1} ms from process start, {:.1} ms from open (load {:.1} ms, prefill {:.1} ms, {:.1} of them waiting for weights: {} tokens at {:.1} tokens/s), {:.2} tokens/s",
         g.tokens,
         g.time_to_first_token_ms,
         g.load_ms,
         g.prefill_ms,
+        g.prefill_wait_ms,
         g.prompt_ids.len(),
         g.prefill_tokens_per_second,
         g.tokens_per_second,
