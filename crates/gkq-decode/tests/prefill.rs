@@ -15,7 +15,7 @@ fn batched_prefill_equals_token_by_token_prefill_dequantized() {
     let tmp = tempfile::tempdir().expect("tmp");
     let out = tmp.path().join("pkg");
     gkq_pack::pack(
-        &gkq_pack::PackOptions::new(&fixtures::smollm2(), &out),
+        &gkq_pack::PackOptions::new(fixtures::smollm2(), &out),
         &gkq_pack::NoProgress,
     )
     .expect("pack");
