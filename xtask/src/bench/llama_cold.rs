@@ -46,6 +46,14 @@ fn gkq(site: &Site, pkg: &str, ids: &str, threads: &str) -> anyhow::Result<(f64,
     let ms = v["time_to_first_token_from_start_ms"]
         .as_f64()
         .context("time_to_first_token_from_start_ms")?;
+    if std::env::var_os("GKQ_BENCH_VERBOSE").is_some() {
+        eprintln!(
+            "gkq-decode cold: first token {ms:.0} ms, load {:.0} ms, prefill {:.0} ms ({:.0} waiting)",
+            v["load_ms"].as_f64().unwrap_or(0.0),
+            v["prefill_ms"].as_f64().unwrap_or(0.0),
+            v["prefill_wait_ms"].as_f64().unwrap_or(0.0)
+        );
+    }
     Ok((ms / 1e3, proxy.stats().total()))
 }
 

@@ -12,7 +12,8 @@
 //! the real models, the cold start over the network too (`llama_cold.rs`).
 //!
 //! `GKQ_LLAMA_CPP=DIR` uses an llama.cpp tree already built in `DIR/build`;
-//! `GKQ_LLAMA_BENCH=tokenizer,smollm2,gemma3,preset` runs only those parts.
+//! `GKQ_LLAMA_BENCH=tokenizer,smollm2,gemma3,preset` runs only those parts
+//! (`cold-only` among them: the real models' cold start alone).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -295,7 +296,7 @@ fn compare(
 /// A real model's GGUF (`target/real-models`, fetched by
 /// scripts/install-test-deps.sh), packed, on a chat, a ~500-token document
 /// and code.
-fn real_model(name: &str, file: &str, driver: &Path) -> anyhow::Result<()> {
+fn real_model(name: &str, file: &str, driver: &Path, parts: Parts) -> anyhow::Result<()> {
     let gguf = root().join("target/real-models").join(file);
     if !gguf.exists() {
         bail!("{}: run scripts/install-test-deps.sh", gguf.display());
@@ -329,7 +330,9 @@ fn real_model(name: &str, file: &str, driver: &Path) -> anyhow::Result<()> {
             prompt_ids(&pkg, &["-f", code.to_str().context("utf8")?])?,
         ),
     ];
-    compare(name, (&pkg, &gguf), driver, &prompts)?;
+    if parts.warm {
+        compare(name, (&pkg, &gguf), driver, &prompts)?;
+    }
     // the GGUF where nginx serves it, for the cold comparison
     let served = pkg.with_file_name(file);
     if std::fs::hard_link(&gguf, &served).is_err() && !served.exists() {
@@ -337,6 +340,13 @@ fn real_model(name: &str, file: &str, driver: &Path) -> anyhow::Result<()> {
     }
     let chat = &prompts[0].1;
     super::llama_cold::cold(name, (&pkg, &served), driver, chat, (ROUNDS, THREADS))
+}
+
+/// Which comparisons of a real model run: the warm one (local files)
+/// unless `cold-only`; the cold one always.
+#[derive(Clone, Copy)]
+struct Parts {
+    warm: bool,
 }
 
 /// Every tensor's type in a GGUF, by gguf-py.
@@ -513,6 +523,10 @@ pub(crate) fn run() -> anyhow::Result<()> {
     let (bin, driver) = llama_cpp()?;
     let parts = std::env::var("GKQ_LLAMA_BENCH").unwrap_or_default();
     let part = |p: &str| parts.is_empty() || parts.split(',').any(|x| x == p);
+    // `cold-only`: the real models' cold comparison without the rest
+    let which = Parts {
+        warm: !parts.split(',').any(|x| x == "cold-only"),
+    };
     if part("tokenizer") {
         tokenizer(&bin)?;
     }
@@ -521,10 +535,16 @@ pub(crate) fn run() -> anyhow::Result<()> {
             "SmolLM2-135M-Instruct Q4_1",
             "SmolLM2-135M-Instruct.Q4_1.gguf",
             &driver,
+            which,
         )?;
     }
     if part("gemma3") {
-        real_model("Gemma 3 270M Q4_K_M", "gemma-3-270m-q4_k_m.gguf", &driver)?;
+        real_model(
+            "Gemma 3 270M Q4_K_M",
+            "gemma-3-270m-q4_k_m.gguf",
+            &driver,
+            which,
+        )?;
     }
     if part("preset") {
         preset(&bin, &driver)?;
