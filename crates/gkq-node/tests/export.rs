@@ -162,16 +162,20 @@ fn tensors_by_name(d: &serde_json::Value) -> Vec<serde_json::Value> {
     v
 }
 
-#[test]
-fn a_safetensors_knot_gets_llama_cpps_layout() {
+/// A preset packed from safetensors with `configure`d options, exported
+/// with `--gguf`: the export's report, then gguf-py's dumps of the export
+/// and of gguf-py's own conversion of the source to `outtype`.
+fn export_against_gguf_py(
+    preset: &str,
+    configure: impl FnOnce(&mut gkq_pack::PackOptions),
+    outtype: &str,
+) -> [serde_json::Value; 3] {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = tmp.path().join("model");
-    fixtures::write_model(&src, &fixtures::preset("llama-tiny-f32").expect("preset"))
-        .expect("fixture");
+    fixtures::write_model(&src, &fixtures::preset(preset).expect("preset")).expect("fixture");
     let out = tmp.path().join("pkg");
     let mut opts = gkq_pack::PackOptions::new(&src, &out);
-    opts.quant.weights = Some(gkq_format::DType::Q4_0);
-    opts.quant.output = Some(gkq_format::DType::Q4_0);
+    configure(&mut opts);
     gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     let back = tmp.path().join("back.gguf");
     let r = ok(&export(&[
@@ -181,12 +185,25 @@ fn a_safetensors_knot_gets_llama_cpps_layout() {
         "--no-cache",
         "--json",
     ]));
-    assert_eq!(r["metadata_from"], "derived from config.json");
-    // gguf-py's conversion of the same source, quantized the same way
     let reference =
-        fixtures::gguf::write(&src, &tmp.path().join("ref.gguf"), "q4_0", None).expect("gguf-py");
+        fixtures::gguf::write(&src, &tmp.path().join("ref.gguf"), outtype, None).expect("gguf-py");
     let ours = fixtures::gguf::dump(&[back]).expect("gguf-py");
     let theirs = fixtures::gguf::dump(&reference).expect("gguf-py");
+    [r, ours, theirs]
+}
+
+#[test]
+fn a_safetensors_knot_gets_llama_cpps_layout() {
+    // gguf-py's conversion of the same source, quantized the same way
+    let [r, ours, theirs] = export_against_gguf_py(
+        "llama-tiny-f32",
+        |o| {
+            o.quant.weights = Some(gkq_format::DType::Q4_0);
+            o.quant.output = Some(gkq_format::DType::Q4_0);
+        },
+        "q4_0",
+    );
+    assert_eq!(r["metadata_from"], "derived from config.json");
     assert_eq!(
         tensors_by_name(&ours),
         tensors_by_name(&theirs),
@@ -208,26 +225,11 @@ fn a_safetensors_knot_gets_llama_cpps_layout() {
 /// they are.
 #[test]
 fn a_half_precision_package_exports_its_norms_as_f32() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let src = tmp.path().join("model");
-    fixtures::write_model(&src, &fixtures::preset("llama-tiny-f16").expect("preset"))
-        .expect("fixture");
-    let out = tmp.path().join("pkg");
-    let mut opts = gkq_pack::PackOptions::new(&src, &out);
-    opts.dtypes = vec![gkq_format::DType::F16];
-    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
-    let back = tmp.path().join("back.gguf");
-    ok(&export(&[
-        "--gguf",
-        s(&back),
-        s(&out),
-        "--no-cache",
-        "--json",
-    ]));
-    let reference =
-        fixtures::gguf::write(&src, &tmp.path().join("ref.gguf"), "f16", None).expect("gguf-py");
-    let ours = fixtures::gguf::dump(&[back]).expect("gguf-py");
-    let theirs = fixtures::gguf::dump(&reference).expect("gguf-py");
+    let [_, ours, theirs] = export_against_gguf_py(
+        "llama-tiny-f16",
+        |o| o.dtypes = vec![gkq_format::DType::F16],
+        "f16",
+    );
     let (ours, theirs) = (tensors_by_name(&ours), tensors_by_name(&theirs));
     assert!(
         ours.iter()
