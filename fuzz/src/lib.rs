@@ -7,6 +7,11 @@
 //! Merkle checks never accept bytes other than the rows they were built
 //! for, and a config accepted against a knot never yields sizes whose
 //! products overflow.
+//!
+//! [`mutate`] is a bounded mutation fuzzer of the knot parser that needs no
+//! AFL++ (`cargo xtask fuzz`, and a 10-second run in every test run).
+
+pub mod mutate;
 
 use gkq_format::merkle::{self, ProofLayout};
 use gkq_format::runs::{RunsLayout, check_runs, write_runs};

@@ -11,7 +11,7 @@ use std::process::Child;
 
 use anyhow::{Context, bail};
 
-use crate::{cargo, root, run};
+use fixtures::workspace::{cargo, root, run};
 
 /// Every target of `fuzz/src/lib.rs`.
 pub(crate) const TARGETS: [&str; 8] = [

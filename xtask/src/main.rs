@@ -3,18 +3,17 @@
 //! - `demo`: pack and verify the committed tiny model (the README's first command);
 //! - `upload`: publish a packed model to R2 (see `crates/r2-upload`);
 //! - `local-servers`: a local S3 server and public URL to try `upload` against;
-//! - `fuzz`: a bounded mutation fuzzer for the knot parser on the stable toolchain;
-//! - `bench pack|verify|big|reader|wire|decode|spectral`: the performance benchmarks, with same-run references.
+//! - `fuzz`: a bounded mutation fuzzer for the knot parser on the stable toolchain (`gkq_fuzz::mutate`);
+//! - `afl`: the coverage-guided fuzzer on each target of `fuzz/`;
+//! - `bench …`: the performance benchmarks, with same-run references (`crates/gkq-bench`).
 
 mod afl;
-mod bench;
-mod fuzz;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use fixtures::workspace::{cargo, root, run, target_dir};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", bin_name = "cargo xtask")]
@@ -70,42 +69,11 @@ enum Cmd {
     /// Benchmarks (release builds, same-run reference timings).
     Bench {
         #[command(subcommand)]
-        which: bench::Which,
+        which: gkq_bench::Which,
         /// Repetitions per measurement (the median is reported).
         #[arg(long, default_value_t = 3, global = true)]
         reps: usize,
     },
-}
-
-/// The workspace root.
-pub(crate) fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask is in the workspace")
-        .to_path_buf()
-}
-
-/// The target directory: `$CARGO_TARGET_DIR`, else `target/` of the workspace.
-pub(crate) fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map_or_else(|| root().join("target"), |d| root().join(d))
-}
-
-/// `$CARGO`, or `cargo`.
-pub(crate) fn cargo() -> Command {
-    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    c.current_dir(root());
-    c
-}
-
-/// Runs a command, failing with its name if it fails.
-pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
-    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
-    if !status.success() {
-        bail!("{cmd:?} failed with {status}");
-    }
-    Ok(())
 }
 
 /// The tools a user runs: each crate, the binaries it builds, and the
@@ -165,7 +133,7 @@ fn install() -> anyhow::Result<()> {
 
 /// `cargo build` of one binary, cargo's progress shown.
 fn build(args: &[&str]) -> anyhow::Result<()> {
-    run(cargo().arg("build").args(args))
+    Ok(run(cargo().arg("build").args(args))?)
 }
 
 fn demo() -> anyhow::Result<()> {
@@ -173,9 +141,9 @@ fn demo() -> anyhow::Result<()> {
     let (model, out) = ("fixtures/models/qwen2-tiny", "target/demo/qwen2-tiny");
     let step = |bin: &str, args: &[&str]| -> anyhow::Result<()> {
         eprintln!("$ {bin} {}", args.join(" "));
-        run(Command::new(root.join("target/debug").join(bin))
+        Ok(run(Command::new(root.join("target/debug").join(bin))
             .args(args)
-            .current_dir(&root))
+            .current_dir(&root))?)
     };
     // The packer first, without the SVD (faer), so the first result comes
     // after the smallest build; then the gate.
@@ -298,7 +266,7 @@ fn main() -> std::process::ExitCode {
     let result = match Cli::parse().cmd {
         Cmd::Demo => demo(),
         Cmd::Install => install(),
-        Cmd::Fuzz { seconds, seed } => fuzz::run(seconds, seed),
+        Cmd::Fuzz { seconds, seed } => gkq_fuzz::mutate::run(seconds, seed),
         Cmd::Afl {
             seconds,
             jobs,
@@ -307,7 +275,7 @@ fn main() -> std::process::ExitCode {
         } => afl::run_all(seconds, jobs, &targets, keep),
         Cmd::Upload { args } => upload(&args),
         Cmd::LocalServers => local_servers(),
-        Cmd::Bench { which, reps } => bench::run(which, reps.max(1)),
+        Cmd::Bench { which, reps } => gkq_bench::run(which, reps.max(1)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -12,7 +12,7 @@ use std::process::Command;
 use anyhow::bail;
 
 use super::common::{bench_dir, dir_bytes, release_bin, timed, timed_rss};
-use crate::root;
+use fixtures::workspace::root;
 
 /// `cp -r && sync` of `model`: the reference for writing as many bytes.
 fn copy_time(model: &Path) -> anyhow::Result<f64> {
@@ -56,7 +56,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     }
     // generated afresh: the end of the run deletes it (disk)
     let _ = std::fs::remove_dir_all(bench_dir().join("llama3-70b-embed"));
-    let model = crate::bench::common::preset("llama3-70b-embed")?;
+    let model = crate::common::preset("llama3-70b-embed")?;
     let input = dir_bytes(&model)?;
     let cp = copy_time(&model)?;
 
@@ -88,7 +88,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     if v["passed"] != true {
         bail!("verification failed: {v}");
     }
-    let rate = crate::bench::common::openssl_sha256_rate()?;
+    let rate = crate::common::openssl_sha256_rate()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let limit = verified as f64 / (cores * rate);
     std::fs::remove_dir_all(&out)?;

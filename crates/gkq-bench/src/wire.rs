@@ -235,7 +235,7 @@ fn sign_bench_package() -> anyhow::Result<(std::path::PathBuf, gkq_format::sig::
     let public = bench_dir().join("bench-signing-key.pub.pem");
     let sec1 = bench_dir().join("bench-signing-key.sec1.pem");
     let openssl = |args: &[&str], files: &[&std::path::Path]| {
-        crate::run(Command::new("openssl").args(args).args(files))
+        crate::common::run_cmd(Command::new("openssl").args(args).args(files))
     };
     openssl(
         &[
@@ -248,21 +248,21 @@ fn sign_bench_package() -> anyhow::Result<(std::path::PathBuf, gkq_format::sig::
         ],
         &[&sec1],
     )?;
-    crate::run(
+    crate::common::run_cmd(
         Command::new("openssl")
             .args(["pkcs8", "-topk8", "-nocrypt", "-in"])
             .arg(&sec1)
             .arg("-out")
             .arg(&key),
     )?;
-    crate::run(
+    crate::common::run_cmd(
         Command::new("openssl")
             .args(["ec", "-pubout", "-in"])
             .arg(&sec1)
             .arg("-out")
             .arg(&public),
     )?;
-    crate::run(
+    crate::common::run_cmd(
         Command::new(release_bin("gkq-sign"))
             .arg(&dir)
             .arg("--key")

@@ -34,11 +34,11 @@ fn pack(
         for s in spectral {
             cmd.args(["--spectral", s]);
         }
-        let (secs, stdout) = crate::bench::common::timed(&mut cmd)?;
+        let (secs, stdout) = crate::common::timed(&mut cmd)?;
         times.push(secs);
         report = serde_json::from_slice(&stdout)?;
     }
-    Ok((crate::bench::common::median(times), report))
+    Ok((crate::common::median(times), report))
 }
 
 fn knot_bytes(report: &serde_json::Value) -> u64 {
@@ -47,7 +47,7 @@ fn knot_bytes(report: &serde_json::Value) -> u64 {
 
 /// `--analyze` on the one-layer shapes, one line per tensor.
 fn analyze(shapes: &std::path::Path) -> anyhow::Result<()> {
-    let (secs, stdout) = crate::bench::common::timed(
+    let (secs, stdout) = crate::common::timed(
         Command::new(release_bin("gkq-pack"))
             .arg(shapes)
             .args(["--analyze", "--json"]),

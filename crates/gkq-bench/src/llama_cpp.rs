@@ -23,7 +23,8 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 use super::common::{bench_dir, median, release_bin};
-use crate::{root, run as run_cmd};
+use crate::common::run_cmd;
+use fixtures::workspace::root;
 
 const SDIST: &str = "llama-cpp-python==0.3.36";
 const SDIST_DIR: &str = "llama_cpp_python-0.3.36";

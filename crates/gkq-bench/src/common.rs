@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
-use crate::{cargo, root, run as run_cmd};
+use fixtures::workspace::{cargo, root};
 
 pub(crate) fn bench_dir() -> PathBuf {
     root().join("target/bench")
@@ -186,4 +186,9 @@ pub(crate) fn packed() -> anyhow::Result<()> {
     let model = model()?;
     pack_with(&model, &bench_dir().join(PACK), &["f32", "bf16"])?;
     Ok(())
+}
+
+/// Runs a command, failing with its name if it fails.
+pub(crate) fn run_cmd(cmd: &mut std::process::Command) -> anyhow::Result<()> {
+    Ok(fixtures::workspace::run(cmd)?)
 }

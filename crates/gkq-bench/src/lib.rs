@@ -1,6 +1,9 @@
 //! Benchmarks. Each prints its figures next to a reference measured in the
 //! same run on the same files (`cp -r`, `sha256sum`), because these machines
 //! are noisy; the ratio is the number to compare with the targets.
+//!
+//! `cargo xtask bench WHICH` runs [`run`]; each bench builds the release
+//! binaries it times first.
 
 mod big;
 mod coldstart;
@@ -19,8 +22,9 @@ mod wire;
 
 use clap::Subcommand;
 
+/// The benchmarks, one per `cargo xtask bench` subcommand.
 #[derive(Subcommand, Clone, Copy)]
-pub(crate) enum Which {
+pub enum Which {
     /// Pack the qwen2.5-0.5b preset (bf16, f32, both) against `cp -r` and the Python reference converter.
     Pack,
     /// The GGUF row of `pack` alone: the preset as a q4_0 GGUF (gguf-py) packed as it is, against `cp` of the GGUF and `cp -r` of the output.
@@ -49,7 +53,9 @@ pub(crate) enum Which {
     Coldstart,
 }
 
-pub(crate) fn run(which: Which, reps: usize) -> anyhow::Result<()> {
+/// Builds the release binaries, then runs one benchmark (`reps` repetitions
+/// where it repeats).
+pub fn run(which: Which, reps: usize) -> anyhow::Result<()> {
     common::build()?;
     std::fs::create_dir_all(common::bench_dir())?;
     match which {

@@ -8,7 +8,7 @@ use std::process::Command;
 use anyhow::bail;
 
 use super::common::{bench_dir, dir_bytes, median, model, pack_with, timed};
-use crate::root;
+use fixtures::workspace::root;
 
 /// Median times of `reps` runs: `cp -r`, `cp -r && sync`, and the pack.
 struct PackTimes {

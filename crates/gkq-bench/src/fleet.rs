@@ -245,7 +245,7 @@ impl Fleet {
         let root = bench_dir().join("fleet-mirror");
         let _ = std::fs::remove_dir_all(&root);
         let before = self.uplink.stats().down_bytes;
-        crate::run(
+        crate::common::run_cmd(
             Command::new(release_bin("gkq-mirror"))
                 .arg(knot_at(self.uplink.port()))
                 .arg(root.join(PKG))

@@ -269,7 +269,7 @@ fn sessions(nginx: &Nginx) -> anyhow::Result<f64> {
 
 /// Per-tensor RMSE of every type on real MiniLM (the report's figures).
 fn minilm() -> anyhow::Result<()> {
-    let src = crate::root().join("target/real-models/all-MiniLM-L6-v2");
+    let src = fixtures::workspace::root().join("target/real-models/all-MiniLM-L6-v2");
     if !src.join("model.safetensors").is_file() {
         println!("(real MiniLM not installed: bash scripts/install-test-deps.sh)");
         return Ok(());

@@ -26,7 +26,9 @@ use sha2::{Digest, Sha256};
 use fixtures::Rng;
 
 fn seeds() -> anyhow::Result<Vec<Vec<u8>>> {
-    let golden = std::fs::read(crate::root().join("crates/gkq-format/tests/golden/tiny.knot"))?;
+    let golden = std::fs::read(
+        fixtures::workspace::root().join("crates/gkq-format/tests/golden/tiny.knot"),
+    )?;
     let mut md = Metadata::new();
     md.insert(keys::VOCAB_SIZE.into(), Value::U64(4));
     md.insert(
@@ -197,7 +199,7 @@ fn worker(
 }
 
 /// Fuzzes for `seconds` on every core (worker `i` draws from `seed + i`).
-pub(crate) fn run(seconds: u64, seed: u64) -> anyhow::Result<()> {
+pub fn run(seconds: u64, seed: u64) -> anyhow::Result<()> {
     let seeds = seeds()?;
     for s in &seeds {
         if exercise(s) == 0 {
@@ -222,7 +224,8 @@ pub(crate) fn run(seconds: u64, seed: u64) -> anyhow::Result<()> {
         match r {
             Ok(Ok((e, a))) => (execs, accepted) = (execs + e, accepted + a),
             Ok(Err(input)) => {
-                let path = crate::root().join(format!("target/fuzz-crash-{seed}.knot"));
+                let path =
+                    fixtures::workspace::root().join(format!("target/fuzz-crash-{seed}.knot"));
                 std::fs::write(&path, &input)?;
                 bail!("the parser panicked; input saved to {}", path.display());
             }
