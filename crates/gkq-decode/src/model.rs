@@ -62,10 +62,36 @@ impl Linear {
             Weight::Float(w) => x.matmul(&w.t()?)?,
             Weight::Quant(q) => q.forward(x)?,
         };
+        self.biased(y)
+    }
+
+    fn biased(&self, y: Tensor) -> Result<Tensor> {
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         })
+    }
+
+    /// Each layer of `ls` on the same `x`: quantized ones in one pass
+    /// (`QMatrix::forward_many`: the activations quantized once).
+    fn forward_many<const N: usize>(ls: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
+        let qs: Option<Vec<&gkq_reader::QMatrix>> = ls
+            .iter()
+            .map(|l| match &l.w {
+                Weight::Quant(q) => Some(q),
+                Weight::Float(_) => None,
+            })
+            .collect();
+        let ys: Vec<Tensor> = match qs {
+            Some(qs) => gkq_reader::QMatrix::forward_many(&qs, x)?
+                .into_iter()
+                .zip(ls)
+                .map(|(y, l)| l.biased(y))
+                .collect::<Result<_>>()?,
+            None => ls.iter().map(|l| l.forward(x)).collect::<Result<_>>()?,
+        };
+        ys.try_into()
+            .map_err(|_| DecodeError::Weights("a product per layer".into()))
     }
 }
 
@@ -268,9 +294,8 @@ impl Layer {
         let heads = |y: Tensor, n: usize| -> Result<Tensor> {
             Ok(y.reshape((1, t, n, hd))?.transpose(1, 2)?.contiguous()?)
         };
-        let mut q = heads(self.q.forward(&h)?, nh)?;
-        let mut k = heads(self.k.forward(&h)?, nkv)?;
-        let v = heads(self.v.forward(&h)?, nkv)?;
+        let [q, k, v] = Linear::forward_many([&self.q, &self.k, &self.v], &h)?;
+        let (mut q, mut k, v) = (heads(q, nh)?, heads(k, nkv)?, heads(v, nkv)?);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = rms_norm(&q, qn, cfg.eps)?;
             k = rms_norm(&k, kn, cfg.eps)?;
@@ -290,12 +315,12 @@ impl Layer {
         }
         let x = (x + o)?;
         let h = rms_norm(&x, &self.ffn_norm, cfg.eps)?;
-        let gate = self.gate.forward(&h)?;
+        let [gate, up] = Linear::forward_many([&self.gate, &self.up], &h)?;
         let gate = match cfg.activation {
             Activation::Silu => gate.silu()?,
             Activation::GeluTanh => gate.gelu()?,
         };
-        let mut mlp = self.down.forward(&(gate * self.up.forward(&h)?)?)?;
+        let mut mlp = self.down.forward(&(gate * up)?)?;
         if let Some(n) = &self.post_ffn_norm {
             mlp = rms_norm(&mlp, n, cfg.eps)?;
         }

@@ -59,15 +59,34 @@ impl QMatrix {
 
     /// `x [.., cols] @ self^T` → `[.., rows]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (bytes, dot) = match &self.kind {
-            Kind::Rows { bytes, dot } => (bytes, dot),
-            Kind::Candle(q) => return Ok(candle_core::Module::forward(q, x)?),
+        let mut out = QMatrix::forward_many(&[self], x)?;
+        Ok(out.pop().expect("one matrix, one product"))
+    }
+
+    /// `x @ m^T` for each matrix `m` of `ms` (the same columns): the
+    /// activations quantized once, and the rows of all the matrices shared
+    /// among the threads in one pass (a layer's q, k and v; its gate and
+    /// up). When candle multiplies one of them, each goes on its own.
+    pub fn forward_many(ms: &[&QMatrix], x: &Tensor) -> Result<Vec<Tensor>> {
+        let parts: Option<Vec<Part<'_>>> = ms
+            .iter()
+            .map(|m| match &m.kind {
+                Kind::Rows { bytes, dot } => Some(Part {
+                    w: bytes,
+                    dot: *dot,
+                    rows: m.rows,
+                }),
+                Kind::Candle(_) => None,
+            })
+            .collect();
+        let (Some(parts), Some(first)) = (parts, ms.first()) else {
+            return ms.iter().map(|m| m.forward_alone(x)).collect();
         };
         let mut dims = x.dims().to_vec();
-        if dims.last() != Some(&self.cols) {
+        if let Some(m) = ms.iter().find(|m| dims.last() != Some(&m.cols)) {
             return Err(ReaderError::Compute(format!(
                 "{dims:?} activations for a matrix of {} columns",
-                self.cols
+                m.cols
             )));
         }
         let xs: Vec<f32> = x
@@ -76,43 +95,77 @@ impl QMatrix {
             .to_vec1()?;
         let mut acts = Vec::new();
         quantize_activations(&xs, &mut acts);
-        let out = matmul(bytes, *dot, &acts, self.rows, xs.len() / self.cols);
-        if let Some(last) = dims.last_mut() {
-            *last = self.rows;
+        let outs = matmul(&parts, &acts, xs.len() / first.cols);
+        outs.into_iter()
+            .zip(ms)
+            .map(|(out, m)| {
+                if let Some(last) = dims.last_mut() {
+                    *last = m.rows;
+                }
+                Ok(Tensor::from_vec(out, dims.clone(), &Device::Cpu)?)
+            })
+            .collect()
+    }
+
+    /// This matrix's product on its own (candle's for a matrix it multiplies).
+    fn forward_alone(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.kind {
+            Kind::Candle(q) => Ok(candle_core::Module::forward(q, x)?),
+            Kind::Rows { .. } => QMatrix::forward_many(&[self], x)?
+                .pop()
+                .ok_or_else(|| ReaderError::Compute("no product".into())),
         }
-        Ok(Tensor::from_vec(out, dims, &Device::Cpu)?)
     }
 }
 
-/// `[tokens, rows]`: each row of `w` dotted with each token's blocks of
-/// `acts`, rows split among the threads, tokens in tiles.
-fn matmul(w: &Bytes, dot: RowDot, acts: &[Q8Block], rows: usize, tokens: usize) -> Vec<f32> {
-    let row_bytes = w.len() / rows.max(1);
+/// A matrix of [`matmul`]: its blocks, their dot product, its rows.
+struct Part<'a> {
+    w: &'a Bytes,
+    dot: RowDot,
+    rows: usize,
+}
+
+/// `[tokens, rows]` for each part: each row dotted with each token's
+/// blocks of `acts`, the rows of all the parts split among the threads in
+/// one pass, tokens in tiles.
+fn matmul(parts: &[Part<'_>], acts: &[Q8Block], tokens: usize) -> Vec<Vec<f32>> {
     let per_token = acts.len() / tokens.max(1);
+    let total: usize = parts.iter().map(|p| p.rows).sum();
     // a few chunks per thread, a row at least
-    let chunk = rows.div_ceil(rayon::current_num_threads() * 4).max(1);
-    let mut by_row = vec![0f32; rows * tokens];
-    by_row
-        .par_chunks_mut(chunk * tokens)
-        .zip(w.par_chunks(chunk * row_bytes))
-        .for_each(|(out, w)| {
-            for t0 in (0..tokens).step_by(TOKEN_TILE) {
-                let tile = t0..(t0 + TOKEN_TILE).min(tokens);
-                for (o, row) in out.chunks_exact_mut(tokens).zip(w.chunks_exact(row_bytes)) {
-                    dot_tile(dot, row, acts, per_token, tile.clone(), o);
-                }
+    let chunk = total.div_ceil(rayon::current_num_threads() * 4).max(1);
+    let mut by_row: Vec<Vec<f32>> = parts.iter().map(|p| vec![0f32; p.rows * tokens]).collect();
+    let mut tasks = Vec::new();
+    for (p, out) in parts.iter().zip(&mut by_row) {
+        let row_bytes = p.w.len() / p.rows.max(1);
+        let pieces = out
+            .chunks_mut(chunk * tokens)
+            .zip(p.w.chunks(chunk * row_bytes));
+        tasks.extend(pieces.map(|(o, w)| (o, w, p.dot, row_bytes)));
+    }
+    tasks.into_par_iter().for_each(|(out, w, dot, row_bytes)| {
+        for t0 in (0..tokens).step_by(TOKEN_TILE) {
+            let tile = t0..(t0 + TOKEN_TILE).min(tokens);
+            for (o, row) in out.chunks_exact_mut(tokens).zip(w.chunks_exact(row_bytes)) {
+                dot_tile(dot, row, acts, per_token, tile.clone(), o);
             }
-        });
+        }
+    });
     if tokens == 1 {
         return by_row;
     }
-    let mut out = vec![0f32; rows * tokens];
-    for (r, o) in by_row.chunks_exact(tokens).enumerate() {
-        for (t, &v) in o.iter().enumerate() {
-            out[t * rows + r] = v;
-        }
-    }
-    out
+    by_row
+        .into_iter()
+        .zip(parts)
+        .map(|(by_row, p)| {
+            let mut out = vec![0f32; p.rows * tokens];
+            for (r, o) in by_row.chunks_exact(tokens).enumerate() {
+                for (t, &v) in o.iter().enumerate() {
+                    out[t * p.rows + r] = v;
+                }
+            }
+            out
+        })
+        .collect()
 }
 
 /// `out[t] = row · acts[t]` for the tokens `t` of `tile`, four at a time.
@@ -239,6 +292,41 @@ mod tests {
                     v.iter().map(|x| x.to_bits()).collect()
                 };
                 assert_eq!(bits(&got), bits(&want), "{dtype} {shape:?}");
+            }
+        }
+    }
+
+    /// Several matrices in one pass equal each on its own, bit for bit
+    /// (a layer's q, k and v), a candle-multiplied one among them too.
+    #[test]
+    fn forward_many_equals_each_forward() {
+        let cols = 256;
+        let ms: Vec<QMatrix> = [(DType::Q4_1, 40), (DType::Q8_0, 12), (DType::Q4_K, 8)]
+            .into_iter()
+            .map(|(dtype, rows)| {
+                let mut b = Vec::new();
+                assert!(gkq_format::quant::quantize(
+                    &noise(rows * cols, rows as u64),
+                    dtype,
+                    &mut b
+                ));
+                QMatrix::new(Bytes::from(b), dtype, rows, cols).expect("matrix")
+            })
+            .collect();
+        for (tokens, group) in [(1, &ms[..2]), (5, &ms[..2]), (3, &ms[..])] {
+            let x: Vec<f32> = noise(tokens * cols, 3).iter().map(|v| v * 30.0).collect();
+            let x = Tensor::from_vec(x, (tokens, cols), &Device::Cpu).expect("x");
+            let refs: Vec<&QMatrix> = group.iter().collect();
+            let many = QMatrix::forward_many(&refs, &x).expect("many");
+            assert_eq!(many.len(), group.len());
+            for (m, got) in group.iter().zip(&many) {
+                let want = m.forward(&x).expect("one");
+                let bits = |t: &Tensor| -> Vec<u32> {
+                    let v: Vec<f32> = t.flatten_all().and_then(|t| t.to_vec1()).expect("values");
+                    v.iter().map(|x| x.to_bits()).collect()
+                };
+                assert_eq!(got.dims(), [tokens, m.rows]);
+                assert_eq!(bits(got), bits(&want), "{tokens} tokens");
             }
         }
     }
