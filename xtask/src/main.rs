@@ -3,7 +3,7 @@
 //! - `demo`: pack and verify the committed tiny model (the README's first command);
 //! - `upload`: publish a packed model to R2 (see `crates/r2-upload`);
 //! - `local-servers`: a local S3 server and public URL to try `upload` against;
-//! - `fuzz`: a bounded mutation fuzzer for the knot parser on the stable toolchain (`gkq_fuzz::mutate`);
+//! - `fuzz`: a bounded mutation fuzzer for the knot parser on the stable toolchain (`fuzz-mutate` of `fuzz/`);
 //! - `afl`: the coverage-guided fuzzer on each target of `fuzz/`;
 //! - `bench …`: the performance benchmarks, with same-run references (`crates/gkq-bench`).
 
@@ -129,6 +129,23 @@ fn install() -> anyhow::Result<()> {
         tool_names().join(", ")
     );
     Ok(())
+}
+
+/// The mutation fuzzer of `fuzz/` (`fuzz-mutate`), built and run by cargo.
+fn fuzz(seconds: u64, seed: u64) -> anyhow::Result<()> {
+    let (seconds, seed) = (seconds.to_string(), seed.to_string());
+    Ok(run(cargo()
+        .args([
+            "run",
+            "-q",
+            "-p",
+            "gkq-fuzz",
+            "--bin",
+            "fuzz-mutate",
+            "--",
+            "--seconds",
+        ])
+        .args([&seconds, "--seed", &seed]))?)
 }
 
 /// `cargo build` of one binary, cargo's progress shown.
@@ -266,7 +283,7 @@ fn main() -> std::process::ExitCode {
     let result = match Cli::parse().cmd {
         Cmd::Demo => demo(),
         Cmd::Install => install(),
-        Cmd::Fuzz { seconds, seed } => gkq_fuzz::mutate::run(seconds, seed),
+        Cmd::Fuzz { seconds, seed } => fuzz(seconds, seed),
         Cmd::Afl {
             seconds,
             jobs,
