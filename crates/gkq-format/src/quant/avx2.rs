@@ -133,12 +133,29 @@ fn hsum(x: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
 }
 
-/// The f16 at `b[0..2]` (F16C).
+/// The first four f16 of block `b` as f32 (F16C): lane 0 its scale,
+/// lane 1 its minimum for the types with one. Converted from a load of 8
+/// bytes, not inserted into a register: an insert (`vpinsrw`) keeps the
+/// rest of its register, and the compiler picked the loop's accumulator,
+/// so that every block waited for the one before (a Q8_0 block in cache:
+/// 3.0 ns before, 1.5 ns after; Q4_1 2.75 → 2.16 ns).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unhalf(b: [u8; 2]) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
-        u16::from_le_bytes(b),
-    ))))
+fn halves(b: &[u8]) -> __m128 {
+    let b = &b[..8];
+    // SAFETY: `b` has 8 bytes; the load is unaligned
+    _mm_cvtph_ps(unsafe { _mm_loadl_epi64(b.as_ptr().cast()) })
+}
+
+/// The scale of block `b`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale(b: &[u8]) -> f32 {
+    _mm_cvtss_f32(halves(b))
+}
+
+/// The minimum of block `b` (the types with one).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn minimum(b: &[u8]) -> f32 {
+    _mm_cvtss_f32(_mm_movehdup_ps(halves(b)))
 }
 
 /// The 32 codes of block `b` of type `T`: signed bytes (`q - 8`,
@@ -188,11 +205,7 @@ fn products<const T: u8>(q: __m256i, aq: __m256i, y: &Q8Block) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn term<const T: u8>(b: &[u8], dw: f32, y: &Q8Block, p: __m256i) -> f32 {
     let v = hsum_i32(p) as f32 * dw * y.d;
-    if has_min(T) {
-        v + unhalf([b[2], b[3]]) * y.s
-    } else {
-        v
-    }
+    if has_min(T) { v + minimum(b) * y.s } else { v }
 }
 
 /// `w · a`, one block of type `T` at a time: in scalar order four
@@ -206,7 +219,7 @@ fn dot<const T: u8>(w: &[u8], a: &[Q8Block]) -> f32 {
         for (b, y) in w.chunks_exact(bb).zip(a) {
             let q = codes::<T>(b);
             let p = products::<T>(q, _mm256_sign_epi8(q, q), y);
-            let d = _mm256_set1_ps(unhalf([b[0], b[1]]) * y.d);
+            let d = _mm256_set1_ps(scale(b) * y.d);
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
         }
         return hsum(acc);
@@ -223,21 +236,16 @@ fn dot<const T: u8>(w: &[u8], a: &[Q8Block]) -> f32 {
             let q = codes::<T>(b[k]);
             p[k] = products::<T>(q, _mm256_sign_epi8(q, q), &y4[k]);
         }
-        let dw = _mm_set_ps(
-            unhalf([b[3][0], b[3][1]]),
-            unhalf([b[2][0], b[2][1]]),
-            unhalf([b[1][0], b[1][1]]),
-            unhalf([b[0][0], b[0][1]]),
+        // lanes: the four blocks' scales, and their minimums
+        let (h01, h23) = (
+            _mm_unpacklo_ps(halves(b[0]), halves(b[1])),
+            _mm_unpacklo_ps(halves(b[2]), halves(b[3])),
         );
+        let dw = _mm_movelh_ps(h01, h23);
         let da = _mm_set_ps(y4[3].d, y4[2].d, y4[1].d, y4[0].d);
         let mut v = _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(hsum4_i32(p)), dw), da);
         if has_min(T) {
-            let m = _mm_set_ps(
-                unhalf([b[3][2], b[3][3]]),
-                unhalf([b[2][2], b[2][3]]),
-                unhalf([b[1][2], b[1][3]]),
-                unhalf([b[0][2], b[0][3]]),
-            );
+            let m = _mm_movehl_ps(h23, h01);
             let sa = _mm_set_ps(y4[3].s, y4[2].s, y4[1].s, y4[0].s);
             v = _mm_add_ps(v, _mm_mul_ps(m, sa));
         }
@@ -249,7 +257,7 @@ fn dot<const T: u8>(w: &[u8], a: &[Q8Block]) -> f32 {
     for (b, y) in w[done * bb..].chunks_exact(bb).zip(&a[done.min(a.len())..]) {
         let q = codes::<T>(b);
         let p = products::<T>(q, _mm256_sign_epi8(q, q), y);
-        sum += term::<T>(b, unhalf([b[0], b[1]]), y, p);
+        sum += term::<T>(b, scale(b), y, p);
     }
     sum
 }
@@ -283,7 +291,7 @@ fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
         let q = codes::<T>(b);
         // the signed codes' magnitudes, once; their signs go to each token's
         let aq = _mm256_sign_epi8(q, q);
-        let dw = unhalf([b[0], b[1]]);
+        let dw = scale(b);
         let y = [&a[0][i], &a[1][i], &a[2][i], &a[3][i]];
         let mut p = [_mm256_setzero_si256(); 4];
         for t in 0..4 {
@@ -301,7 +309,7 @@ fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
         let mut v = _mm_mul_ps(_mm_mul_ps(dots, _mm_set1_ps(dw)), da);
         if has_min(T) {
             let sa = _mm_set_ps(y[3].s, y[2].s, y[1].s, y[0].s);
-            v = _mm_add_ps(v, _mm_mul_ps(_mm_set1_ps(unhalf([b[2], b[3]])), sa));
+            v = _mm_add_ps(v, _mm_mul_ps(_mm_set1_ps(minimum(b)), sa));
         }
         sum = _mm_add_ps(sum, v);
     }
