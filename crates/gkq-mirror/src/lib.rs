@@ -20,22 +20,17 @@
 //! knot does not name) is refused, unless [`MirrorOptions::replace`]: then
 //! it is replaced whole, the old knot removed first.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use gkq_format::sig::{self, SIGNATURE_NAME};
-use gkq_format::{KNOT_NAME, KnotId, hex};
+use gkq_format::{KNOT_NAME, KnotId};
 use gkq_reader::{Reader, ReaderConfig, Serve, Trusted};
 use gkq_store::blocking::Runtime;
-use gkq_store::{RangeRead, ReadCheck, Store, StoreError};
+use gkq_store::{RangeRead, Store, StoreError};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 /// The staging directory inside DIR.
 pub const STAGING: &str = ".gkq-mirror";
-
-/// Bytes fetched per step of an object (each step in parallel parts).
-const STEP: u64 = 64 << 20;
 
 /// Why a mirror failed. Nothing under a final name in DIR is unverified.
 #[derive(Debug, thiserror::Error)]
@@ -206,55 +201,26 @@ fn foreign(dir: &Path, id: KnotId, wanted: &[Wanted]) -> Result<Option<(String, 
     })
 }
 
-/// Fetches `url` (of `len` bytes, or its HEAD's length when 0) into
-/// `path` under a temporary name, renamed only when `want` (if given) is
-/// its SHA-256; with its length.
+/// Fetches `url` into `path` (`gkq_store::copy_to_file`: renamed only
+/// when its SHA-256 is the one the knot records); its length.
 async fn fetch(
     store: &Store,
     url: &str,
     (len, want): (u64, Option<[u8; 32]>),
     path: &Path,
 ) -> Result<u64> {
-    let len = if len == 0 {
-        store.head(url).await?.len
-    } else {
-        len
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.part"));
-    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-    let mut h = Sha256::new();
-    let mut at = 0;
-    while at < len {
-        let n = STEP.min(len - at);
-        let bytes = store
-            .read_checked(url, (at, n), Some(len), ReadCheck::None)
-            .await?;
-        h.update(&bytes);
-        f.write_all(&bytes).map_err(io(&tmp))?;
-        at += n;
+    match gkq_store::copy_to_file(store, url, (len, want), path).await {
+        Err(StoreError::Digest {
+            url,
+            expected,
+            found,
+            ..
+        }) => Err(MirrorError::Object {
+            url,
+            reason: format!("sha256 {found}, but the knot records {expected}"),
+        }),
+        other => Ok(other?),
     }
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
-    let digest: [u8; 32] = h.finalize().into();
-    if let Some(want) = want
-        && digest != want
-    {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(MirrorError::Object {
-            url: url.to_owned(),
-            reason: format!(
-                "sha256 {}, but the knot records {}",
-                hex(&digest),
-                hex(&want)
-            ),
-        });
-    }
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    Ok(len)
 }
 
 /// Whether `path` holds `w`: its digest when the knot records one, else

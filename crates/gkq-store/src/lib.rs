@@ -20,10 +20,13 @@
 //!   and [`Meter`] wraps any backend to count what one user of it moved.
 //! - The core is async (tokio); [`blocking::Runtime`] is the facade that
 //!   blocking APIs (the CLIs, `gkq-verify`, sync users of the reader) drive.
+//! - [`copy_to_file`]: a whole object to a file, checked against its
+//!   SHA-256 as it streams (the mirror's staging).
 //! - [`s3`] (feature `s3`): the S3 client R2 needs, shared with the uploader.
 
 mod answer;
 mod config;
+mod copy;
 mod error;
 mod http;
 mod local;
@@ -44,6 +47,7 @@ pub use config::{
     DEFAULT_CONNECTIONS, DEFAULT_MAX_PARALLEL, DEFAULT_MIN_THROUGHPUT, DEFAULT_PART_SIZE,
     DEFAULT_TIMEOUT, Parallelism, StoreConfig,
 };
+pub use copy::copy_to_file;
 pub use error::{BoxError, Result, StoreError};
 pub use http::HttpStore;
 pub use local::LocalStore;

@@ -328,7 +328,8 @@ pub async fn read_parts<R: RangeRead + ?Sized>(
                     found = hex(&d);
                     let why = format!("sha256 {found}, expected {}", hex(want));
                     let dropped = backend.distrust(url, (start, end), &why);
-                    if !refetch(dropped, &mut origin_failures) {
+                    if !(backend.refetches() || dropped) || !refetch(dropped, &mut origin_failures)
+                    {
                         break;
                     }
                     tracing::warn!(url, start, len, round, found = %found, "a range failed its sha256: fetching it again");

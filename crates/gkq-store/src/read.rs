@@ -90,6 +90,14 @@ pub trait RangeRead: Send + Sync + Debug {
         false
     }
 
+    /// Whether bytes the origin served that fail their check are fetched
+    /// once more ([`refetch`](crate::refetch)): yes, unless the store's
+    /// [`RetryPolicy`](crate::RetryPolicy) makes one attempt only (a gate
+    /// such as `gkq-verify --url` reports what it saw).
+    fn refetches(&self) -> bool {
+        true
+    }
+
     /// The base URL of the source that served the read of `location` at
     /// `start`, when a store with mirrors spread it; `None` otherwise.
     fn served_by(&self, _location: &str, _start: u64) -> Option<String> {

@@ -246,6 +246,10 @@ impl RangeRead for Store {
         self.sources.get()?.served_by(location, start)
     }
 
+    fn refetches(&self) -> bool {
+        self.config.retry.attempts > 1
+    }
+
     fn read_prefix<'a>(
         &'a self,
         location: &'a str,

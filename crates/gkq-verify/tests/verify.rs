@@ -694,6 +694,25 @@ fn remote_damaged_proof_object_fails() {
     );
 }
 
+/// A companion published with other bytes of the same length: the store's
+/// check finds its digest, reported against the knot's, naming the URL.
+#[test]
+fn remote_changed_companion_fails() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let (nginx, _www) = serve(&p, &NginxOptions::default(), |d| {
+        let f = d.join("config.json");
+        let mut b = fs::read(&f).expect("config.json");
+        b[2] ^= 0x01;
+        fs::write(&f, b).expect("write");
+    });
+    let url = format!("{}/v1", nginx.url());
+    let object = format!("{url}/config.json");
+    fails_with(
+        &verify(&[s(&p.out), "--url", &url]),
+        &[&object, "sha256 is", "the knot records"],
+    );
+}
+
 /// A package whose attention q projections are rank-16 spectral blocks.
 fn packed_spectral(spec_arg: &str) -> Packed {
     let spec = fixtures::Spec {

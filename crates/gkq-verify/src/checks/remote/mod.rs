@@ -14,12 +14,13 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
-use gkq_format::{ColumnarDescriptor, Knot, merkle};
+use gkq_format::{ColumnarDescriptor, Knot, ObjectKind, merkle};
 use gkq_store::blocking::Runtime;
 use gkq_store::url::join;
-use gkq_store::{Head, RangeRead, ReadOptions, RetryPolicy, Store, StoreConfig, StoreError};
+use gkq_store::{
+    Head, RangeRead, ReadCheck, ReadOptions, RetryPolicy, Store, StoreConfig, StoreError,
+};
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 
 use crate::report::{CheckFindings, RemoteFinding};
 
@@ -97,6 +98,18 @@ impl Http {
         };
         self.rt
             .block_on(CALL.0, CALL.1, self.store.read_vec(url, start, end, opts))?
+    }
+}
+
+impl Http {
+    /// An object of `len` bytes, whole, checked by the store against the
+    /// SHA-256 `want` (other bytes are [`StoreError::Digest`]; with this
+    /// client's one attempt they are not fetched again).
+    pub fn get_checked(&self, url: &str, len: u64, want: [u8; 32]) -> Result<(), StoreError> {
+        let read = self
+            .store
+            .read_checked(url, (0, len), Some(len), ReadCheck::Sha256(want));
+        self.rt.block_on(CALL.0, CALL.1, read)?.map(|_| ())
     }
 }
 
@@ -189,29 +202,30 @@ fn head(http: &Http, url: &str, expected: u64) -> Result<(), HeadErr> {
 
 /// GET `bytes=start-end` (inclusive): 206, Content-Range `bytes start-end/total`, exact length.
 fn range(http: &Http, url: &str, (start, end): (u64, u64), total: u64) -> Result<Vec<u8>, Bad> {
+    http.get_range_vec(url, start, end, Some(total))
+        .map_err(|e| bad(e, (start, end), total))
+}
+
+/// The finding of a failed GET of `bytes=start-end`.
+fn bad(e: StoreError, (start, end): (u64, u64), total: u64) -> Bad {
     let fatal = |finding| Bad {
         finding,
         fatal: true,
     };
-    match http.get_range_vec(url, start, end, Some(total)) {
-        Ok(b) => Ok(b),
-        Err(StoreError::IgnoresRange { .. }) => {
-            Err(fatal(RemoteFinding::IgnoresRange { start, end, total }))
-        }
-        Err(StoreError::Status { status, .. }) => {
-            Err(fatal(RemoteFinding::GetStatus { start, end, status }))
-        }
-        Err(StoreError::ContentRange {
+    match e {
+        StoreError::IgnoresRange { .. } => fatal(RemoteFinding::IgnoresRange { start, end, total }),
+        StoreError::Status { status, .. } => fatal(RemoteFinding::GetStatus { start, end, status }),
+        StoreError::ContentRange {
             expected, found, ..
-        }) => Err(Bad {
+        } => Bad {
             finding: RemoteFinding::ContentRange { found, expected },
             fatal: false,
-        }),
-        Err(e @ StoreError::BodyLength { .. }) => Err(Bad {
+        },
+        e @ StoreError::BodyLength { .. } => Bad {
             finding: RemoteFinding::BodyLength(e),
             fatal: false,
-        }),
-        Err(error) => Err(fatal(RemoteFinding::GetFailed { start, end, error })),
+        },
+        error => fatal(RemoteFinding::GetFailed { start, end, error }),
     }
 }
 
@@ -421,8 +435,8 @@ fn fetch_row(
     Ok(body.len() as u64 + proof.prove(http, d, r, &body)?)
 }
 
-/// Companion files, whole, against the digests the knot records. Returns
-/// (objects, requests).
+/// Companion files, whole, checked by the store against the digests the
+/// knot records. Returns (objects, requests).
 fn check_companions(
     http: &Http,
     knot: &Knot<'_>,
@@ -431,10 +445,11 @@ fn check_companions(
     acc: &mut CheckFindings,
 ) -> (u64, u64) {
     let (mut objects, mut requests) = (0, 0);
-    for (name, want) in knot.header().header().package_files() {
+    let companions = knot.header().header().objects().into_iter();
+    for o in companions.filter(|o| o.kind == ObjectKind::Companion) {
         objects += 1;
-        let url = join(base, name);
-        let Ok(len) = std::fs::metadata(dir.join(name)).map(|m| m.len()) else {
+        let url = join(base, &o.name);
+        let Ok(len) = std::fs::metadata(dir.join(&o.name)).map(|m| m.len()) else {
             continue; // reported by the local package check
         };
         requests += 1;
@@ -442,25 +457,21 @@ fn check_companions(
             acc.fail(url, f.finding());
             continue;
         }
-        if len == 0 {
+        // the knot's validation makes every companion's digest 64 hex digits
+        let (Some(want), true) = (o.sha256, len > 0) else {
             continue;
-        }
+        };
         requests += 1;
-        match range(http, &url, (0, len - 1), len) {
-            Ok(body) => {
-                acc.bytes += body.len() as u64;
-                let found = gkq_format::hex(&Sha256::digest(&body));
-                if found != *want {
-                    acc.fail(
-                        url,
-                        RemoteFinding::Digest {
-                            found,
-                            recorded: want.to_owned(),
-                        },
-                    );
-                }
+        match http.get_checked(&url, len, want) {
+            Ok(()) => acc.bytes += len,
+            Err(StoreError::Digest {
+                found, expected, ..
+            }) => {
+                acc.bytes += len;
+                let recorded = expected;
+                acc.fail(url, RemoteFinding::Digest { found, recorded });
             }
-            Err(b) => acc.fail(url, b.finding),
+            Err(e) => acc.fail(url, bad(e, (0, len - 1), len).finding),
         }
     }
     (objects, requests)
