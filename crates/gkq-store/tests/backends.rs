@@ -221,3 +221,29 @@ fn an_object_replaced_at_its_url_is_noticed_over_http_and_s3() {
         another_version(&bucket)
     }));
 }
+
+/// Bytes that fail their check are fetched once more from the origin,
+/// unless the store's retry policy makes a single attempt (a gate such as
+/// `gkq-verify --url`): then the first answer is the finding.
+#[test]
+fn failed_checks_are_fetched_again_only_when_the_policy_retries() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    write_object(&tmp.path().join("www"));
+    let nginx = Nginx::start(
+        &tmp.path().join("www"),
+        &tmp.path().join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx (scripts/install-test-deps.sh)");
+    let url = format!("{}/object", nginx.url());
+    for (attempts, fetches) in [(3, 2), (1, 1)] {
+        let mut c = config();
+        c.retry.attempts = attempts;
+        c.parallel.part_size = 1 << 20; // one part a fetch
+        let s = Store::new(c).expect("store");
+        let read = s.read_checked(&url, (0, 1000), None, ReadCheck::Sha256([7; 32]));
+        let e = rt().block_on(read).expect_err("a wrong digest");
+        assert!(matches!(e, StoreError::Digest { .. }), "{e}");
+        assert_eq!(s.stats().requests, fetches, "{attempts} attempts");
+    }
+}
