@@ -57,7 +57,7 @@ fn the_alias_keeps_cargo_quiet() {
         .find(|l| l.starts_with("xtask = "))
         .expect("the xtask alias");
     assert!(alias.contains("\"--quiet\""), "{alias}");
-    let main = std::fs::read_to_string(root.join("xtask/src/main.rs")).expect("main.rs");
+    let main = std::fs::read_to_string(root.join("xtask/src/tasks.rs")).expect("tasks.rs");
     let upload = &main[main.find("fn upload(").expect("fn upload")..];
     let body = &upload[..upload.find("\n}\n").expect("end")];
     assert!(
