@@ -123,6 +123,17 @@ fn s3_store(s3: &S3sFs) -> gkq_store::s3::S3Store {
     gkq_store::s3::S3Store::new(&ep, creds, config())
 }
 
+/// nginx serving [`object`] as `/object` from `tmp/www`.
+fn serving_object(tmp: &Path) -> Nginx {
+    write_object(&tmp.join("www"));
+    Nginx::start(
+        &tmp.join("www"),
+        &tmp.join("nginx"),
+        &NginxOptions::default(),
+    )
+    .expect("nginx (scripts/install-test-deps.sh)")
+}
+
 fn write_object(dir: &Path) {
     std::fs::create_dir_all(dir).expect("dir");
     std::fs::write(dir.join("object"), object()).expect("object");
@@ -140,13 +151,7 @@ fn local_files_keep_the_contract() {
 #[test]
 fn http_keeps_the_contract() {
     let tmp = tempfile::tempdir().expect("tmp");
-    write_object(&tmp.path().join("www"));
-    let nginx = Nginx::start(
-        &tmp.path().join("www"),
-        &tmp.path().join("nginx"),
-        &NginxOptions::default(),
-    )
-    .expect("nginx (scripts/install-test-deps.sh)");
+    let nginx = serving_object(tmp.path());
     let b = HttpStore::new(config()).expect("client");
     let at = |n: &str| format!("{}/{n}", nginx.url());
     rt().block_on(contract("http", &b, &at("object"), &at("missing")));
@@ -228,13 +233,7 @@ fn an_object_replaced_at_its_url_is_noticed_over_http_and_s3() {
 #[test]
 fn failed_checks_are_fetched_again_only_when_the_policy_retries() {
     let tmp = tempfile::tempdir().expect("tmp");
-    write_object(&tmp.path().join("www"));
-    let nginx = Nginx::start(
-        &tmp.path().join("www"),
-        &tmp.path().join("nginx"),
-        &NginxOptions::default(),
-    )
-    .expect("nginx (scripts/install-test-deps.sh)");
+    let nginx = serving_object(tmp.path());
     let url = format!("{}/object", nginx.url());
     for (attempts, fetches) in [(3, 2), (1, 1)] {
         let mut c = config();
