@@ -117,6 +117,18 @@ pub(super) fn site(net: Net) -> anyhow::Result<Site> {
     Ok(Site { ca, nginx })
 }
 
+/// A fresh proxy in front of the site's nginx: a node's link of `net`
+/// (20 ms RTT).
+pub(super) fn link(site: &Site, net: Net) -> anyhow::Result<WireProxy> {
+    Ok(WireProxy::start_link(
+        site.nginx.port(),
+        Link {
+            one_way: Duration::from_millis(10),
+            down_rate: Some(net.link),
+        },
+    )?)
+}
+
 /// A remote decode of `pack` through a fresh proxy with `extra` flags.
 pub(super) fn remote(
     site: &Site,
@@ -124,13 +136,7 @@ pub(super) fn remote(
     pack: &str,
     extra: &[&str],
 ) -> anyhow::Result<Measured> {
-    let proxy = WireProxy::start_link(
-        site.nginx.port(),
-        Link {
-            one_way: Duration::from_millis(10),
-            down_rate: Some(net.link),
-        },
-    )?;
+    let proxy = link(site, net)?;
     let base = format!("https://127.0.0.1:{}/{pack}", proxy.port());
     let ca = site.ca.ca.display().to_string();
     let columnar = format!("{base}/");
@@ -213,13 +219,7 @@ fn bulk_ranges(pack: &Path) -> anyhow::Result<Vec<(String, u64, u64)>> {
 /// `curl --parallel` (16 at a time, HTTP/2) over the same ranges, through a
 /// fresh proxy: seconds and wire bytes.
 fn curl_anchor(site: &Site, net: Net, pack: &str) -> anyhow::Result<(f64, WireStats)> {
-    let proxy = WireProxy::start_link(
-        site.nginx.port(),
-        Link {
-            one_way: Duration::from_millis(10),
-            down_rate: Some(net.link),
-        },
-    )?;
+    let proxy = link(site, net)?;
     let cfg = bench_dir().join("curl-ranges.cfg");
     // one transfer per block of options, `next` between them: curl's
     // per-transfer options (range, output, the CA) do not carry over

@@ -8,29 +8,17 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
-use fixtures::servers::{Link, WireProxy};
 
-use super::coldstart::{SLOW, Site, site};
+use super::coldstart::{SLOW, Site, link, site};
 use super::common::{bench_dir, median, release_bin};
-
-/// A fresh proxy in front of the site's nginx: the node's link.
-fn link(site: &Site) -> anyhow::Result<WireProxy> {
-    Ok(WireProxy::start_link(
-        site.nginx.port(),
-        Link {
-            one_way: Duration::from_millis(10),
-            down_rate: Some(SLOW.link),
-        },
-    )?)
-}
 
 /// gkq-decode's time to its first token from process start, cold: the
 /// package `url` (under the bench directory nginx serves), `ids`.
 fn gkq(site: &Site, pkg: &str, ids: &str, threads: &str) -> anyhow::Result<(f64, u64)> {
-    let proxy = link(site)?;
+    let proxy = link(site, SLOW)?;
     let url = format!("https://127.0.0.1:{}/{pkg}/model.knot", proxy.port());
     let o = Command::new(release_bin("gkq-decode"))
         .arg(&url)
@@ -66,7 +54,7 @@ fn llama(
     ids: &str,
     threads: &str,
 ) -> anyhow::Result<(f64, f64)> {
-    let proxy = link(site)?;
+    let proxy = link(site, SLOW)?;
     let out = bench_dir().join("llama-cold.gguf");
     let _ = std::fs::remove_file(&out);
     let t = Instant::now();
