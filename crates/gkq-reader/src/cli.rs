@@ -10,7 +10,8 @@ use gkq_store::{
 };
 
 use crate::cache::{CacheConfig, DEFAULT_CACHE_MAX_BYTES, default_cache_dir};
-use crate::config::{DEFAULT_CACHE_ROWS, ReaderConfig};
+use crate::columnar::DEFAULT_CACHE_ROWS;
+use crate::config::ReaderConfig;
 
 /// The flags of a node that reads rows and blocks: the row store, and
 /// [`NetArgs`].

@@ -8,9 +8,6 @@ use gkq_store::StoreConfig;
 use crate::cache::CacheConfig;
 use crate::columnar::FetchConfig;
 
-/// Default row cache capacity (~28 MB of fp32 rows for Qwen2.5-0.5B).
-pub const DEFAULT_CACHE_ROWS: usize = 8192;
-
 /// The roles a node serves. In a pipeline-split fabric the first stage
 /// only looks up input embeddings and never pulls lm_head; the last stage
 /// needs lm_head resident. (The packer's decision of which tensor plays

@@ -103,8 +103,9 @@ pub use cache::{
 };
 #[cfg(feature = "clap")]
 pub use cli::{NetArgs, NodeArgs, parse_bytes};
+pub use columnar::DEFAULT_CACHE_ROWS;
 pub use columnar::{CacheStats, ColumnarEmbedBackend, FetchConfig, WarmReport, WarmUnused};
-pub use config::{DEFAULT_CACHE_ROWS, ReaderConfig, Serve, with_timeout};
+pub use config::{ReaderConfig, Serve, with_timeout};
 pub use error::{ReaderError, Result};
 pub use gkq_store::{NetStats, StoreConfig};
 pub use knot::{FIRST_FETCH, KnotHandle, Trusted, is_url};

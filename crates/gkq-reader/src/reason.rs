@@ -8,8 +8,15 @@ use crate::resolve::{
     Checked, Choice, ColumnarPath, DenseCause, NoRuns, ReadPath, Resolution, Use,
 };
 
+impl Resolution {
+    /// Why this path, and why not the ones before it, in words.
+    pub fn reason(&self) -> String {
+        render(self)
+    }
+}
+
 /// The reason text of `r`.
-pub(crate) fn render(r: &Resolution) -> String {
+fn render(r: &Resolution) -> String {
     match (&r.path, r.used) {
         (ReadPath::Spectral { rank }, Use::Rows) => format!(
             "spectral block of rank {rank}: never columnar; block_payload returns the factors untouched, and rows are reconstructed as U·diag(S)·Vt (FORMAT.md section 5)"

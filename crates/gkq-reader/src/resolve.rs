@@ -296,11 +296,6 @@ impl Resolution {
         matches!(&self.path, ReadPath::Dense(c) if !matches!(c, DenseCause::Asked | DenseCause::NotEligible { .. }))
     }
 
-    /// Why this path, and why not the ones before it, in words.
-    pub fn reason(&self) -> String {
-        crate::reason::render(self)
-    }
-
     /// The same tensor read dense, after `error` at use.
     pub(crate) fn fell_back(&self, error: &(dyn std::error::Error + 'static)) -> Resolution {
         let error = gkq_format::error_chain(error);

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::config::{Family, ModelConfig};
 use crate::error::{IoContext, Result, SourceError};
-use crate::source::{SourceFile, SourceTensor};
+use crate::tensors::{SourceFile, SourceTensor};
 
 /// What a GGUF source adds to the model: each file's parsed header.
 #[derive(Debug)]

@@ -12,6 +12,7 @@ mod error;
 pub mod gguf;
 pub mod hub;
 pub mod source;
+mod tensors;
 
 pub use config::ModelConfig;
 pub use error::{Result, SourceError};

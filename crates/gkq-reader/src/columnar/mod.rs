@@ -31,7 +31,6 @@ use gkq_store::{Meter, Store, bump};
 use lru::LruCache;
 
 use crate::cache::DiskCache;
-use crate::config::DEFAULT_CACHE_ROWS;
 use crate::error::{ReaderError, Result};
 use crate::proof::proof_url;
 
@@ -61,6 +60,9 @@ pub(crate) enum Via {
     /// The row file and the proof object (7a).
     Split,
 }
+
+/// Default row cache capacity (~28 MB of fp32 rows for Qwen2.5-0.5B).
+pub const DEFAULT_CACHE_ROWS: usize = 8192;
 
 /// Fetch settings of a backend.
 #[derive(Clone, Debug)]
