@@ -82,19 +82,6 @@ const ALL: [DType; 23] = [
     DType::Q6_K,
 ];
 
-/// The block types, in code order: those of the block-type table
-/// (`quant::BLOCK_TYPES`, with their layouts and kernels).
-#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)] // const: checked at compile time
-pub const QUANTIZED: [DType; 8] = {
-    let mut out = [DType::F32; 8];
-    let mut i = 0;
-    while i < out.len() {
-        out[i] = crate::quant::BLOCK_TYPES[i].dtype;
-        i += 1;
-    }
-    out
-};
-
 impl DType {
     /// Every dtype, in code order.
     pub const ALL: [DType; 23] = ALL;
@@ -143,17 +130,6 @@ impl DType {
             DType::I8 | DType::U8 | DType::Bool | DType::F8E5M2 | DType::F8E4M3 => 1,
             _ => 0,
         }
-    }
-
-    /// `(values, bytes)` of one block of a block type (section 3.5).
-    pub fn block(self) -> Option<(u64, u64)> {
-        crate::quant::layout(self).map(|(n, b)| (n as u64, b as u64))
-    }
-
-    /// llama-quantize's fallback for rows a block type cannot fill (its
-    /// `tensor_type_fallback`): a K type's 32-value type; f16 after that.
-    pub fn quant_fallback(self) -> Option<DType> {
-        crate::quant::block_type(self).and_then(|t| t.fallback)
     }
 
     /// One of ggml's block types.

@@ -44,7 +44,7 @@ mod tests;
 mod testutil;
 
 pub use cast::{CastReport, cast_row, decode_f32, first_inexact, max_abs_diff};
-pub use dtype::{DType, QUANTIZED};
+pub use dtype::DType;
 pub use error::{Error, Result, error_chain, root_cause};
 pub use id::KnotId;
 pub use knot::{
@@ -57,6 +57,7 @@ pub use model::{
     Value, keys, rows_object_name, shape_bytes,
 };
 pub use objects::{ObjectKind, PackageObject};
+pub use quant::QUANTIZED;
 pub use spectral::{FrobeniusError, SpectralParts, decimal, reconstruct_spectral};
 pub use write::{KnotWriter, encode_prefix};
 

@@ -217,5 +217,33 @@ pub fn quantize(src: &[f32], dtype: DType, out: &mut Vec<u8>) -> bool {
     true
 }
 
+/// The block types, in code order: those of the block-type table
+/// (`quant::BLOCK_TYPES`, with their layouts and kernels).
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)] // const: checked at compile time
+pub const QUANTIZED: [DType; 8] = {
+    let mut out = [DType::F32; 8];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = BLOCK_TYPES[i].dtype;
+        i += 1;
+    }
+    out
+};
+
+/// What the block-type table says of a dtype (here, so that `dtype.rs`
+/// needs nothing of this module).
+impl DType {
+    /// `(values, bytes)` of one block of a block type (section 3.5).
+    pub fn block(self) -> Option<(u64, u64)> {
+        layout(self).map(|(n, b)| (n as u64, b as u64))
+    }
+
+    /// llama-quantize's fallback for rows a block type cannot fill (its
+    /// `tensor_type_fallback`): a K type's 32-value type; f16 after that.
+    pub fn quant_fallback(self) -> Option<DType> {
+        block_type(self).and_then(|t| t.fallback)
+    }
+}
+
 #[cfg(test)]
 mod tests;

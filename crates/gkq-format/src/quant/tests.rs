@@ -1,8 +1,8 @@
 //! Round trips and error bounds of every block type (the bytes against
 //! gguf-py are `tests/gguf_py.rs`; the golden vectors are in FORMAT.md 3.5).
 
+use super::QUANTIZED;
 use super::*;
-use crate::dtype::QUANTIZED;
 use half::f16;
 
 fn ramp(n: usize) -> Vec<f32> {
