@@ -44,3 +44,12 @@ pub const MAX_RANK: u32 = 65_536;
 pub fn align_up(x: u64) -> Option<u64> {
     x.checked_next_multiple_of(ALIGN)
 }
+
+/// Parses a canonical decimal row number: `0`, or digits without a leading zero.
+pub(crate) fn row_number(s: &str) -> Option<u64> {
+    let canonical = s == "0" || (!s.starts_with('0') && !s.is_empty());
+    if !canonical || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}

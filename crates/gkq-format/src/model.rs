@@ -540,7 +540,10 @@ impl Header {
     /// The warm rows (`columnar.warm_rows`, FORMAT.md 7d), ascending; empty
     /// when the package has no warm objects.
     pub fn warm_rows(&self) -> Vec<u64> {
-        crate::warm::warm_rows(self)
+        let rows = self.meta_list(keys::COLUMNAR_WARM_ROWS).unwrap_or_default();
+        rows.iter()
+            .filter_map(|s| crate::layout::row_number(s))
+            .collect()
     }
 
     /// A `STR_LIST` metadata value.

@@ -8,6 +8,7 @@ use crate::layout::*;
 use crate::model::*;
 
 mod descriptor;
+mod warm_list;
 use descriptor::{derived_names, validate_descriptors};
 
 fn expect_type(md: &Metadata, key: &str, tag: u8) -> Result<()> {
@@ -83,7 +84,7 @@ fn validate_metadata(h: &Header) -> Result<()> {
     validate_package_files(h)?;
     crate::figures::validate_figures(h)?;
     validate_runs(h)?;
-    crate::warm::validate_warm(h)?;
+    warm_list::validate_warm(h)?;
     validate_roles(h)
 }
 
