@@ -44,18 +44,19 @@ use rayon::prelude::*;
 pub use analyze::{AnalyzeReport, AtRank, ENERGIES, RANKS, TensorAnalysis, analyze};
 pub use error::{PackError, Result};
 pub use gkq_format::progress::{NoProgress, Progress};
+pub use options::WarmOptions;
 pub use options::{COMPANION_FILES, PackOptions, TOOL};
 /// The points of the commit a test can stop a run at (`GKQ_PACK_CRASH_AT`).
 #[doc(hidden)]
 pub use output::CommitStep;
 pub use presets::{Mix, parse_quant};
+pub use report::WarmSetReport;
 pub use report::{
     CastSummary, ColumnarReport, CompanionReport, FileReport, KnotFile, PackReport, QuantReport,
 };
 pub use spectral::{SpectralReport, SpectralSpec, Target};
 pub use text::{analysis_text, text};
 pub use types::{Fallback, QuantOptions};
-pub use warm::{WarmOptions, WarmSetReport};
 
 use companions::{companion_reports, copy_companion, find_companions};
 use error::IoContext;

@@ -60,7 +60,7 @@ pub struct PackOptions {
     /// (FORMAT.md 7b; `--no-runs` turns it off).
     pub runs: bool,
     /// The warm set and its warm objects (FORMAT.md 7d).
-    pub warm: crate::warm::WarmOptions,
+    pub warm: WarmOptions,
 }
 
 impl PackOptions {
@@ -79,7 +79,7 @@ impl PackOptions {
             revision: None,
             spectral: Vec::new(),
             runs: true,
-            warm: crate::warm::WarmOptions::default(),
+            warm: WarmOptions::default(),
         }
     }
 }
@@ -100,4 +100,23 @@ pub(crate) fn check_dtypes(dtypes: &[DType]) -> Result<Vec<DType>> {
         out.push(d);
     }
     Ok(out)
+}
+
+/// `--warm-set`, `--warm-corpus`, `--warm-ids`.
+#[derive(Clone, Debug, Default)]
+pub struct WarmOptions {
+    /// How many ids (`--warm-set K`): required with a corpus, a cap on a
+    /// list of ids.
+    pub k: Option<usize>,
+    /// Workload files tokenized with the package's tokenizer.
+    pub corpus: Vec<PathBuf>,
+    /// A file of ids, most needed first.
+    pub ids: Option<PathBuf>,
+}
+
+impl WarmOptions {
+    /// Whether any warm option is set.
+    pub fn is_set(&self) -> bool {
+        self.k.is_some() || !self.corpus.is_empty() || self.ids.is_some()
+    }
 }

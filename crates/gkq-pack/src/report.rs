@@ -161,5 +161,16 @@ pub struct PackReport {
     pub peak_rss_bytes: Option<u64>,
     /// The warm set (`--warm-set`, `--warm-corpus`, `--warm-ids`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub warm: Option<crate::warm::WarmSetReport>,
+    pub warm: Option<WarmSetReport>,
+}
+
+/// The warm set written, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct WarmSetReport {
+    /// Rows in the set.
+    pub rows: usize,
+    /// Where they came from: `corpus` or `ids`.
+    pub from: String,
+    /// Sessions of the corpus (0 for a list of ids).
+    pub sessions: usize,
 }

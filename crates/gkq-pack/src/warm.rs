@@ -9,40 +9,10 @@ use std::path::{Path, PathBuf};
 
 use gkq_format::warm::WarmPart;
 use gkq_format::{ColumnarDescriptor, Header, Value, keys};
-use serde::Serialize;
 
 use crate::error::{IoContext, PackError, Result};
-use crate::report::FileReport;
-
-/// `--warm-set`, `--warm-corpus`, `--warm-ids`.
-#[derive(Clone, Debug, Default)]
-pub struct WarmOptions {
-    /// How many ids (`--warm-set K`): required with a corpus, a cap on a
-    /// list of ids.
-    pub k: Option<usize>,
-    /// Workload files tokenized with the package's tokenizer.
-    pub corpus: Vec<PathBuf>,
-    /// A file of ids, most needed first.
-    pub ids: Option<PathBuf>,
-}
-
-impl WarmOptions {
-    /// Whether any warm option is set.
-    pub fn is_set(&self) -> bool {
-        self.k.is_some() || !self.corpus.is_empty() || self.ids.is_some()
-    }
-}
-
-/// The warm set written, for the report.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct WarmSetReport {
-    /// Rows in the set.
-    pub rows: usize,
-    /// Where they came from: `corpus` or `ids`.
-    pub from: String,
-    /// Sessions of the corpus (0 for a list of ids).
-    pub sessions: usize,
-}
+use crate::options::WarmOptions;
+use crate::report::{FileReport, WarmSetReport};
 
 fn refused(reason: impl Into<String>) -> PackError {
     PackError::Warm(reason.into())
