@@ -42,26 +42,10 @@ pub(crate) struct Made {
 /// the architecture's chat template when the package carries none.
 pub(crate) fn tokenizer(o: &RunOptions, stage: &Stage) -> Result<Tokenizer> {
     let vocab = stage.reader().embedding()?.vocab();
-    let t = match &o.tokenizer {
-        Some(p) => Tokenizer::from_file(p, vocab)?,
-        None => {
-            let listed = stage
-                .reader()
-                .knot()
-                .header()
-                .header()
-                .package_file_names()
-                .to_vec();
-            let read = |name: &str| {
-                stage
-                    .reader()
-                    .package_file(name)
-                    .map(|b| b.to_vec())
-                    .map_err(|e| gkq_text::TextError::Tokenizer(format!("{name}: {e}")))
-            };
-            Tokenizer::from_package(&listed, read, vocab)?
-        }
-    };
+    let r = stage.reader();
+    let listed = r.knot().header().header().package_file_names();
+    let read = |name: &str| r.package_file(name).map(|b| b.to_vec());
+    let t = Tokenizer::of_package(o.tokenizer.as_deref(), listed, read, vocab)?;
     Ok(t.or_template(stage.config().arch.chat_template))
 }
 

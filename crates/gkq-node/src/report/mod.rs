@@ -224,23 +224,9 @@ fn cost(f: &RowFile, rows: u64, table: bool) -> Cost {
 /// tokenizer.json, or the GGUF tokenizer of its metadata.gguf), or
 /// `o.tokenizer`, checked against `vocab`.
 fn tokenized(reader: &Reader, vocab: u64, o: &ReportOptions) -> Result<Vec<Workload>, NodeError> {
-    let t = match &o.tokenizer {
-        Some(p) => gkq_text::Tokenizer::from_file(p, vocab)?,
-        None => {
-            let listed = reader
-                .knot()
-                .header()
-                .header()
-                .package_file_names()
-                .to_vec();
-            let read = |name: &str| {
-                reader.package_file(name).map(|b| b.to_vec()).map_err(|e| {
-                    gkq_text::TextError::Tokenizer(format!("{name}: {e} (give --tokenizer FILE)"))
-                })
-            };
-            gkq_text::Tokenizer::from_package(&listed, read, vocab)?
-        }
-    };
+    let listed = reader.knot().header().header().package_file_names();
+    let read = |name: &str| reader.package_file(name).map(|b| b.to_vec());
+    let t = gkq_text::Tokenizer::of_package(o.tokenizer.as_deref(), listed, read, vocab)?;
     let workloads = gkq_text::Workload::load_all(&o.texts)?;
     Ok(t.encode_all(&workloads)?)
 }

@@ -141,11 +141,14 @@ impl Tokenizer {
     /// (`package.files`), read with `read`: its `tokenizer.json` (with
     /// `tokenizer_config.json` and `generation_config.json`), else its
     /// `metadata.gguf`'s GGUF tokenizer.
-    pub fn from_package(
+    pub fn from_package<E: std::fmt::Display>(
         listed: &[String],
-        read: impl Fn(&str) -> Result<Vec<u8>>,
+        read: impl Fn(&str) -> std::result::Result<Vec<u8>, E>,
         rows: u64,
     ) -> Result<Tokenizer> {
+        let read = |n: &str| {
+            read(n).map_err(|e| TextError::Tokenizer(format!("{n}: {e} (give --tokenizer FILE)")))
+        };
         let has = |n: &str| listed.iter().any(|f| f == n);
         let opt = |n: &str| -> Result<Option<Vec<u8>>> { has(n).then(|| read(n)).transpose() };
         if has("tokenizer.json") {
@@ -161,6 +164,20 @@ impl Tokenizer {
             "the package carries no tokenizer: neither tokenizer.json nor a GGUF's metadata.gguf (package.files: {})",
             listed.join(", ")
         )))
+    }
+
+    /// The tokenizer a node uses: the file `file` (`--tokenizer`) when
+    /// given, else the package's ([`Tokenizer::from_package`]).
+    pub fn of_package<E: std::fmt::Display>(
+        file: Option<&Path>,
+        listed: &[String],
+        read: impl Fn(&str) -> std::result::Result<Vec<u8>, E>,
+        rows: u64,
+    ) -> Result<Tokenizer> {
+        match file {
+            Some(p) => Tokenizer::from_file(p, rows),
+            None => Tokenizer::from_package(listed, read, rows),
+        }
     }
 
     /// Uses `template` when the package carries no chat template (an
