@@ -16,7 +16,7 @@
 
 use bytes::Bytes;
 use gkq_format::{DType, hex};
-use gkq_store::RangeRead;
+use gkq_store::{RangeRead, ReadChecked};
 
 use crate::cache::{DiskCache, Kind, Size};
 use crate::error::{ReaderError, Result};

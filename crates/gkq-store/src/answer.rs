@@ -164,3 +164,20 @@ async fn fill(
         }
     }
 }
+
+/// A prefix read, HTTP and S3 alike: the first `max` bytes (at most `cap`)
+/// asked for with `get` (a ranged read of `(0, end)` into the buffer,
+/// answered as [`Expect::Prefix`], that returns the last byte sent and the
+/// object's length), the buffer cut to what the object holds.
+pub(crate) async fn read_prefix(
+    location: &str,
+    max: u64,
+    cap: u64,
+    get: impl AsyncFnOnce((u64, u64), &mut [u8]) -> crate::Result<(u64, u64)>,
+) -> crate::Result<(Vec<u8>, u64)> {
+    let end = crate::range::check_dest(location, 0, max, cap)?;
+    let mut out = vec![0u8; usize::try_from(max).unwrap_or(usize::MAX)];
+    let (got_end, total) = get((0, end), &mut out).await?;
+    out.truncate(usize::try_from(got_end + 1).unwrap_or(usize::MAX));
+    Ok((out, total))
+}

@@ -4,45 +4,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::gate::Parallelism;
 use crate::retry::RetryPolicy;
 
-/// Part size of a parallel read when none is asked for: what the AWS CRT
-/// client and S3's own guidance use.
-pub const DEFAULT_PART_SIZE: u64 = 8 << 20;
-/// Parts in flight at once by default.
-pub const DEFAULT_MAX_PARALLEL: usize = 16;
-/// Connections per origin for bulk parts by default (chosen from the
-/// figures of `cargo xtask bench coldstart`: see docs/BENCHMARKS.md).
-pub const DEFAULT_CONNECTIONS: usize = 4;
 /// Connect timeout and floor of each request's deadline by default: 10 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Minimum throughput a response must keep by default: 64 KiB/s.
 pub const DEFAULT_MIN_THROUGHPUT: u64 = 64 << 10;
-
-/// How a large read is split: `part_size` pieces, `max_parallel` of them
-/// in flight at once, spread over up to `connections` connections to the
-/// origin (HTTP/2 multiplexes the small reads on one; bulk parts use
-/// several, because one TCP connection shares one congestion window and
-/// object stores cap each connection).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Parallelism {
-    /// Bytes per part (`--part-size`).
-    pub part_size: u64,
-    /// Parts in flight at once (`--max-parallel`; 1 reads one part at a time).
-    pub max_parallel: usize,
-    /// Connections per origin for bulk parts (`--connections`).
-    pub connections: usize,
-}
-
-impl Default for Parallelism {
-    fn default() -> Self {
-        Parallelism {
-            part_size: DEFAULT_PART_SIZE,
-            max_parallel: DEFAULT_MAX_PARALLEL,
-            connections: DEFAULT_CONNECTIONS,
-        }
-    }
-}
 
 /// Everything a store needs to know.
 #[derive(Clone, Debug)]

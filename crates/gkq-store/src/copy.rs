@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use gkq_format::hex;
 use sha2::{Digest, Sha256};
 
-use crate::{RangeRead, ReadCheck, Result, StoreError};
+use crate::{RangeRead, ReadCheck, ReadChecked, Result, StoreError};
 
 /// Bytes read per step (each step in parallel parts).
 const STEP: u64 = 64 << 20;

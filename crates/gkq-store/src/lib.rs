@@ -10,7 +10,7 @@
 //!   gives the same answer to the same edge case (`tests/backends.rs` runs
 //!   one contract against all three).
 //! - [`Store`] routes a location to its backend by scheme, and reads large
-//!   ranges in parallel verified parts ([`RangeRead::read_checked`],
+//!   ranges in parallel verified parts ([`ReadChecked::read_checked`],
 //!   [`ReadCheck`]) under one [`Gate`].
 //! - Every request runs under one retry and deadline runner
 //!   ([`retry::Runner`]: [`RetryPolicy`], `Retry-After` honoured, a
@@ -28,9 +28,12 @@ mod answer;
 mod config;
 mod copy;
 mod error;
+mod gate;
 mod http;
 mod local;
 mod parallel;
+#[cfg(test)]
+mod parallel_tests;
 mod range;
 mod read;
 pub mod retry;
@@ -43,17 +46,18 @@ pub mod url;
 
 pub mod blocking;
 
-pub use config::{
-    DEFAULT_CONNECTIONS, DEFAULT_MAX_PARALLEL, DEFAULT_MIN_THROUGHPUT, DEFAULT_PART_SIZE,
-    DEFAULT_TIMEOUT, Parallelism, StoreConfig,
-};
+pub use config::{DEFAULT_MIN_THROUGHPUT, DEFAULT_TIMEOUT, StoreConfig};
 pub use copy::copy_to_file;
 pub use error::{BoxError, Result, StoreError};
+pub use gate::{
+    Connection, DEFAULT_CONNECTIONS, DEFAULT_MAX_PARALLEL, DEFAULT_PART_SIZE, Gate, Parallelism,
+    PartFn, ReadCheck,
+};
 pub use http::HttpStore;
 pub use local::LocalStore;
-pub use parallel::{Gate, MAX_REFETCHES, PartFn, ReadCheck, read_parts, refetch};
+pub use parallel::{MAX_REFETCHES, ReadChecked, read_parts, refetch};
 pub use range::{deadline, split_parts};
-pub use read::{BoxFuture, Connection, Head, RangeRead, ReadOptions};
+pub use read::{BoxFuture, Head, RangeRead, ReadOptions};
 pub use retry::{MAX_WAIT, RetryPolicy};
 pub use sources::{SourceReport, Sources};
 pub use stats::{Counted, Meter, Moved, NetStats, bump};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
-use crate::parallel::Gate;
+use crate::gate::Gate;
 use crate::range::check_dest;
 use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};
 

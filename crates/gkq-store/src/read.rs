@@ -8,10 +8,8 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 
-use bytes::Bytes;
-
 use crate::error::Result;
-use crate::parallel::{Gate, ReadCheck, read_parts};
+use crate::gate::{Connection, Gate};
 use crate::range::check_read;
 
 /// A boxed future: `RangeRead` is used as `dyn RangeRead`.
@@ -26,19 +24,6 @@ pub struct Head {
     pub etag: Option<String>,
     /// `x-amz-meta-sha256`, when sent (objects published by r2-upload).
     pub sha256: Option<String>,
-}
-
-/// Which connection a read should use. Small reads (rows, headers, proofs)
-/// share one multiplexed connection; bulk parts are spread over several
-/// (see [`crate::Parallelism::connections`]). Backends without connections
-/// ignore it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Connection {
-    /// The one connection that small reads share (multiplexed over HTTP/2).
-    #[default]
-    Shared,
-    /// Bulk connection `n` (taken modulo the configured count).
-    Bulk(usize),
 }
 
 /// How one read goes out.
@@ -111,25 +96,6 @@ pub trait RangeRead: Send + Sync + Debug {
     /// that many can be in flight at little cost.
     fn multiplexed(&self) -> bool {
         false
-    }
-
-    /// Bytes `start..start + len` in parallel parts under [`RangeRead::gate`]
-    /// (see [`read_parts`]), returned only once `check` passes.
-    fn read_checked<'a>(
-        &'a self,
-        location: &'a str,
-        (start, len): (u64, u64),
-        total: Option<u64>,
-        check: ReadCheck,
-    ) -> BoxFuture<'a, Result<Bytes>> {
-        Box::pin(read_parts(
-            self,
-            self.gate(),
-            location,
-            (start, len),
-            total,
-            check,
-        ))
     }
 
     /// Bytes `start..=end` in a new buffer, refused before anything is sent

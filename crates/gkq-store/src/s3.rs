@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
-use crate::parallel::Gate;
+use crate::gate::Gate;
 use crate::range::{Expect, check_dest};
 use crate::retry::{Attempt, Runner, Transient};
 use crate::stats::{Counters, NetStats};
@@ -456,15 +456,13 @@ impl crate::read::RangeRead for S3Store {
         location: &'a str,
         max: u64,
     ) -> crate::read::BoxFuture<'a, Result<(Vec<u8>, u64)>> {
-        Box::pin(async move {
-            let end = check_dest(location, 0, max, self.config.max_read_bytes)?;
-            let mut out = vec![0u8; usize::try_from(max).unwrap_or(usize::MAX)];
-            let (got_end, total) = self
-                .get_range(location, (0, end), Expect::Prefix, &mut out)
-                .await?;
-            out.truncate(usize::try_from(got_end + 1).unwrap_or(usize::MAX));
-            Ok((out, total))
-        })
+        let cap = self.config.max_read_bytes;
+        Box::pin(crate::answer::read_prefix(
+            location,
+            max,
+            cap,
+            async |range, out| (self.get_range(location, range, Expect::Prefix, out)).await,
+        ))
     }
 
     fn max_read_bytes(&self) -> u64 {

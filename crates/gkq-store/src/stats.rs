@@ -4,12 +4,10 @@
 //! a check of the gate) around any [`RangeRead`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-use bytes::Bytes;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::Result;
-use crate::parallel::{Gate, ReadCheck};
+use crate::gate::{Entered, Gate, InFlight};
 use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};
 
 /// Declares a set of `u64` counters once: the snapshot struct (public
@@ -124,38 +122,6 @@ pub(crate) struct Counters {
     pub(crate) net: NetCounters,
     h2: AtomicBool,
     in_flight: InFlight,
-}
-
-/// How many of something are in flight, and the most there have been at
-/// once: requests (for round trips), a gate's parts.
-#[derive(Debug, Default)]
-pub(crate) struct InFlight {
-    now: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-/// One in flight (see [`InFlight::enter`]) until dropped, also when its
-/// future is cancelled.
-pub(crate) struct Entered<'a>(&'a InFlight);
-
-impl InFlight {
-    /// One more in flight, and whether none was before it.
-    pub(crate) fn enter(&self) -> (Entered<'_>, bool) {
-        let before = self.now.fetch_add(1, Ordering::Relaxed);
-        self.peak.fetch_max(before + 1, Ordering::Relaxed);
-        (Entered(self), before == 0)
-    }
-
-    /// The most there have been at once.
-    pub(crate) fn peak(&self) -> usize {
-        self.peak.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Entered<'_> {
-    fn drop(&mut self) {
-        self.0.now.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 impl Counters {
@@ -303,24 +269,6 @@ impl<R: RangeRead + ?Sized> RangeRead for Counted<'_, R> {
 
     fn multiplexed(&self) -> bool {
         self.inner.multiplexed()
-    }
-
-    fn read_checked<'a>(
-        &'a self,
-        location: &'a str,
-        (start, len): (u64, u64),
-        total: Option<u64>,
-        check: ReadCheck,
-    ) -> BoxFuture<'a, Result<Bytes>> {
-        // the parts go through `read_into` above, and are counted there
-        Box::pin(crate::parallel::read_parts(
-            self,
-            self.gate(),
-            location,
-            (start, len),
-            total,
-            check,
-        ))
     }
 }
 

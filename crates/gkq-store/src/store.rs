@@ -7,9 +7,9 @@
 
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
+use crate::gate::Gate;
 use crate::http::HttpStore;
 use crate::local::LocalStore;
-use crate::parallel::Gate;
 use std::time::{Duration, Instant};
 
 use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};

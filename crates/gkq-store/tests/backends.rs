@@ -7,7 +7,8 @@ use std::path::Path;
 
 use fixtures::servers::{Nginx, NginxOptions, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs};
 use gkq_store::{
-    HttpStore, LocalStore, RangeRead, ReadCheck, ReadOptions, Store, StoreConfig, StoreError,
+    HttpStore, LocalStore, RangeRead, ReadCheck, ReadChecked, ReadOptions, Store, StoreConfig,
+    StoreError,
 };
 use sha2::{Digest, Sha256};
 

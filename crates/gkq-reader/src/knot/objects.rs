@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use gkq_format::{Encoding, hex};
-use gkq_store::{RangeRead, ReadCheck, StoreError};
+use gkq_store::{RangeRead, ReadCheck, ReadChecked, StoreError};
 
 use super::{KnotHandle, knot_err};
 use crate::cache::{DiskCache, Kind, Size};

@@ -26,9 +26,9 @@ use reqwest::header::{HeaderMap, RANGE};
 
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
-use crate::parallel::Gate;
+use crate::gate::{Connection, Gate};
 use crate::range::{Expect, check_dest};
-use crate::read::{BoxFuture, Connection, Head, RangeRead, ReadOptions};
+use crate::read::{BoxFuture, Head, RangeRead, ReadOptions};
 use crate::retry::{Attempt, Outcome, Runner, Transient, parse_retry_after, transient_status};
 use crate::stats::{Counters, NetStats};
 use diagnose::{describe, hint_from_body};
@@ -435,21 +435,16 @@ impl RangeRead for HttpStore {
         location: &'a str,
         max: u64,
     ) -> BoxFuture<'a, Result<(Vec<u8>, u64)>> {
-        Box::pin(async move {
-            let end = check_dest(location, 0, max, self.config.max_read_bytes)?;
-            let mut out = vec![0u8; usize::try_from(max).unwrap_or(usize::MAX)];
-            let (got_end, total) = self
-                .ranged(
-                    Connection::Shared,
-                    location,
-                    (0, end),
-                    Expect::Prefix,
-                    &mut out,
-                )
-                .await?;
-            out.truncate(usize::try_from(got_end + 1).unwrap_or(usize::MAX));
-            Ok((out, total))
-        })
+        let cap = self.config.max_read_bytes;
+        Box::pin(crate::answer::read_prefix(
+            location,
+            max,
+            cap,
+            async |range, out| {
+                let shared = Connection::Shared;
+                (self.ranged(shared, location, range, Expect::Prefix, out)).await
+            },
+        ))
     }
 
     fn max_read_bytes(&self) -> u64 {

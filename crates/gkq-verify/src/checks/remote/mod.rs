@@ -18,7 +18,8 @@ use gkq_format::{ColumnarDescriptor, Knot, ObjectKind, merkle};
 use gkq_store::blocking::Runtime;
 use gkq_store::url::join;
 use gkq_store::{
-    Head, RangeRead, ReadCheck, ReadOptions, RetryPolicy, Store, StoreConfig, StoreError,
+    Head, RangeRead, ReadCheck, ReadChecked, ReadOptions, RetryPolicy, Store, StoreConfig,
+    StoreError,
 };
 use rayon::prelude::*;
 
