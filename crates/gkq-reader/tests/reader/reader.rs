@@ -17,7 +17,6 @@ use gkq_reader::{
 
 use fixtures::knots::dense_row;
 
-#[path = "quant/mod.rs"]
 mod quant;
 
 struct Served {
