@@ -4,11 +4,12 @@
 //! verified, so a consumer can start on the first layer while later ones
 //! are still arriving.
 //!
-//! The schedule starts each item's pull in plan order once the memory
-//! budget has room for it; every part of every item goes through the
-//! store's one gate of parts in flight, which serves them first come first
-//! served, so the earliest items get the link first. An item's bytes count
-//! against the budget until the consumer takes it.
+//! The schedule starts the items of more than one part first (see
+//! [`start_large_first`]), then each other item's pull in plan order once
+//! the memory budget has room for it; every part of every item goes
+//! through the store's one gate of parts in flight, which serves them first
+//! come first served, so the earliest items get the link first. An item's
+//! bytes count against the budget until the consumer takes it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +18,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use gkq_format::Block;
+use gkq_store::RangeRead;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::error::{ReaderError, Result};
@@ -139,6 +141,50 @@ async fn pull_item(inner: Arc<Inner>, item: PullItem) -> Result<Pulled> {
     }
 }
 
+fn item_len(inner: &Inner, item: &PullItem) -> u64 {
+    match item {
+        PullItem::Block(name) => inner.payload_len(name),
+        PullItem::LmHead => inner.lm_head_len(),
+    }
+}
+
+/// A started item's task and its share of the budget.
+type Task = (AbortOnDrop<Result<Pulled>>, OwnedSemaphorePermit);
+
+/// Starts the items of more than one part before the rest: each part is
+/// one response, which object stores cap and which starts slowly, so in
+/// plan order such an item (the lm_head) would end a pull nearly alone on
+/// the link, while small items (one request each) fill the link around
+/// it when it starts first. Only while the budget keeps room for the
+/// largest item, so that the items before them in plan order can always
+/// start; items are still handed out in plan order.
+fn start_large_first(
+    inner: &Arc<Inner>,
+    items: &[PullItem],
+    budget: &Arc<Semaphore>,
+    units: usize,
+) -> std::collections::HashMap<usize, Task> {
+    let part = inner.store.gate().config().part_size.max(1);
+    let lens: Vec<u64> = items.iter().map(|i| item_len(inner, i)).collect();
+    let need = |len: u64| len.div_ceil(UNIT).clamp(1, units as u64);
+    let reserve = lens.iter().map(|&l| need(l)).max().unwrap_or(0);
+    let mut left = (units as u64).saturating_sub(reserve);
+    let mut early = std::collections::HashMap::new();
+    for (i, (item, &len)) in items.iter().zip(&lens).enumerate() {
+        if len <= part || need(len) > left {
+            continue;
+        }
+        let n = u32::try_from(need(len)).unwrap_or(u32::MAX);
+        let Ok(permit) = budget.clone().try_acquire_many_owned(n) else {
+            break;
+        };
+        left -= need(len);
+        let task = AbortOnDrop(tokio::spawn(pull_item(inner.clone(), item.clone())));
+        early.insert(i, (task, permit));
+    }
+    early
+}
+
 impl Pull {
     /// Starts `plan` on the current runtime.
     pub(crate) fn start(inner: Arc<Inner>, plan: PullPlan) -> Pull {
@@ -146,21 +192,23 @@ impl Pull {
         let units = usize::try_from(plan.budget.div_ceil(UNIT).max(1)).unwrap_or(usize::MAX >> 4);
         let schedule = tokio::spawn(async move {
             let budget = Arc::new(Semaphore::new(units));
-            for item in plan.items {
-                let bytes = match &item {
-                    PullItem::Block(name) => inner.payload_len(name),
-                    PullItem::LmHead => inner.lm_head_len(),
+            let need =
+                |item: &PullItem| item_len(&inner, item).div_ceil(UNIT).clamp(1, units as u64);
+            let mut early = start_large_first(&inner, &plan.items, &budget, units);
+            for (i, item) in plan.items.into_iter().enumerate() {
+                let started = match early.remove(&i) {
+                    Some(s) => s,
+                    None => {
+                        let n = u32::try_from(need(&item)).unwrap_or(u32::MAX);
+                        let Ok(permit) = budget.clone().acquire_many_owned(n).await else {
+                            return;
+                        };
+                        let task =
+                            AbortOnDrop(tokio::spawn(pull_item(inner.clone(), item.clone())));
+                        (task, permit)
+                    }
                 };
-                let need = bytes.div_ceil(UNIT).clamp(1, units as u64);
-                let Ok(permit) = budget
-                    .clone()
-                    .acquire_many_owned(u32::try_from(need).unwrap_or(u32::MAX))
-                    .await
-                else {
-                    return;
-                };
-                let task = AbortOnDrop(tokio::spawn(pull_item(inner.clone(), item.clone())));
-                if tx.send((item, task, permit)).is_err() {
+                if tx.send((item, started.0, started.1)).is_err() {
                     return;
                 }
             }

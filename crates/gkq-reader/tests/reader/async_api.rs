@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use fixtures::servers::{Nginx, NginxOptions, TestCa, WireProxy};
 use gkq_format::DType;
-use gkq_reader::{AsyncReader, Reader, ReaderConfig, ReaderError, Serve};
+use gkq_reader::{
+    AsyncReader, PullItem, PullPlan, Pulled, Reader, ReaderConfig, ReaderError, Serve,
+};
 use gkq_store::StoreError;
 
 struct Site {
@@ -230,6 +232,49 @@ fn a_dropped_future_cancels_its_requests_and_the_reader_stays_usable() {
         assert_eq!(rows.len(), 2);
         let m = lm.matrix().await.expect("pulled again");
         assert_eq!((m.rows(), m.cols()), (512, 64));
+    });
+}
+
+/// A pull hands out its items in plan order, each verified, when the
+/// lm_head (two parts here) is started before the blocks that come before
+/// it in the plan (issue 45: an item of several parts would otherwise end
+/// a pull nearly alone on the link), and with a budget of two items.
+#[test]
+fn a_pull_hands_out_its_items_in_plan_order_with_the_lm_head_started_first() {
+    let s = site("llama-tiny-f32", false, "");
+    let mut c = config(&s);
+    c.store.parallel.part_size = 64 << 10;
+    let knot = Reader::open(&s.url("model.knot"), c.clone(), Serve::ALL).expect("open");
+    let blocks = &knot.knot().header().header().blocks;
+    let names: Vec<String> = blocks.iter().map(|b| b.name.clone()).collect();
+    let mut plan = PullPlan::new().budget(2 << 20);
+    let layers = |n: &&String| !n.contains("embed") && !n.contains("lm_head");
+    for n in names.iter().filter(layers) {
+        plan = plan.block(n.clone());
+    }
+    let plan = plan.lm_head();
+    let want = plan.items().to_vec();
+    assert!(want.len() > 3, "{want:?}");
+    runtime().block_on(async {
+        let r = AsyncReader::open(&s.url("model.knot"), c, Serve::ALL)
+            .await
+            .expect("open");
+        let mut pull = r.pull(plan);
+        let mut got = Vec::new();
+        while let Some((item, pulled)) = pull.next().await.expect("pulled") {
+            match (&item, pulled) {
+                (PullItem::Block(n), Pulled::Block { bytes, .. }) => {
+                    let (_, direct) = r.block_values(n).await.expect("block");
+                    assert_eq!(bytes, direct, "{n}");
+                }
+                (PullItem::LmHead, Pulled::LmHead(m)) => {
+                    assert_eq!((m.rows(), m.cols()), (512, 64))
+                }
+                (i, _) => panic!("{i:?}: another kind of item"),
+            }
+            got.push(item);
+        }
+        assert_eq!(got, want);
     });
 }
 
