@@ -308,6 +308,59 @@ pub trait ReadChecked: RangeRead {
             check,
         ))
     }
+
+    /// A small object whole, checked against its SHA-256: one GET of at
+    /// most `probe` bytes (no HEAD first, on the connection small reads
+    /// share), which is the whole object when it is no longer. A longer
+    /// object is then read with [`ReadChecked::read_checked`], its length
+    /// known. Bytes that fail the check are fetched again as a parallel
+    /// read's are ([`refetch`], after [`RangeRead::distrust`] of their
+    /// source), unless the store makes one attempt only
+    /// ([`RangeRead::refetches`]); then the check's error.
+    fn read_small_checked<'a>(
+        &'a self,
+        location: &'a str,
+        probe: u64,
+        sha256: [u8; 32],
+    ) -> BoxFuture<'a, Result<Bytes>> {
+        Box::pin(async move {
+            let mut origin_failures = 0;
+            for _ in 0..=MAX_REFETCHES {
+                let (head, total) = self.read_prefix(location, probe.max(1)).await?;
+                if head.len() as u64 != total {
+                    let check = ReadCheck::Sha256(sha256);
+                    return self
+                        .read_checked(location, (0, total), Some(total), check)
+                        .await;
+                }
+                let found = <[u8; 32]>::from(Sha256::digest(&head));
+                if found == sha256 {
+                    return Ok(Bytes::from(head));
+                }
+                let (expected, found) = (hex(&sha256), hex(&found));
+                let end = total.saturating_sub(1);
+                let why = format!("sha256 {found}, expected {expected}");
+                let dropped = self.distrust(location, (0, end), &why);
+                if !self.refetches() || !refetch(dropped, &mut origin_failures) {
+                    let url = location.to_owned();
+                    return Err(StoreError::Digest {
+                        url,
+                        start: 0,
+                        end,
+                        expected,
+                        found,
+                    });
+                }
+            }
+            Err(StoreError::Digest {
+                url: location.to_owned(),
+                start: 0,
+                end: 0,
+                expected: hex(&sha256),
+                found: format!("{MAX_REFETCHES} sources that each failed"),
+            })
+        })
+    }
 }
 
 impl<R: RangeRead + ?Sized> ReadChecked for R {}

@@ -247,3 +247,39 @@ fn failed_checks_are_fetched_again_only_when_the_policy_retries() {
         assert_eq!(s.stats().requests, fetches, "{attempts} attempts");
     }
 }
+
+/// A small object comes whole in one request, checked, with no HEAD
+/// first; a longer one is read once its length is known; bytes that fail
+/// the check are fetched once more only when the policy retries, then are
+/// the check's error (companion files of a package: `config.json`).
+#[test]
+fn a_small_object_is_one_checked_request() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let nginx = serving_object(tmp.path());
+    let url = format!("{}/object", nginx.url());
+    let want: [u8; 32] = Sha256::digest(object()).into();
+    // whole in the probe: one request; longer than the probe: the probe,
+    // then the parts of the object (13 of 8 KiB)
+    for (probe, requests) in [(1 << 19, 1), (4096, 1 + 13)] {
+        let s = Store::new(config()).expect("store");
+        let got = rt().block_on(s.read_small_checked(&url, probe, want));
+        assert!(got.expect("checked") == object(), "probe {probe}");
+        assert_eq!(s.stats().requests, requests, "probe {probe}");
+    }
+    for (attempts, requests) in [(3, 2), (1, 1)] {
+        let mut c = config();
+        c.retry.attempts = attempts;
+        let s = Store::new(c).expect("store");
+        let e = rt()
+            .block_on(s.read_small_checked(&url, 1 << 19, [7; 32]))
+            .expect_err("a wrong digest");
+        let StoreError::Digest {
+            url: at, expected, ..
+        } = &e
+        else {
+            panic!("{e}")
+        };
+        assert_eq!((at.as_str(), &expected[..4]), (url.as_str(), "0707"), "{e}");
+        assert_eq!(s.stats().requests, requests, "{attempts} attempts");
+    }
+}

@@ -15,6 +15,9 @@ use crate::verified::{Entry, cached, sha256_is};
 /// The largest companion file the disk cache gives back (a tokenizer is a
 /// few MB; the bound only keeps a stray file from being read whole).
 const MAX_COMPANION: u64 = 1 << 30;
+/// A companion file of at most this many bytes comes whole in one request
+/// (configs; a tokenizer is fetched once its length is known).
+const SMALL_COMPANION: u64 = 64 << 10;
 
 /// A digest mismatch of the store, named for what it was.
 fn digest(what: String, e: StoreError) -> ReaderError {
@@ -106,19 +109,15 @@ impl KnotHandle {
             size: Size::AtMost(MAX_COMPANION),
         };
         let fetch = || async {
-            let len = match store.head(&at).await {
-                Ok(h) => h.len,
-                Err(StoreError::NotFound { .. }) => {
-                    return Err(ReaderError::PackageFileAbsent {
-                        name: name.to_owned(),
-                        location: at.clone(),
-                    });
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let check = ReadCheck::Sha256(sha);
-            let r = store.read_checked(&at, (0, len), Some(len), check).await;
-            r.map_err(|e| digest(at.clone(), e))
+            // one request for a small file (config.json): no HEAD first
+            let r = store.read_small_checked(&at, SMALL_COMPANION, sha).await;
+            r.map_err(|e| match e {
+                StoreError::NotFound { .. } => ReaderError::PackageFileAbsent {
+                    name: name.to_owned(),
+                    location: at.clone(),
+                },
+                e => digest(at.clone(), e),
+            })
         };
         let cache = cache.filter(|_| self.remote);
         match cached(cache, entry, sha256_is(sha), fetch).await {
