@@ -15,13 +15,9 @@
 use bytes::Bytes;
 use candle_core::{Device, Tensor};
 use gkq_format::DType;
-use gkq_format::quant::{Q8Block, RowDot, quantize_activations};
-use rayon::prelude::*;
+use gkq_format::quant::{MatPart, RowDot, matmul, quantize_activations};
 
 use crate::error::{ReaderError, Result};
-
-/// Tokens that meet a row while it is in cache.
-const TOKEN_TILE: usize = 32;
 
 /// A `[rows, cols]` matrix of a block type, multiplied in its blocks.
 #[derive(Debug)]
@@ -68,10 +64,10 @@ impl QMatrix {
     /// among the threads in one pass (a layer's q, k and v; its gate and
     /// up). When candle multiplies one of them, each goes on its own.
     pub fn forward_many(ms: &[&QMatrix], x: &Tensor) -> Result<Vec<Tensor>> {
-        let parts: Option<Vec<Part<'_>>> = ms
+        let parts: Option<Vec<MatPart<'_>>> = ms
             .iter()
             .map(|m| match &m.kind {
-                Kind::Rows { bytes, dot } => Some(Part {
+                Kind::Rows { bytes, dot } => Some(MatPart {
                     w: bytes,
                     dot: *dot,
                     rows: m.rows,
@@ -115,77 +111,6 @@ impl QMatrix {
                 .pop()
                 .ok_or_else(|| ReaderError::Compute("no product".into())),
         }
-    }
-}
-
-/// A matrix of [`matmul`]: its blocks, their dot product, its rows.
-struct Part<'a> {
-    w: &'a Bytes,
-    dot: RowDot,
-    rows: usize,
-}
-
-/// `[tokens, rows]` for each part: each row dotted with each token's
-/// blocks of `acts`, the rows of all the parts split among the threads in
-/// one pass, tokens in tiles.
-fn matmul(parts: &[Part<'_>], acts: &[Q8Block], tokens: usize) -> Vec<Vec<f32>> {
-    let per_token = acts.len() / tokens.max(1);
-    let total: usize = parts.iter().map(|p| p.rows).sum();
-    // a few chunks per thread, a row at least
-    let chunk = total.div_ceil(rayon::current_num_threads() * 4).max(1);
-    let mut by_row: Vec<Vec<f32>> = parts.iter().map(|p| vec![0f32; p.rows * tokens]).collect();
-    let mut tasks = Vec::new();
-    for (p, out) in parts.iter().zip(&mut by_row) {
-        let row_bytes = p.w.len() / p.rows.max(1);
-        let pieces = out
-            .chunks_mut(chunk * tokens)
-            .zip(p.w.chunks(chunk * row_bytes));
-        tasks.extend(pieces.map(|(o, w)| (o, w, p.dot, row_bytes)));
-    }
-    tasks.into_par_iter().for_each(|(out, w, dot, row_bytes)| {
-        for t0 in (0..tokens).step_by(TOKEN_TILE) {
-            let tile = t0..(t0 + TOKEN_TILE).min(tokens);
-            for (o, row) in out.chunks_exact_mut(tokens).zip(w.chunks_exact(row_bytes)) {
-                dot_tile(dot, row, acts, per_token, tile.clone(), o);
-            }
-        }
-    });
-    if tokens == 1 {
-        return by_row;
-    }
-    by_row
-        .into_iter()
-        .zip(parts)
-        .map(|(by_row, p)| {
-            let mut out = vec![0f32; p.rows * tokens];
-            for (r, o) in by_row.chunks_exact(tokens).enumerate() {
-                for (t, &v) in o.iter().enumerate() {
-                    out[t * p.rows + r] = v;
-                }
-            }
-            out
-        })
-        .collect()
-}
-
-/// `out[t] = row · acts[t]` for the tokens `t` of `tile`, four at a time.
-fn dot_tile(
-    dot: RowDot,
-    row: &[u8],
-    acts: &[Q8Block],
-    per_token: usize,
-    tile: std::ops::Range<usize>,
-    out: &mut [f32],
-) {
-    let act = |t: usize| &acts[t * per_token..(t + 1) * per_token];
-    let mut t = tile.start;
-    while t + 4 <= tile.end {
-        let four = dot.dot4(row, [act(t), act(t + 1), act(t + 2), act(t + 3)]);
-        out[t..t + 4].copy_from_slice(&four.unwrap_or([f32::NAN; 4]));
-        t += 4;
-    }
-    for (t, o) in (t..tile.end).zip(&mut out[t..tile.end]) {
-        *o = dot.dot(row, act(t)).unwrap_or(f32::NAN);
     }
 }
 

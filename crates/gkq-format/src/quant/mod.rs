@@ -24,9 +24,13 @@
 mod avx2;
 mod dot;
 mod k;
+#[cfg(feature = "matmul")]
+mod matmul;
 mod simple;
 
 pub use dot::{Q8Block, RowDot, quantize_activations};
+#[cfg(feature = "matmul")]
+pub use matmul::{MatPart, matmul};
 
 use half::f16;
 
