@@ -18,7 +18,7 @@ use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::gate::Gate;
 use crate::range::{Expect, check_dest};
-use crate::retry::{Attempt, Runner, Transient};
+use crate::retry::{Attempt, RetryPolicy, Runner, Transient};
 use crate::stats::{Counters, NetStats};
 
 /// Where to publish and how to authenticate.
@@ -130,10 +130,18 @@ pub async fn credentials(
 ///   HEAD after each upload, and by `gkq-verify`.
 /// - Path-style addressing, so any S3-compatible endpoint works (and the
 ///   local test server).
-/// - Standard retries (3 attempts, exponential backoff) and timeouts, on top
-///   of which part uploads are retried by the uploader.
-pub fn client(ep: &Endpoint, creds: SharedCredentialsProvider) -> aws_sdk_s3::Client {
-    let retry = RetryConfig::standard().with_max_attempts(3);
+/// - The SDK's standard retries set from `policy` (its attempts, its first
+///   backoff, doubled), the one policy of the caller: an operation that
+///   runs under the caller's own runner (the uploader's parts) turns them
+///   off for itself, so that no request is retried twice over.
+pub fn client(
+    ep: &Endpoint,
+    creds: SharedCredentialsProvider,
+    policy: &RetryPolicy,
+) -> aws_sdk_s3::Client {
+    let retry = RetryConfig::standard()
+        .with_max_attempts(policy.attempts())
+        .with_initial_backoff(policy.backoff);
     let timeouts = TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(5))
         .operation_attempt_timeout(Duration::from_secs(300))

@@ -28,7 +28,8 @@ pub use error::{Result, UploadError};
 pub use local::{knot_id, prepare};
 pub use source::{Staged, stage};
 pub use upload::{
-    LocalObject, NoProgress, ObjectKind, ObjectReport, Progress, UploadOptions, Uploader, part_size,
+    LocalObject, NoProgress, ObjectKind, ObjectReport, Progress, UPLOAD_RETRY, UploadOptions,
+    Uploader, part_size,
 };
 
 /// Runs the `gkq-verify --url` checks against the public URL of the

@@ -165,7 +165,7 @@ fn publish(a: &UploadArgs, objects: &[r2_upload::LocalObject]) -> anyhow::Result
     let reports = rt.block_on(async {
         let creds = gkq_store::s3::credentials(&env).await?;
         let up = Uploader::new(
-            gkq_store::s3::client(&ep, creds),
+            gkq_store::s3::client(&ep, creds, &r2_upload::UPLOAD_RETRY),
             &a.bucket,
             &ep.url,
             UploadOptions {

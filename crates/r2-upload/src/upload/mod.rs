@@ -11,6 +11,7 @@
 //! and companion files first, the knot last, so a knot is never visible
 //! before what it names.
 
+use gkq_store::RetryPolicy;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -86,6 +87,12 @@ pub fn part_size(size: u64, requested: Option<u64>) -> Result<u64> {
     Ok(p)
 }
 
+/// The uploader's retry policy by default: 3 attempts, backoff from 200 ms.
+pub const UPLOAD_RETRY: RetryPolicy = RetryPolicy {
+    attempts: 3,
+    backoff: std::time::Duration::from_millis(200),
+};
+
 /// Upload settings.
 #[derive(Clone, Debug)]
 pub struct UploadOptions {
@@ -94,8 +101,10 @@ pub struct UploadOptions {
     pub part_size: Option<u64>,
     /// Parts in flight at once.
     pub concurrency: usize,
-    /// Attempts per part (on top of the SDK's own retries).
-    pub part_attempts: u32,
+    /// The retry policy of every request: the parts run under it (the
+    /// store's runner, the SDK's retries off for them); give the same value
+    /// to [`gkq_store::s3::client`] for the other operations.
+    pub retry: RetryPolicy,
     /// Replace published objects whose content differs (`--replace`).
     /// Without it, a published prefix is immutable: such an upload is
     /// refused before anything is sent.
@@ -107,7 +116,7 @@ impl Default for UploadOptions {
         UploadOptions {
             part_size: None,
             concurrency: 4,
-            part_attempts: 3,
+            retry: UPLOAD_RETRY,
             replace: false,
         }
     }

@@ -19,7 +19,8 @@ use tokio::task::JoinSet;
 use super::failure::{SdkFailure, describe, precondition_failed, transient};
 use super::{CACHE_CONTROL, LocalObject, Progress, Uploader};
 use crate::error::{Result, UploadError};
-use gkq_store::retry::{Attempt, Outcome, RetryPolicy, Runner, Transient};
+use aws_sdk_s3::config::retry::RetryConfig;
+use gkq_store::retry::{Attempt, Outcome, Runner, Transient};
 
 /// How a conditional write ended.
 pub(crate) enum Sent {
@@ -289,10 +290,10 @@ impl Uploader {
     }
 
     /// One part under the store's retry runner (the one every request of
-    /// the workspace runs under): `part_attempts` attempts with backoff
-    /// from 200 ms, transient failures (timeouts, connection failures, 5xx,
-    /// 429) retried, any other final. The SDK's own attempt timeout bounds
-    /// each attempt.
+    /// the workspace runs under) with the uploader's policy, transient
+    /// failures (timeouts, connection failures, 5xx, 429) retried, any
+    /// other final; the SDK's own retries off for it. The SDK's attempt
+    /// timeout bounds each attempt.
     async fn send_part(
         &self,
         key: &str,
@@ -303,12 +304,8 @@ impl Uploader {
         digest: [u8; 32],
     ) -> Result<CompletedPart> {
         let len = bytes.len() as u64;
-        let policy = RetryPolicy {
-            attempts: self.opts.part_attempts.max(1),
-            backoff: Duration::from_millis(200),
-        };
         let what = format!("part {n} (bytes {offset}-{})", offset + len - 1);
-        let runner = Runner::new(policy, PART_DEADLINE, key, &what);
+        let runner = Runner::new(self.opts.retry, PART_DEADLINE, key, &what);
         let attempt = || {
             let put = self
                 .client
@@ -319,7 +316,11 @@ impl Uploader {
                 .part_number(n)
                 .content_length(len as i64)
                 .checksum_sha256(b64(&digest))
-                .body(ByteStream::from(bytes.clone()));
+                .body(ByteStream::from(bytes.clone()))
+                .customize()
+                .config_override(
+                    aws_sdk_s3::Config::builder().retry_config(RetryConfig::disabled()),
+                );
             async move {
                 match put.send().await {
                     Ok(out) => Attempt::Done(

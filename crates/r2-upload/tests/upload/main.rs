@@ -25,7 +25,10 @@ async fn uploader(url: &str, secret: &str, part_mib: u64) -> Uploader {
     let opts = UploadOptions {
         part_size: Some(part_mib << 20),
         concurrency: 4,
-        part_attempts: 2,
+        retry: gkq_store::RetryPolicy {
+            attempts: 2,
+            ..r2_upload::UPLOAD_RETRY
+        },
         replace: false,
     };
     uploader_to(url, secret, BUCKET, opts).await
@@ -41,7 +44,8 @@ async fn uploader_to(url: &str, secret: &str, bucket: &str, opts: UploadOptions)
     .expect("credentials");
     let ep = gkq_store::s3::endpoint(Some(url), None, &env(&[])).expect("endpoint");
     assert_eq!(ep.region, "auto");
-    Uploader::new(gkq_store::s3::client(&ep, creds), bucket, &ep.url, opts)
+    let client = gkq_store::s3::client(&ep, creds, &opts.retry);
+    Uploader::new(client, bucket, &ep.url, opts)
 }
 
 /// A tiny tied model (single PutObjects) or an untied one with 32 MiB row files.
