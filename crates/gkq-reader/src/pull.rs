@@ -155,15 +155,20 @@ type Task = (AbortOnDrop<Result<Pulled>>, OwnedSemaphorePermit);
 /// one response, which object stores cap and which starts slowly, so in
 /// plan order such an item (the lm_head) would end a pull nearly alone on
 /// the link, while small items (one request each) fill the link around
-/// it when it starts first. Only while the budget keeps room for the
-/// largest item, so that the items before them in plan order can always
-/// start; items are still handed out in plan order.
+/// it when it starts first. Only over the network (from local files,
+/// the order changes nothing but the memory held at once: 9 MB more peak
+/// RSS for SmolLM2), and only while the budget keeps room for the largest
+/// item, so that the items before them in plan order can always start;
+/// items are still handed out in plan order.
 fn start_large_first(
     inner: &Arc<Inner>,
     items: &[PullItem],
     budget: &Arc<Semaphore>,
     units: usize,
 ) -> std::collections::HashMap<usize, Task> {
+    if !inner.knot.is_remote() {
+        return std::collections::HashMap::new();
+    }
     let part = inner.store.gate().config().part_size.max(1);
     let lens: Vec<u64> = items.iter().map(|i| item_len(inner, i)).collect();
     let need = |len: u64| len.div_ceil(UNIT).clamp(1, units as u64);
