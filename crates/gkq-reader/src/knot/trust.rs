@@ -108,26 +108,23 @@ impl Policy<'_> {
             return Ok(Trusted::Channel);
         }
         let key = id.to_string();
-        if let Some(c) = cache {
-            // the cache checks the entry's signature and knot id; the
-            // package name is checked once, below, as for a fetched one
-            let keys = self.keys.to_vec();
-            let ok = move |b: &[u8]| sig::open(b, &keys).is_ok_and(|s| s.check_knot(id).is_ok());
-            if let Some(b) = c
-                .get(Kind::Signature, &key, Size::AtMost(MAX_SIGNATURE_LEN), ok)
+        // a cached signature is checked once, as a fetched one is: one that
+        // fails is fetched again (and replaces it)
+        if let Some(c) = cache
+            && let Some(b) = c
+                .get(
+                    Kind::Signature,
+                    &key,
+                    Size::AtMost(MAX_SIGNATURE_LEN),
+                    |_| true,
+                )
                 .await
-            {
-                let signer =
-                    self.signed_by(&b, id, served_by)
-                        .map_err(|error| ReaderError::Signature {
-                            url: super::sibling(location, SIGNATURE_NAME),
-                            error: Box::new(error),
-                        })?;
-                return Ok(Trusted::Signed {
-                    signer,
-                    cached: true,
-                });
-            }
+            && let Ok(signer) = self.signed_by(&b, id, served_by)
+        {
+            return Ok(Trusted::Signed {
+                signer,
+                cached: true,
+            });
         }
         let url = super::sibling(location, SIGNATURE_NAME);
         let (bytes, total) = match store.read_prefix(&url, MAX_SIGNATURE_LEN).await {

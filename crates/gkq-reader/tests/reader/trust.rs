@@ -144,6 +144,40 @@ fn the_genuine_package_opens_cold_and_warm_with_one_request_more_then_none() {
     assert_eq!(r.knot().trusted(), &Trusted::Pinned);
 }
 
+/// A cached signature that no longer verifies (damaged on disk) is not
+/// trusted: it is fetched again, checked once, and replaces the entry.
+#[test]
+fn a_damaged_cached_signature_is_fetched_again() {
+    let s = site();
+    let a = key("A");
+    let cache = s.tmp.path().join("cache");
+    let open = || Reader::open(&s.knot("a"), trusting(&[&a], Some(&cache)), Serve::NONE);
+    let cold = open().expect("cold");
+    let entry = cache.join("v1/sig").join(knot_id(&s.dir("a")).to_string());
+    let genuine = fs::read(&entry).expect("the cached signature");
+    let mut damaged = genuine.clone();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 1;
+    fs::write(&entry, &damaged).expect("damage");
+    let again = open().expect("fetched again");
+    let signer = public(&a).hint().to_owned();
+    let fetched = Trusted::Signed {
+        signer: signer.clone(),
+        cached: false,
+    };
+    assert_eq!(again.knot().trusted(), &fetched);
+    assert_eq!(again.net_stats().requests, cold.net_stats().requests);
+    assert_eq!(fs::read(&entry).expect("replaced"), genuine);
+    let warm = open().expect("warm");
+    assert_eq!(
+        warm.knot().trusted(),
+        &Trusted::Signed {
+            signer,
+            cached: true
+        }
+    );
+}
+
 #[test]
 fn another_key_a_spoofed_hint_and_rotation() {
     let s = site();
