@@ -148,6 +148,12 @@ fn item_len(inner: &Inner, item: &PullItem) -> u64 {
     }
 }
 
+/// The budget units an item of `len` bytes holds: at least one, at most
+/// the whole budget.
+fn units_of(len: u64, units: usize) -> u64 {
+    len.div_ceil(UNIT).clamp(1, units as u64)
+}
+
 /// A started item's task and its share of the budget.
 type Task = (AbortOnDrop<Result<Pulled>>, OwnedSemaphorePermit);
 
@@ -171,7 +177,7 @@ fn start_large_first(
     }
     let part = inner.store.gate().config().part_size.max(1);
     let lens: Vec<u64> = items.iter().map(|i| item_len(inner, i)).collect();
-    let need = |len: u64| len.div_ceil(UNIT).clamp(1, units as u64);
+    let need = |len: u64| units_of(len, units);
     let reserve = lens.iter().map(|&l| need(l)).max().unwrap_or(0);
     let mut left = (units as u64).saturating_sub(reserve);
     let mut early = std::collections::HashMap::new();
@@ -197,8 +203,7 @@ impl Pull {
         let units = usize::try_from(plan.budget.div_ceil(UNIT).max(1)).unwrap_or(usize::MAX >> 4);
         let schedule = tokio::spawn(async move {
             let budget = Arc::new(Semaphore::new(units));
-            let need =
-                |item: &PullItem| item_len(&inner, item).div_ceil(UNIT).clamp(1, units as u64);
+            let need = |item: &PullItem| units_of(item_len(&inner, item), units);
             let mut early = start_large_first(&inner, &plan.items, &budget, units);
             for (i, item) in plan.items.into_iter().enumerate() {
                 let started = match early.remove(&i) {
