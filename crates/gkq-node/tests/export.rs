@@ -280,3 +280,71 @@ fn bad_exports_leave_nothing_behind() {
     );
     assert!(!target.exists());
 }
+
+/// Issue 57, J4: with two mirrors serving wrong bytes of the right length
+/// and a healthy origin, every export succeeds (5 of 5): bytes a mirror
+/// served that fail their check are fetched again, the origin last,
+/// however many reads at once found the same mirror bad.
+#[test]
+fn an_export_past_two_bad_mirrors_reaches_the_origin_every_time() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // a real model: blocks of several parts, many reads at once
+    let gguf = fixtures::smollm2();
+    let pkg = tmp.path().join("www/m");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(&gguf, &pkg),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    let files = [gguf];
+    let nginx = |root: &Path, name: &str| {
+        Nginx::start(
+            root,
+            &tmp.path().join(format!("nginx-{name}")),
+            &NginxOptions::default(),
+        )
+        .expect("nginx")
+    };
+    let origin = nginx(&tmp.path().join("www"), "origin");
+    let bad: Vec<Nginx> = (0..2)
+        .map(|i| {
+            let root = tmp.path().join(format!("bad{i}"));
+            fs::create_dir_all(root.join("m")).expect("dir");
+            for e in fs::read_dir(&pkg).expect("pkg") {
+                let e = e.expect("entry");
+                fs::copy(e.path(), root.join("m").join(e.file_name())).expect("copy");
+            }
+            // a byte in every 4 KiB of every object (the knot's header
+            // left alone): every block and companion is wrong
+            for e in fs::read_dir(root.join("m")).expect("copy") {
+                let f = e.expect("entry").path();
+                let mut b = fs::read(&f).expect("object");
+                let from = if f.ends_with("model.knot") {
+                    64 << 10
+                } else {
+                    0
+                };
+                for at in (from..b.len()).step_by(4096) {
+                    b[at] ^= 0x40;
+                }
+                fs::write(&f, b).expect("write");
+            }
+            nginx(&root, &format!("bad{i}"))
+        })
+        .collect();
+    let url = format!("{}/m/model.knot", origin.url());
+    for run in 0..5 {
+        let out = tmp.path().join(format!("back{run}.gguf"));
+        let mut args = vec!["--gguf".to_owned(), s(&out).to_owned(), url.clone()];
+        for b in &bad {
+            args.extend(["--mirror".to_owned(), format!("{}/m/", b.url())]);
+        }
+        args.extend(["--no-cache".to_owned(), "--json".to_owned()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(&export(&args));
+        assert!(
+            fs::read(&out).expect("back") == fs::read(&files[0]).expect("source"),
+            "run {run}: the GGUF back"
+        );
+    }
+}

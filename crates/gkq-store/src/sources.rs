@@ -227,22 +227,17 @@ impl Sources {
     /// The bytes `start..=end` of `location` failed verification: every
     /// mirror that served a request starting in that range is dropped,
     /// with `reason` (the expected and received digest). Whether a mirror
-    /// (not yet dropped) served any of them.
+    /// served any of them, dropped now or already by another read that
+    /// found it bad at the same time: either way the failure is not the
+    /// origin's, and the next attempt goes to another source (a dropped
+    /// mirror is never asked again, so the origin is reached at last).
     pub fn distrust(&self, location: &str, (start, end): (u64, u64), reason: &str) -> bool {
         let culprits: Vec<usize> = lock(&self.served)
             .iter()
-            .filter(|((l, s), _)| l == location && (start..=end).contains(s))
+            .filter(|((l, s), i)| l == location && (start..=end).contains(s) && **i != 0)
             .map(|(_, &i)| i)
-            .filter(|&i| {
-                i != 0
-                    && self
-                        .sources
-                        .get(i)
-                        .is_some_and(|s| lock(&s.dropped).is_none())
-            })
             .collect();
-        let any = !culprits.is_empty();
-        for i in culprits {
+        for &i in &culprits {
             let url = self
                 .sources
                 .get(i)
@@ -253,7 +248,7 @@ impl Sources {
                 format!("{url}: bytes {start}-{end} of {location} failed verification: {reason}"),
             );
         }
-        any
+        !culprits.is_empty()
     }
 
     /// An origin failure, with every mirror dropped so far.
@@ -286,5 +281,45 @@ impl Sources {
                 dropped: lock(&s.dropped).clone(),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 57, J4: two reads find the same bad mirror at once; the one
+    /// that comes second still blames the mirror, not the origin, so its
+    /// retry is not counted against the origin (it failed "fetched twice"
+    /// when a mirror dropped by another read counted as the origin's fault).
+    #[test]
+    fn a_mirror_dropped_by_another_read_is_still_the_culprit() {
+        let s = Sources::new(
+            "http://o/m/",
+            &["http://a/m/".into(), "http://b/m/".into()],
+            false,
+        );
+        let knot = "http://o/m/model.knot";
+        s.done(1, (knot, 0, 10), Duration::from_millis(1), false);
+        s.done(1, (knot, 100, 10), Duration::from_millis(1), false);
+        s.done(0, (knot, 200, 10), Duration::from_millis(1), false);
+        assert!(s.distrust(knot, (0, 9), "first read"), "mirror a dropped");
+        assert!(
+            s.distrust(knot, (100, 109), "second read"),
+            "mirror a again: not the origin's failure"
+        );
+        assert!(!s.distrust(knot, (200, 209), "the origin's bytes"));
+        let r = s.report();
+        assert!(
+            r[1].dropped
+                .as_deref()
+                .is_some_and(|d| d.contains("first read")),
+            "{r:?}"
+        );
+        assert!(r[0].dropped.is_none() && r[2].dropped.is_none(), "{r:?}");
+        assert!(
+            (0..8).all(|_| s.pick() != 1),
+            "a dropped mirror is never asked again"
+        );
     }
 }
