@@ -10,8 +10,10 @@
 //!   opened with `O_NOFOLLOW` ([`Follow::No`]); a file the user names on
 //!   the command line (a key) may be a link ([`Follow::Yes`]).
 //!
-//! A file is read no further than the length it had when opened, so one
-//! that grows while it is read costs no more memory than that length.
+//! A file is read to its end, but never past the caller's limit: one that
+//! grows while it is read costs no more memory than the limit, and one
+//! whose length the file system does not know (`/proc/self/status`, length
+//! 0 by `stat`) is read whole.
 #![forbid(unsafe_code)]
 
 use std::fs::File;
@@ -41,7 +43,8 @@ pub enum FileError {
         /// What it is.
         what: &'static str,
     },
-    /// Longer than what the caller will hold in memory.
+    /// Longer than what the caller will hold in memory (`len` is at least
+    /// its length: what was read before the limit stopped it).
     #[error("{}: {len} bytes, over the limit of {limit} bytes for {what}", path.display())]
     TooLarge {
         /// The file.
@@ -148,9 +151,10 @@ pub fn open_regular(path: &Path, follow: Follow) -> Result<(File, u64)> {
 }
 
 /// The bytes of the regular file at `path`, refused when it is longer than
-/// `limit` before a byte is read, and read no further than the length it
-/// had when opened. `what` names the file in the refusal (`a signature
-/// object`).
+/// `limit`: before a byte is read when its length says so, else once more
+/// than `limit` bytes were read (a file that grows, or a `/proc` file whose
+/// length is 0 by `stat`). `what` names the file in the refusal (`a
+/// signature object`).
 pub fn read_bounded(
     path: &Path,
     limit: u64,
@@ -167,7 +171,17 @@ pub fn read_bounded(
         });
     }
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    f.take(len).read_to_end(&mut bytes).map_err(io(path))?;
+    f.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io(path))?;
+    if bytes.len() as u64 > limit {
+        return Err(FileError::TooLarge {
+            path: path.to_owned(),
+            len: bytes.len() as u64,
+            limit,
+            what,
+        });
+    }
     Ok(bytes)
 }
 
@@ -224,5 +238,21 @@ mod tests {
         assert!(e.to_string().contains("a FIFO"), "{e}");
         let e = read_bounded(tmp.path(), 1 << 20, "a key", Follow::Yes).expect_err("dir");
         assert!(e.to_string().contains("a directory"), "{e}");
+    }
+
+    /// Issue 57, J11: a file whose length `stat` gives as 0 is read to its
+    /// end, within the limit.
+    #[test]
+    fn a_file_of_unknown_length_is_read_to_its_end_within_the_limit() {
+        let status = Path::new("/proc/self/status");
+        assert_eq!(std::fs::metadata(status).expect("stat").len(), 0);
+        let text = read_text(status, 1 << 20, "a status", Follow::Yes).expect("read");
+        assert!(text.contains("Threads:"), "{text}");
+        let e = read_bounded(status, 16, "a status", Follow::Yes).expect_err("over");
+        assert!(
+            e.to_string()
+                .contains("17 bytes, over the limit of 16 bytes"),
+            "{e}"
+        );
     }
 }

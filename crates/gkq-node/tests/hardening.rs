@@ -189,3 +189,40 @@ fn the_first_read_is_documented_as_the_code_does_it() {
         assert!(!text.contains("first 64 KiB"), "{doc}");
     }
 }
+
+/// Issue 57, J10 and J14: `--tokens-file` and `--sessions-file` are bounded
+/// regular files: a FIFO is refused at once (it hung), a tokens file past
+/// its 1 MiB limit is refused before it is parsed (it was parsed whole,
+/// at 11.6 times its bytes), and a small one is read.
+#[test]
+fn id_files_are_bounded_regular_files() {
+    let (tmp, pkg) = packed();
+    let p = pkg.to_str().expect("utf8");
+    let fifo = tmp.path().join("ids.fifo");
+    fixtures::fifo(&fifo);
+    let f = fifo.to_str().expect("utf8");
+    for flag in ["--tokens-file", "--sessions-file"] {
+        let o = fixtures::output_within(&mut rows(&[p, flag, f]), 30);
+        let t = text(&o);
+        assert!(
+            !o.status.success() && t.contains("a FIFO, not a regular file"),
+            "{flag}: {t}"
+        );
+    }
+    let big = tmp.path().join("ids.txt");
+    std::fs::write(&big, "1,".repeat(600_000)).expect("write");
+    let o = rows(&[p, "--tokens-file", big.to_str().expect("utf8")])
+        .output()
+        .expect("run");
+    let t = text(&o);
+    assert!(
+        !o.status.success() && t.contains("over the limit of 1048576 bytes for a tokens file"),
+        "{t}"
+    );
+    let small = tmp.path().join("ids.small");
+    std::fs::write(&small, "1, 2, 3").expect("write");
+    let o = rows(&[p, "--tokens-file", small.to_str().expect("utf8"), "--json"])
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", text(&o));
+}

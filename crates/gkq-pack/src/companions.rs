@@ -66,25 +66,25 @@ pub(crate) fn gguf_companions(
     Ok(())
 }
 
-/// The companion files present in `dir` (regular files only), hashed.
+/// The companion files present in `dir`, hashed: each a regular file (a
+/// snapshot's files are links into `blobs/`, followed); one that is there
+/// but is not (a FIFO, a device, a directory, a link to nothing) is
+/// refused by name, never left out in silence.
 pub(crate) fn find_companions(dir: &Path) -> Result<Vec<Companion>> {
     let mut out = Vec::new();
     for name in COMPANION_FILES {
         let path = dir.join(name);
-        // a snapshot's files are symlinks into blobs/: follow them
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => {
-                let (bytes, sha256) = hash_file(&path)?;
-                out.push(Companion {
-                    name: (*name).to_owned(),
-                    path,
-                    bytes,
-                    sha256,
-                    made: None,
-                });
-            }
-            _ => {}
+        if std::fs::symlink_metadata(&path).is_err() {
+            continue; // absent
         }
+        let (bytes, sha256) = hash_file(&path)?;
+        out.push(Companion {
+            name: (*name).to_owned(),
+            path,
+            bytes,
+            sha256,
+            made: None,
+        });
     }
     Ok(out)
 }
@@ -117,8 +117,10 @@ pub(crate) fn copy_companion(out: &mut Output, c: &Companion) -> Result<(File, P
     Ok((flush_file(w, &path)?, path))
 }
 
+/// The length and SHA-256 of the regular file at `path` (a link to one
+/// followed; anything else refused without blocking).
 pub(crate) fn hash_file(path: &Path) -> Result<(u64, String)> {
-    let mut f = File::open(path).at(path)?;
+    let (mut f, _) = gkq_files::open_regular(path, gkq_files::Follow::Yes)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; CHUNK];
     let mut total = 0u64;

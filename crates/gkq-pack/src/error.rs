@@ -260,6 +260,9 @@ pub enum PackError {
     /// The model directory (config, safetensors, the Hugging Face cache).
     #[error(transparent)]
     Source(#[from] gkq_source::SourceError),
+    /// A file that is not a regular file, or longer than its limit.
+    #[error(transparent)]
+    File(#[from] gkq_files::FileError),
 }
 
 /// A gkq-format error while writing the knot at `path`.

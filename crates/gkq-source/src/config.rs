@@ -126,23 +126,35 @@ fn family_of(model_type: &str, architecture: &str) -> Option<Family> {
     }
 }
 
+/// The longest `config.json` read: 4 MiB (a model's is a few KiB; parsed,
+/// JSON takes many times its bytes).
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
 impl ModelConfig {
-    /// Reads `<dir>/config.json`.
+    /// Reads `<dir>/config.json` (a regular file of at most
+    /// [`MAX_CONFIG_BYTES`]).
     pub fn read(dir: &Path) -> Result<ModelConfig> {
         let path = dir.join("config.json");
         let err = |reason: String| SourceError::Config {
             path: path.clone(),
             reason,
         };
-        let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => err(
-                "missing: a model directory needs its config.json (the architecture, sizes and tied embeddings come from it); copy it from the model's repository next to the safetensors files"
-                    .into(),
-            ),
-            _ => SourceError::ConfigRead {
-                path: path.clone(),
-                source: e,
-            },
+        let text = gkq_files::read_text(
+            &path,
+            MAX_CONFIG_BYTES,
+            "a config.json",
+            gkq_files::Follow::Yes,
+        )
+        .map_err(|e| match e {
+            gkq_files::FileError::Io { error, .. }
+                if error.kind() == std::io::ErrorKind::NotFound =>
+            {
+                err(
+                    "missing: a model directory needs its config.json (the architecture, sizes and tied embeddings come from it); copy it from the model's repository next to the safetensors files"
+                        .into(),
+                )
+            }
+            e => SourceError::File(e),
         })?;
         let v: Value = serde_json::from_str(&text).map_err(|source| SourceError::ConfigJson {
             path: path.clone(),

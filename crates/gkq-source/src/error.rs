@@ -16,15 +16,10 @@ pub enum SourceError {
         /// What is wrong.
         reason: String,
     },
-    /// `config.json` exists but cannot be read.
-    #[error("{path}: cannot read")]
-    ConfigRead {
-        /// The config path.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file of the model directory is not a regular file, is longer than
+    /// its limit, or cannot be read.
+    #[error(transparent)]
+    File(#[from] gkq_files::FileError),
     /// `config.json` is not JSON.
     #[error("{path}: invalid JSON")]
     ConfigJson {
@@ -49,15 +44,6 @@ pub enum SourceError {
         path: PathBuf,
         /// What is wrong.
         reason: String,
-    },
-    /// The shard index cannot be read.
-    #[error("{path}: cannot read")]
-    IndexRead {
-        /// The index path.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
     },
     /// The shard index is not JSON.
     #[error("{path}: invalid JSON")]

@@ -125,8 +125,9 @@ pub fn locate(arg: &Path) -> Result<Located> {
         reason,
     };
     let refs = repo.join("refs").join("main");
-    let rev = std::fs::read_to_string(&refs)
-        .map_err(|e| not_cached(format!("{}: {e}", refs.display())))?
+    // a revision is 40 hex digits: a larger file is not one
+    let rev = gkq_files::read_text(&refs, 4096, "refs/main", gkq_files::Follow::Yes)
+        .map_err(|e| not_cached(e.to_string()))?
         .trim()
         .to_owned();
     let dir = repo.join("snapshots").join(&rev);

@@ -131,6 +131,10 @@ fn open_file(dir: &Path, name: &str) -> Result<(SourceFile, Vec<SourceTensor>)> 
     ))
 }
 
+/// The longest `model.safetensors.index.json` read: 16 MiB (one of a model
+/// of 100,000 tensors is about 10 MiB).
+pub const MAX_INDEX_BYTES: u64 = 16 << 20;
+
 /// `model.safetensors.index.json`: its weight map (tensor → shard), each
 /// shard a plain file name that exists in `dir`.
 fn read_index(dir: &Path, index_path: &Path) -> Result<BTreeMap<String, String>> {
@@ -138,10 +142,12 @@ fn read_index(dir: &Path, index_path: &Path) -> Result<BTreeMap<String, String>>
         path: index_path.to_path_buf(),
         reason,
     };
-    let text = std::fs::read_to_string(index_path).map_err(|source| SourceError::IndexRead {
-        path: index_path.to_path_buf(),
-        source,
-    })?;
+    let text = gkq_files::read_text(
+        index_path,
+        MAX_INDEX_BYTES,
+        "a safetensors index",
+        gkq_files::Follow::Yes,
+    )?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|source| SourceError::IndexJson {
             path: index_path.to_path_buf(),

@@ -223,8 +223,12 @@ fn sessions(
     e: &Embedding,
     out: &mut Value,
 ) -> anyhow::Result<()> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = gkq_files::read_text(
+        path,
+        gkq_text::MAX_WORKLOAD_BYTES,
+        "a sessions file",
+        gkq_files::Follow::Yes,
+    )?;
     let (c0, n0, t) = (e.cache_stats(), reader.net_stats(), Instant::now());
     let mut sessions = Vec::new();
     let mut all = Vec::new();
@@ -266,9 +270,12 @@ fn sessions(
 /// `--tokens`/`--tokens-file`: one lookup, the rows on stdout with `--f32`.
 fn tokens(a: &Args, reader: &Reader, e: &Embedding, out: &mut Value) -> anyhow::Result<()> {
     let ids = match (&a.tokens_file, &a.tokens) {
-        (Some(p), _) => parse_ids(
-            &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-        )?,
+        (Some(p), _) => parse_ids(&gkq_files::read_text(
+            p,
+            gkq_text::MAX_SESSION_BYTES,
+            "a tokens file",
+            gkq_files::Follow::Yes,
+        )?)?,
         (None, Some(Ids(ids))) => ids.clone(),
         (None, None) => Vec::new(),
     };

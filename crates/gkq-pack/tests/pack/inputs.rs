@@ -393,3 +393,74 @@ fn a_mistyped_gguf_path_lists_the_gguf_files_beside_it() {
     assert_eq!(v["error"]["kind"], "NoGgufFile", "{v}");
     assert_eq!(v["error"]["file"], typo.to_str().expect("utf-8"), "{v}");
 }
+
+/// Issue 57, J10 and J14: every file of the model directory is opened as a
+/// bounded regular file: a config.json past its 4 MiB limit, or a FIFO, a
+/// safetensors index that is a device, a hub cache's refs/main that is a
+/// FIFO, and a companion that is a FIFO or a link to a device are each
+/// refused by name, at once (none hangs, none is parsed whole, none is
+/// left out with exit 0).
+#[test]
+fn every_input_file_is_a_bounded_regular_file() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("out");
+    let within = |args: &[&str]| fixtures::output_within(bin().args(args), 30);
+    let refused = |src: &Path, needles: &[&str]| {
+        let o = within(&[
+            src.to_str().expect("utf8"),
+            "--out",
+            out.to_str().expect("utf8"),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "{needles:?}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{n:?} missing from {err}");
+        }
+        assert!(!out.join("model.knot").exists());
+    };
+    // a 5 MiB config.json: refused before it is parsed
+    let src = model(tmp.path(), "qwen2-tiny-f32");
+    let cfg = fs::read_to_string(src.join("config.json")).expect("config");
+    let big = cfg.replacen('{', &format!("{{\"pad\": \"{}\",", "x".repeat(5 << 20)), 1);
+    fs::write(src.join("config.json"), big).expect("write");
+    refused(
+        &src,
+        &[
+            "config.json",
+            "over the limit of 4194304 bytes for a config.json",
+        ],
+    );
+    fs::remove_file(src.join("config.json")).expect("rm");
+    fixtures::fifo(&src.join("config.json"));
+    refused(&src, &["config.json", "a FIFO, not a regular file"]);
+    // companions: a FIFO, a link to a device
+    let src = model(&tmp.path().join("c"), "qwen2-tiny-f32");
+    fixtures::fifo(&src.join("tokenizer.json"));
+    refused(&src, &["tokenizer.json", "a FIFO, not a regular file"]);
+    fs::remove_file(src.join("tokenizer.json")).expect("rm");
+    std::os::unix::fs::symlink("/dev/zero", src.join("tokenizer_config.json")).expect("link");
+    refused(
+        &src,
+        &["tokenizer_config.json", "a device, not a regular file"],
+    );
+    // a shard index that is a link to a device
+    let src = model(&tmp.path().join("s"), "qwen2-tiny-f32-sharded");
+    fs::remove_file(src.join("model.safetensors.index.json")).expect("rm");
+    std::os::unix::fs::symlink("/dev/zero", src.join("model.safetensors.index.json"))
+        .expect("link");
+    refused(&src, &["model.safetensors.index.json", "a device"]);
+    // the hub cache's refs/main as a FIFO
+    let hub = tmp.path().join("hub");
+    let repo = hub.join("models--acme--fifo");
+    fs::create_dir_all(repo.join("refs")).expect("refs");
+    fixtures::fifo(&repo.join("refs/main"));
+    let o = fixtures::output_within(
+        bin()
+            .args(["acme/fifo", "--out", out.to_str().expect("utf8")])
+            .env("HF_HUB_CACHE", &hub),
+        30,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("refs/main") && err.contains("a FIFO"), "{err}");
+}
