@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh Debian machine:
 #   nginx (Debian's nginx-light): the real HTTP range server the HTTP tests start on 127.0.0.1;
+#   GNU time (Debian's time): the peak RSS of a tool, which the memory tests bound;
 #   s3s-fs 0.14.1 (crates.io): the real S3-compatible server the upload tests start on 127.0.0.1
 #   (0.15 and later need a newer rustc than this project's 1.95);
 #   python3: scripts/reference_decode.py (standard library only), the independent reference
@@ -33,6 +34,12 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   apt_install nginx-light
 fi
 echo "install-test-deps: nginx $(/usr/sbin/nginx -v 2>&1 | sed 's/.*nginx\///')" >&2
+
+# GNU time: the peak RSS of a process, which the memory tests read
+if [ ! -x /usr/bin/time ]; then
+  echo "install-test-deps: apt-get install time" >&2
+  apt_install time
+fi
 
 if ! command -v python3 >/dev/null 2>&1; then
   echo "install-test-deps: apt-get install python3" >&2

@@ -23,7 +23,9 @@ mod workload;
 
 pub use ids::{WarmCounter, parse_ids, warm_set};
 #[cfg(feature = "tokenizer")]
-pub use tokenizer::{ChatMessage, TextStream, Tokenizer, gguf_tokenizer_keys};
+pub use tokenizer::{
+    ChatMessage, MAX_RENDERED_BYTES, TEMPLATE_FUEL, TextStream, Tokenizer, gguf_tokenizer_keys,
+};
 pub use workload::{
     MAX_SESSION_BYTES, MAX_TOKENIZER_BYTES, MAX_WORKLOAD_BYTES, WORKLOAD_TYPES, Workload,
     for_each_session,

@@ -89,7 +89,7 @@ fn smollm2_ids_and_chat_equal_hugging_face() {
         assert_eq!(t.encode(text).expect("encode"), want, "{name}");
     }
     for (c, a) in chats.iter().zip(&answers[cases.len()..]) {
-        let (rendered, ids) = t.encode_chat(c, true).expect("chat");
+        let (rendered, ids) = t.encode_chat(c, true, 8192).expect("chat");
         assert_eq!(rendered, a["rendered"].as_str().expect("rendered"));
         let want: Vec<u32> = serde_json::from_value(a["ids"].clone()).expect("ids");
         assert_eq!(ids, want, "{rendered}");

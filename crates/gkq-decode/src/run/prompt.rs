@@ -72,7 +72,8 @@ pub(crate) fn make(o: &RunOptions, stage: &Stage) -> Result<Made> {
                 messages.push(ChatMessage::new("system", s));
             }
             messages.push(ChatMessage::new("user", user));
-            let (rendered, ids) = t.encode_chat(&messages, true)?;
+            let positions = stage.config().position_limit();
+            let (rendered, ids) = t.encode_chat(&messages, true, positions)?;
             Ok(Made {
                 ids,
                 tokenizer: Some(t),

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use gkq_format::gguf::Gguf;
 
-pub use chat::ChatMessage;
+pub use chat::{ChatMessage, MAX_RENDERED_BYTES, TEMPLATE_FUEL};
 pub use to_gguf::gguf_tokenizer_keys;
 pub use vocab::TextStream;
 
@@ -221,11 +221,16 @@ impl Tokenizer {
     /// `messages` rendered with the model's chat template (and the prompt of
     /// the assistant's turn when `add_generation_prompt`), and its ids:
     /// specials parsed, nothing added beyond what the template writes (as
-    /// `apply_chat_template(tokenize=True)` does).
+    /// `apply_chat_template(tokenize=True)` does). The prompt must fit
+    /// `positions` tokens (the model's context): the rendering stops, an
+    /// error, once it passes `positions` × the longest token's bytes
+    /// (or [`MAX_RENDERED_BYTES`]), before anything is tokenized; and the
+    /// ids must be no more than `positions`.
     pub fn encode_chat(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
+        positions: usize,
     ) -> Result<(String, Vec<u32>)> {
         let template = self.template.as_deref().ok_or_else(|| {
             TextError::Template(
@@ -233,13 +238,21 @@ impl Tokenizer {
             )
         })?;
         let v = &self.vocab;
+        let max = positions.saturating_mul(v.longest().max(1));
         let text = chat::render(
             template,
             messages,
             add_generation_prompt,
             (&v.bos_text, &v.eos_text),
+            max,
         )?;
         let ids = self.encode_with(&text, false)?;
+        if ids.len() > positions {
+            return Err(TextError::Template(format!(
+                "the rendered chat prompt is {} tokens, more than the model's {positions} positions",
+                ids.len()
+            )));
+        }
         Ok((text, ids))
     }
 

@@ -42,6 +42,7 @@ pub(crate) struct Vocab {
     bytes: Vec<u8>,
     ends: Vec<u32>,
     hidden: Vec<bool>,
+    longest: usize,
     /// The beginning-of-sequence id.
     pub(crate) bos: Option<u32>,
     /// The end-of-sequence id.
@@ -60,10 +61,16 @@ pub(crate) struct Vocab {
 impl Vocab {
     /// Appends the next id's piece.
     pub(crate) fn push(&mut self, bytes: &[u8], render: Render) {
+        self.longest = self.longest.max(bytes.len());
         self.bytes.extend_from_slice(bytes);
         self.ends
             .push(u32::try_from(self.bytes.len()).unwrap_or(u32::MAX));
         self.hidden.push(render == Render::Hidden);
+    }
+
+    /// The bytes of the longest piece (control tokens' texts included).
+    pub(crate) fn longest(&self) -> usize {
+        self.longest
     }
 
     /// Ids known.
