@@ -17,6 +17,7 @@ mod quant;
 mod reader;
 mod report;
 mod spectral;
+mod stress;
 mod verify;
 mod wire;
 
@@ -51,6 +52,8 @@ pub enum Which {
     LlamaCpp,
     /// A cold node ready at link speed: decode from a package behind a 100 MB/s link with 25 MB/s per response, against the sequential pull, curl --parallel and a local-file decode; warm restarts.
     Coldstart,
+    /// 500 decodes of SmolLM2's local package, two at a time beside a busy process: crashes (signals) and the threads a run holds.
+    Stress,
 }
 
 /// Builds the release binaries, then runs one benchmark (`reps` repetitions
@@ -76,5 +79,6 @@ pub fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Fleet => fleet::run(),
         Which::Report => report::run(),
         Which::LlamaCpp => llama_cpp::run(),
+        Which::Stress => stress::run(),
     }
 }

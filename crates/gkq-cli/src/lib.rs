@@ -155,10 +155,19 @@ pub fn parse<A: clap::Parser>(name: &str) -> A {
     }
 }
 
+/// The number after `key` in this process's `/proc/self/status`.
+fn status_field(key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Peak resident set size of this process (Linux `VmHWM`), when known.
 pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    Some(status_field("VmHWM:")? * 1024)
+}
+
+/// The threads this process runs now (Linux `Threads`), when known.
+pub fn thread_count() -> Option<u64> {
+    status_field("Threads:")
 }

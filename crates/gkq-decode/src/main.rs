@@ -37,8 +37,13 @@ fn main() -> ExitCode {
         }
     };
     // SAFETY: no other thread runs yet (nothing above starts one)
-    let threads = unsafe { gkq_decode::run::set_threads(args.threads()) };
+    let (threads, asked) = unsafe { gkq_decode::run::set_threads(args.threads()) };
     gkq_cli::init_logging();
+    if let Some(asked) = asked {
+        eprintln!(
+            "gkq-decode: note: {asked} threads asked for; this machine has {threads} cores, so {threads} are used"
+        );
+    }
     let (stdout, stderr) = (&mut std::io::stdout(), &mut std::io::stderr());
     let result = args
         .options(started, threads)

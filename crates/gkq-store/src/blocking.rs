@@ -1,11 +1,16 @@
 //! The blocking facade over the async core: a runtime of its own (two I/O
-//! worker threads) that blocking APIs drive with `block_on`.
+//! worker threads, at most [`MAX_BLOCKING_THREADS`] on its blocking pool)
+//! that blocking APIs drive with `block_on`.
 //!
 //! Calling it from inside a tokio runtime is refused with
 //! [`StoreError::InsideRuntime`], which names the async call to use: a
 //! blocking wait there would stall a worker, and tokio panics when a
-//! runtime is started or dropped inside another. Dropping it anywhere is
-//! safe (the runtime is shut down in the background, never waited for).
+//! runtime is started or dropped inside another. Dropping it waits for its
+//! threads to end ([`SHUTDOWN_WAIT`] at most): a thread left running is
+//! detached while it exits, and glibc's `pthread_detach` of an exiting
+//! thread crashed a process at exit (`gkq-decode`, about 1 run in 300 under
+//! load). Only inside another runtime, where no wait is allowed, is it
+//! shut down in the background.
 
 use std::future::Future;
 
@@ -17,6 +22,14 @@ use crate::error::{Result, StoreError};
 pub fn lock<T: ?Sized>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// The most threads the facade's blocking pool starts (local reads, part
+/// checks, hashing): reads queue for them instead of starting one thread
+/// each (a local package's pull started about 300).
+pub const MAX_BLOCKING_THREADS: usize = 8;
+
+/// How long dropping the runtime waits for its threads.
+pub const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A runtime for blocking callers.
 #[derive(Debug)]
@@ -39,6 +52,7 @@ impl Runtime {
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .max_blocking_threads(MAX_BLOCKING_THREADS)
             .thread_name("gkq-io")
             .enable_all()
             .build()
@@ -75,7 +89,11 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
+            if inside_runtime() {
+                rt.shutdown_background();
+            } else {
+                rt.shutdown_timeout(SHUTDOWN_WAIT);
+            }
         }
     }
 }

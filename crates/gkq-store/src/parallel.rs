@@ -176,37 +176,91 @@ fn empty_read(url: &str, start: u64, check: &ReadCheck) -> Result<Bytes> {
     }
 }
 
-/// Collects finished parts, feeding the in-order prefix to a hasher on the
-/// blocking pool as it grows: the digest is ready when the last part is.
+/// A hash step on the blocking pool: the state and the parts it hashed.
+type HashJob = tokio::task::JoinHandle<(Sha256, Vec<BytesMut>)>;
+
+/// Hashes `batch` after what `h` holds, on the blocking pool: a short task
+/// per batch, never a thread held while parts are still downloading (the
+/// pool is bounded, and the parts' own reads need it).
+fn hash_step(mut h: Sha256, batch: Vec<BytesMut>) -> HashJob {
+    tokio::task::spawn_blocking(move || {
+        for p in &batch {
+            h.update(p);
+        }
+        (h, batch)
+    })
+}
+
+/// Collects finished parts, hashing the in-order prefix on the blocking
+/// pool as it grows, in steps: the digest is ready soon after the last
+/// part is.
 async fn hashed<S>(mut pending: S) -> Result<(BytesMut, [u8; 32])>
 where
     S: futures_util::Stream<Item = Result<(u64, BytesMut)>> + Unpin,
 {
-    let (tx, rx) = std::sync::mpsc::channel::<BytesMut>();
-    let hasher = tokio::task::spawn_blocking(move || {
-        let mut h = Sha256::new();
-        let mut acc: Vec<BytesMut> = Vec::new();
-        for p in rx {
-            h.update(&p);
-            acc.push(p);
+    let task_err = |e: tokio::task::JoinError| StoreError::Client(format!("hasher task: {e}"));
+    let (mut state, mut job): (Option<Sha256>, Option<HashJob>) = (Some(Sha256::new()), None);
+    let (mut hashed, mut ready) = (Vec::new(), Vec::new());
+    let (mut waiting, mut next, mut downloading) = (BTreeMap::new(), 0u64, true);
+    loop {
+        if job.is_none()
+            && !ready.is_empty()
+            && let Some(h) = state.take()
+        {
+            job = Some(hash_step(h, std::mem::take(&mut ready)));
         }
-        (join(acc), <[u8; 32]>::from(h.finalize()))
-    });
-    let mut waiting = BTreeMap::new();
-    let mut next = 0u64;
-    while let Some(done) = pending.next().await {
-        let (off, buf) = done?;
-        waiting.insert(off, buf);
-        while let Some(buf) = waiting.remove(&next) {
-            next += buf.len() as u64;
-            // the hasher ends only when tx is dropped
-            let _ = tx.send(buf);
+        let finished = match (downloading, job.as_mut()) {
+            (false, None) => break,
+            (false, Some(j)) => Some(j.await.map_err(task_err)?),
+            (true, None) => {
+                let part = pending.next().await;
+                place(
+                    part,
+                    &mut waiting,
+                    (&mut next, &mut ready, &mut downloading),
+                )?;
+                None
+            }
+            (true, Some(j)) => match futures_util::future::select(pending.next(), j).await {
+                futures_util::future::Either::Left((part, _)) => {
+                    place(
+                        part,
+                        &mut waiting,
+                        (&mut next, &mut ready, &mut downloading),
+                    )?;
+                    None
+                }
+                futures_util::future::Either::Right((done, _)) => Some(done.map_err(task_err)?),
+            },
+        };
+        if let Some((h, batch)) = finished {
+            state = Some(h);
+            hashed.extend(batch);
+            job = None;
         }
     }
-    drop(tx);
-    hasher
-        .await
-        .map_err(|e| StoreError::Client(format!("hasher task: {e}")))
+    let h = state.expect("the hash state is back once no step runs");
+    Ok((join(hashed), <[u8; 32]>::from(h.finalize())))
+}
+
+/// A finished part (or the end of them) into `waiting`, and the in-order
+/// prefix that it completes into `ready`.
+fn place(
+    part: Option<Result<(u64, BytesMut)>>,
+    waiting: &mut BTreeMap<u64, BytesMut>,
+    (next, ready, downloading): (&mut u64, &mut Vec<BytesMut>, &mut bool),
+) -> Result<()> {
+    let Some(done) = part else {
+        *downloading = false;
+        return Ok(());
+    };
+    let (off, buf) = done?;
+    waiting.insert(off, buf);
+    while let Some(buf) = waiting.remove(next) {
+        *next += buf.len() as u64;
+        ready.push(buf);
+    }
+    Ok(())
 }
 
 /// Collects finished parts, in place.

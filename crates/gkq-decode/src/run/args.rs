@@ -80,11 +80,13 @@ pub struct Args {
     /// Generate past the model's end-of-generation tokens.
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
-    /// Temperature (0: greedy).
+    /// Temperature (0 or less: greedy).
     #[arg(
         long,
         value_name = "T",
         default_value_t = 0.0,
+        allow_negative_numbers = true,
+        value_parser = parse_temp,
         help_heading = "Sampling"
     )]
     temp: f64,
@@ -92,7 +94,7 @@ pub struct Args {
     #[arg(long = "top-k", value_name = "K", help_heading = "Sampling")]
     top_k: Option<usize>,
     /// Draw from the most likely tokens whose probabilities add up to P.
-    #[arg(long = "top-p", value_name = "P", help_heading = "Sampling")]
+    #[arg(long = "top-p", value_name = "P", value_parser = parse_top_p, help_heading = "Sampling")]
     top_p: Option<f64>,
     /// The seed of the draw.
     #[arg(
@@ -163,6 +165,24 @@ fn parse_max_new(s: &str) -> Result<MaxNew, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a number of tokens (-1: until an end token)"))?;
     Ok(MaxNew::Count(usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+/// `--temp`: a finite number (NaN would always pick the least likely token).
+fn parse_temp(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() => Ok(t),
+        _ => Err(format!(
+            "{s:?} is not a temperature (a finite number; 0 or less is greedy)"
+        )),
+    }
+}
+
+/// `--top-p`: a probability, 0 to 1.
+fn parse_top_p(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a probability from 0 to 1")),
+    }
 }
 
 /// Token ids of a flag (a newtype: clap would take a `Vec` for many values).

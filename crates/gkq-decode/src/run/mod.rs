@@ -162,30 +162,35 @@ fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> 
 }
 
 /// The compute threads: `n`, else `CANDLE_NUM_THREADS` or
-/// `RAYON_NUM_THREADS` when set, else the machine's cores; set for
-/// candle's pools (which read them once, when they start).
+/// `RAYON_NUM_THREADS` when set, else the machine's cores; never more than
+/// the machine's cores (more threads than cores only wait on each other,
+/// and `-t 100000` would start 100,000); set for candle's pools (which
+/// read them once, when they start). Returns the threads used and, when
+/// more were asked for than the machine has, how many were asked for.
 ///
 /// # Safety
 ///
 /// Sets environment variables: call it before any other thread starts (at
 /// the top of `main`), as `std::env::set_var` requires.
 #[allow(unsafe_code)]
-pub unsafe fn set_threads(n: Option<usize>) -> usize {
+pub unsafe fn set_threads(n: Option<usize>) -> (usize, Option<usize>) {
     let from_env = |k: &str| {
         std::env::var(k)
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|&n| n > 0)
     };
-    let n = n
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let asked = n
         .filter(|&n| n > 0)
         .or_else(|| from_env("CANDLE_NUM_THREADS"))
         .or_else(|| from_env("RAYON_NUM_THREADS"))
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |c| c.get()));
+        .unwrap_or(cores);
+    let n = asked.min(cores);
     // SAFETY: the caller's contract: no other thread is running yet
     unsafe {
         std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
-    n
+    (n, (asked > n).then_some(asked))
 }

@@ -92,6 +92,7 @@ pub(crate) fn generation(
         v["time_to_first_token_from_start_ms"] = serde_json::json!(from_start);
         v["peak_rss_bytes"] = serde_json::json!(gkq_cli::peak_rss_bytes());
         v["threads"] = serde_json::json!(o.threads);
+        v["process_threads"] = serde_json::json!(gkq_cli::thread_count());
         if let Some(t) = &made.tokenizer {
             // the text of the tokens, an end token left out
             let shown: &[u32] = match (g.stop, g.tokens.split_last()) {

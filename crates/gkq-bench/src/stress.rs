@@ -1,0 +1,94 @@
+//! `bench stress`: many decodes of a real model's local package, two at a
+//! time, with a third process keeping the cores busy: how many end in a
+//! crash (a signal), and the most threads a run held. Issue 57's exit
+//! crash (glibc's `pthread_detach` of an exiting thread, about 1 run in
+//! 300 under load) is what it counts.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, bail};
+use fixtures::workspace::root;
+
+use super::common::{bench_dir, pack_args, release_bin};
+
+/// Decodes in all (`GKQ_STRESS_RUNS` to change it).
+const RUNS: usize = 500;
+
+/// The package of the SmolLM2 GGUF (packed once).
+fn package() -> anyhow::Result<PathBuf> {
+    let out = bench_dir().join("stress/smollm2");
+    if !out.join("model.knot").exists() {
+        let gguf = root().join("target/real-models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        if !gguf.exists() {
+            bail!(
+                "{}: missing (bash scripts/install-test-deps.sh fetches it)",
+                gguf.display()
+            );
+        }
+        std::fs::create_dir_all(out.parent().context("a parent")?)?;
+        pack_args(&gguf, &out, &["--force"])?;
+    }
+    Ok(out)
+}
+
+/// How a decode ended: its exit code, the signal that ended it (a crash),
+/// and the threads it reported.
+type Ended = (Option<i32>, Option<i32>, u64);
+
+/// One decode, and how it ended.
+fn decode(pkg: &Path) -> anyhow::Result<Ended> {
+    let o = Command::new(release_bin("gkq-decode"))
+        .arg(pkg)
+        .args(["--chat", "Name a colour.", "-n", "2", "--json"])
+        .stdin(Stdio::null())
+        .output()?;
+    let threads = serde_json::from_slice::<serde_json::Value>(&o.stdout)
+        .ok()
+        .and_then(|v| v["process_threads"].as_u64())
+        .unwrap_or(0);
+    Ok((o.status.code(), o.status.signal(), threads))
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    let pkg = &package()?;
+    let runs = std::env::var("GKQ_STRESS_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(RUNS);
+    // the load: one busy process beside the two decodes
+    let mut load = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()?;
+    let t = std::time::Instant::now();
+    let results: Vec<anyhow::Result<Ended>> = std::thread::scope(|s| {
+        let half = |n: usize| s.spawn(move || (0..n).map(|_| decode(pkg)).collect::<Vec<_>>());
+        let (a, b) = (half(runs / 2), half(runs - runs / 2));
+        let mut all = a.join().unwrap_or_default();
+        all.extend(b.join().unwrap_or_default());
+        all
+    });
+    let _ = load.kill();
+    let _ = load.wait();
+    let (mut ok, mut failed, mut crashed, mut threads) = (0, 0, Vec::new(), 0);
+    for r in results {
+        match r? {
+            (Some(0), _, t) => {
+                ok += 1;
+                threads = threads.max(t);
+            }
+            (_, Some(sig), _) => crashed.push(sig),
+            _ => failed += 1,
+        }
+    }
+    println!(
+        "stress: {runs} decodes of SmolLM2's local package, 2 at a time beside a busy process, in {:.0} s: {ok} exit 0, {failed} other exits, {} crashed {crashed:?}; most threads a run reported at its end: {threads}",
+        t.elapsed().as_secs_f64(),
+        crashed.len()
+    );
+    if !crashed.is_empty() || failed > 0 {
+        bail!("{} crashes, {failed} failures", crashed.len());
+    }
+    Ok(())
+}
