@@ -437,15 +437,18 @@ pub enum Error {
         /// Hex of the computed digest.
         computed: String,
     },
-    /// A recorded spectral figure that a verifier with the source measures
-    /// otherwise, beyond the tolerance (rule 17).
+    /// A recorded figure (of a spectral or a quantized block) that a
+    /// verifier with the source measures otherwise, beyond the tolerance
+    /// (rule 17).
     #[error(
-        "spectral block {block:?}: {what} against the source is {measured:.6e}, the knot records {recorded} in {key} (tolerance {tolerance:e} relative; FigureMismatch)"
+        "{} block {block:?}: {what} against the source is {measured:.6e}, the knot records {recorded} in {key} (tolerance {tolerance:e} relative; FigureMismatch)",
+        if key.starts_with("quant.") { "quantized" } else { "spectral" }
     )]
     FigureMismatch {
         /// The block.
         block: String,
-        /// The key (`spectral.rel_frobenius_error`, `spectral.energy_kept`).
+        /// The key (`spectral.rel_frobenius_error`, `spectral.energy_kept`,
+        /// `quant.rmse`, `quant.max_abs_error`).
         key: &'static str,
         /// What the figure is.
         what: &'static str,

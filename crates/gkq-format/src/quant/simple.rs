@@ -106,12 +106,19 @@ pub(super) fn quant_q5_1(x: &[f32], b: &mut [u8]) {
 }
 
 pub(super) fn quant_q8_0(x: &[f32], b: &mut [u8]) {
-    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    // ggml's `amax = MAX(amax, fabsf(v))`, `MAX(a, b)` being
+    // `a > b ? a : b`: a NaN takes the place of the maximum, and a later
+    // value replaces it (f32::max would skip the NaN instead)
+    let amax = x
+        .iter()
+        .fold(0f32, |a, v| if a > v.abs() { a } else { v.abs() });
     let d = amax / 127.0;
     let id = inverse(d);
     b[..2].copy_from_slice(&half(d));
     for (o, &v) in b[2..].iter_mut().zip(x) {
-        // round half away from zero, then the int8's bits
+        // round half away from zero, then the int8's bits; NaN (a NaN
+        // value, or any value once the scale is NaN) gives 0, as ggml's
+        // conversion does on x86 (FORMAT.md 3.5)
         *o = ((v * id).round() as i8) as u8;
     }
 }

@@ -267,3 +267,25 @@ fn four_token_dots_equal_single_ones() {
         }
     }
 }
+
+/// Issue 57: a Q8_0 block holding NaN takes ggml's scale, whose
+/// `MAX(a, b)` (`a > b ? a : b`) lets a NaN replace the maximum and a
+/// later value replace the NaN: `[1.0, NaN, 0.5, 0.25, …]` has d = 0.5/127
+/// (0x1c08, not f32::max's 1/127, 0x2008) and an all-NaN block d = NaN
+/// (0x7e00, not 0), its codes 0 (ggml's conversion of NaN on x86).
+#[test]
+fn a_q8_0_block_with_nan_takes_ggmls_scale() {
+    let mut x = vec![0.25f32; QK];
+    x[0] = 1.0;
+    x[1] = f32::NAN;
+    x[2] = 0.5;
+    let mut b = Vec::new();
+    assert!(quantize(&x, DType::Q8_0, &mut b));
+    assert_eq!([b[0], b[1]], 0x1c08u16.to_le_bytes());
+    // 1.0 and 0.5 at d = 0.5/127: 1.0 rounds to 254, past i8: saturated
+    assert_eq!(&b[2..6], &[127, 0, 127, 64]);
+    let mut b = Vec::new();
+    assert!(quantize(&[f32::NAN; QK], DType::Q8_0, &mut b));
+    assert_eq!([b[0], b[1]], 0x7e00u16.to_le_bytes());
+    assert!(b[2..].iter().all(|&q| q == 0));
+}

@@ -76,5 +76,18 @@ pub(super) struct ResourceDoc {
 #[derive(Deserialize)]
 pub(super) struct Claim {
     pub(super) knot_id: String,
+    /// Absent, or a string: `"name": null` is malformed (FORMAT.md 7c), not
+    /// an unnamed statement.
+    #[serde(default, deserialize_with = "present_string")]
     pub(super) name: Option<String>,
+}
+
+/// A member that, when present, is a string (null included in what is not).
+fn present_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) => Ok(Some(s)),
+        other => Err(serde::de::Error::custom(format!(
+            "predicate.gkq.name is {other}, not a string"
+        ))),
+    }
 }

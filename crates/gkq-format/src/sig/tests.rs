@@ -322,3 +322,24 @@ fn round_5_statement_decisions() {
     assert_eq!(signed.package.as_deref(), Some("tiny/v1"));
     assert_eq!(signed.name, "tiny/v1");
 }
+
+/// Issue 57 (a gap the second reader of FORMAT.md found): `"name": null`
+/// is malformed, not an unnamed statement, and so is a name of another
+/// JSON type; a name absent is unnamed.
+#[test]
+fn a_null_package_name_is_malformed() {
+    for name in [json!(null), json!(7), json!(["a/v1"])] {
+        let b = restated(|d| d["predicate"]["gkq"]["name"] = name.clone());
+        match failure(open(&b, &trusted())) {
+            SigFailure::Malformed(m) => assert!(m.contains("predicate.gkq.name"), "{name}: {m}"),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    let b = restated(|d| {
+        d["predicate"]["gkq"]
+            .as_object_mut()
+            .expect("object")
+            .remove("name");
+    });
+    assert_eq!(open(&b, &trusted()).expect("unnamed").package, None);
+}

@@ -68,7 +68,11 @@ fn a_recorded_figure_the_block_does_not_give_fails() {
         }
     });
     let out = verify(&[s(&p.out), "--source", s(&p.src)]);
-    fails_with(&out, &["the knot records 0.5 in quant.rmse"]);
+    // issue 57: the message calls the block what it is (it said "spectral")
+    fails_with(
+        &out,
+        &["quantized block", "the knot records 0.5 in quant.rmse"],
+    );
     passes(&verify(&[s(&p.out)]));
 }
 
