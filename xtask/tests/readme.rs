@@ -95,12 +95,19 @@ fn build_tools(root: &Path) {
 }
 
 /// The stand-ins for R2 and its public URL: s3s-fs with a `models` bucket,
-/// and nginx serving its data.
-fn servers(dir: &Path) -> (S3sFs, Nginx) {
+/// and nginx serving its data (every bucket, under its name; with
+/// `bucket_root`, the `models` bucket at its root, as R2 serves a public
+/// bucket).
+fn servers(dir: &Path, bucket_root: bool) -> (S3sFs, Nginx) {
     let s3 = S3sFs::start(&dir.join("s3")).expect("s3s-fs");
-    std::fs::create_dir_all(s3.data().join("models")).expect("bucket");
-    let nginx =
-        Nginx::start(s3.data(), &dir.join("nginx"), &NginxOptions::default()).expect("nginx");
+    let bucket = s3.data().join("models");
+    std::fs::create_dir_all(&bucket).expect("bucket");
+    let root = if bucket_root {
+        bucket
+    } else {
+        s3.data().to_path_buf()
+    };
+    let nginx = Nginx::start(&root, &dir.join("nginx"), &NginxOptions::default()).expect("nginx");
     (s3, nginx)
 }
 
@@ -121,7 +128,7 @@ fn the_publish_walkthrough_runs_as_written() {
     let bins = bin_dir();
     let tmp = tempfile::tempdir().expect("tmp");
     let hub = hub_cache(tmp.path(), &minilm);
-    let (s3, nginx) = servers(tmp.path());
+    let (s3, nginx) = servers(tmp.path(), false);
     let work = tmp.path().join("work");
     std::fs::create_dir_all(&work).expect("work");
     fixtures::gguf::write(
@@ -189,7 +196,9 @@ fn the_ci_recipe_runs_from_installed_binaries() {
         let p = e.expect("entry").path();
         std::fs::copy(&p, model.join(p.file_name().expect("name"))).expect("copy");
     }
-    let (s3, nginx) = servers(tmp.path());
+    // the public URL serves the bucket's root, as R2's does: the package
+    // is at /my-model/v1/, the name it is signed as (FORMAT.md 7c)
+    let (s3, nginx) = servers(tmp.path(), true);
     let path = format!("{}:/usr/bin:/bin", bin.display());
     for cmd in cmds {
         let cmd = cmd
@@ -197,10 +206,7 @@ fn the_ci_recipe_runs_from_installed_binaries() {
                 "--bucket models",
                 &format!("--endpoint {} --bucket models", s3.url()),
             )
-            .replace(
-                "https://models.example.com",
-                &format!("{}/models", nginx.url()),
-            );
+            .replace("https://models.example.com", &nginx.url());
         let o = Command::new("/bin/bash")
             .args(["-c", &cmd])
             .current_dir(&work)

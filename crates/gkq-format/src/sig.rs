@@ -110,23 +110,36 @@ pub struct Signed {
     pub package: Option<String>,
 }
 
-/// The package a node was asked for, to hold a signed name against.
+/// The package a reader was asked for, to hold a signed name against
+/// (FORMAT.md 7c, "The package asked for").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Asked {
     /// A name given (`--package NAME`): the signed name must equal it.
     Name(String),
-    /// The path of the directory of the knot's URL: the signed name's
-    /// components must be its last components.
+    /// The path a package is published under: the directory of the knot's
+    /// URL (`https://h/models/a/v1/model.knot`: `models/a/v1`; for
+    /// `s3://bucket/key`, the key's directory). The signed name must equal
+    /// all of it: a shorter name never matches a longer path by its tail.
     UrlPath(String),
+    /// A local directory (no `--package`): a local path has no root to
+    /// compare with, so the signed name's components must be its last
+    /// ones (`/srv/models/a/v1` holds `a/v1` or `v1`, never `b/v1`).
+    LocalDir(String),
 }
 
 impl std::fmt::Display for Asked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Asked::Name(n) => write!(f, "package {n:?}"),
-            Asked::UrlPath(p) => write!(f, "the package at path {p:?}"),
+            Asked::UrlPath(p) => write!(f, "package {:?} (the path of the URL)", trim_slashes(p)),
+            Asked::LocalDir(d) => write!(f, "the package in the directory {d:?}"),
         }
     }
+}
+
+/// `p` without its leading and trailing slashes.
+fn trim_slashes(p: &str) -> &str {
+    p.trim_matches('/')
 }
 
 impl Asked {
@@ -134,11 +147,33 @@ impl Asked {
     pub fn matches(&self, signed: &str) -> bool {
         match self {
             Asked::Name(n) => n == signed,
-            Asked::UrlPath(p) => {
-                let path: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
+            Asked::UrlPath(p) => trim_slashes(p) == signed,
+            Asked::LocalDir(d) => {
+                let path: Vec<&str> = d.split('/').filter(|c| !c.is_empty()).collect();
                 let name: Vec<&str> = signed.split('/').collect();
                 path.ends_with(&name)
             }
+        }
+    }
+
+    /// Whether a statement naming `package` (or none) is for the package
+    /// asked for: a name must match; an unnamed statement is accepted only
+    /// when the header came from the origin (`served_by` is `None`), else
+    /// it is [`SigFailure::Unnamed`] naming who served it. `knot` names the
+    /// knot in the refusal.
+    pub fn check(&self, package: Option<&str>, served_by: Option<&str>, knot: &str) -> Result<()> {
+        match (package, served_by) {
+            (Some(p), _) if !self.matches(p) => fail(SigFailure::OtherPackage {
+                signed: p.to_owned(),
+                asked: self.to_string(),
+                knot: knot.to_owned(),
+            }),
+            (Some(_), _) | (None, None) => Ok(()),
+            (None, Some(by)) => fail(SigFailure::Unnamed {
+                asked: self.to_string(),
+                served_by: by.to_owned(),
+                knot: knot.to_owned(),
+            }),
         }
     }
 }
@@ -168,27 +203,13 @@ pub fn check_package_name(name: &str) -> std::result::Result<(), String> {
 }
 
 impl Signed {
-    /// Whether the statement signs the package asked for: a signed name
-    /// must match it; an unnamed statement is accepted only when the
-    /// header came from the origin (`served_by` is `None`), else it is
-    /// [`SigFailure::Unnamed`] naming who served it.
+    /// Whether the statement signs the package asked for
+    /// ([`Asked::check`]).
     pub fn check_package(&self, asked: &Asked, served_by: Option<&str>) -> Result<()> {
         let knot = self
             .knot_id
             .map_or_else(|| "(none named)".to_owned(), |k| k.to_string());
-        match (&self.package, served_by) {
-            (Some(p), _) if !asked.matches(p) => fail(SigFailure::OtherPackage {
-                signed: p.clone(),
-                asked: asked.to_string(),
-                knot,
-            }),
-            (Some(_), _) | (None, None) => Ok(()),
-            (None, Some(by)) => fail(SigFailure::Unnamed {
-                asked: asked.to_string(),
-                served_by: by.to_owned(),
-                knot,
-            }),
-        }
+        asked.check(self.package.as_deref(), served_by, &knot)
     }
 
     /// Whether the statement signs the knot `id`.

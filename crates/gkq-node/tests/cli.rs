@@ -720,3 +720,75 @@ fn thirty_nodes_at_once_never_fail_in_silence() {
     }
     assert!(ok > 0, "no node read its rows");
 }
+
+/// Issue 57, J5 and J15 at the node: model B signed `--name v1` (as a
+/// bucket-per-model layout signs) and served at `/models/a/v1/` is refused,
+/// from the origin and through a mirror, naming both names (a short name
+/// never matches a longer path by its tail); B signed `b/v1` copied into a
+/// local `…/models/a/v1` is refused too; at `…/models/b/v1` it opens and
+/// reports the name it carries.
+#[test]
+fn a_signed_name_binds_at_urls_and_in_local_directories() {
+    use p256::pkcs8::{EncodePublicKey, LineEnding};
+    use sha2::Digest;
+    let (tmp, nginx, out) = served("qwen2-tiny-f32", &[]);
+    let k = p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"publisher")).expect("key");
+    let public = tmp.path().join("pub.pem");
+    let pem = k.verifying_key().to_public_key_pem(LineEnding::LF);
+    fs::write(&public, pem.expect("pem")).expect("write");
+    let copy_to = |dir: &std::path::Path| {
+        fs::create_dir_all(dir).expect("dir");
+        for e in fs::read_dir(&out).expect("out") {
+            let e = e.expect("entry");
+            fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
+        }
+    };
+    let rows = |knot: &str, extra: &[&str]| {
+        fixtures::tool(env!("CARGO_BIN_EXE_gkq-rows"))
+            .args([knot, "--tokens", "1,2", "--json", "--trust-key"])
+            .arg(&public)
+            .args(extra)
+            .output()
+            .expect("run gkq-rows")
+    };
+    let refused = |o: &std::process::Output, needles: &[&str]| {
+        let text = String::from_utf8_lossy(&o.stderr);
+        let last = text
+            .lines()
+            .rfind(|l| l.starts_with('{'))
+            .unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(last).expect("--json: the failure");
+        let err = v["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(o.status.code(), Some(1), "{v}");
+        for n in needles {
+            assert!(err.contains(n), "{n:?} missing from {err}");
+        }
+    };
+    // J5: signed "v1", served at /models/a/v1/
+    gkq_sign::sign_named(&out, &k, Some("v1")).expect("sign v1");
+    let www = tmp.path().join("www");
+    copy_to(&www.join("models/a/v1"));
+    let url = format!("{}/models/a/v1/model.knot", nginx.url());
+    refused(&rows(&url, &[]), &["\"v1\"", "package \"models/a/v1\""]);
+    let mirror = format!("{}/m/", nginx.url());
+    refused(
+        &rows(&url, &["--mirror", &mirror]),
+        &["\"v1\"", "package \"models/a/v1\""],
+    );
+    // J15: signed "b/v1", in a local directory that is a/v1's
+    gkq_sign::sign_named(&out, &k, Some("b/v1")).expect("sign b/v1");
+    let (a, b) = (
+        tmp.path().join("local/models/a/v1"),
+        tmp.path().join("local/models/b/v1"),
+    );
+    copy_to(&a);
+    copy_to(&b);
+    refused(
+        &rows(a.to_str().expect("utf8"), &[]),
+        &["\"b/v1\"", "models/a/v1"],
+    );
+    let o = rows(b.to_str().expect("utf8"), &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["open"]["trusted"]["package"], "b/v1", "{v}");
+}

@@ -56,7 +56,7 @@ pub struct NetArgs {
     /// Use a package only if its model.sig is signed by this ECDSA P-256 public key (PEM; repeatable: any one of them, for key rotation), or its id is the pinned --knot-id; an unsigned or wrongly signed package is refused.
     #[arg(long = "trust-key", value_name = "PUB.pem", help_heading = "Network")]
     pub trust_keys: Vec<PathBuf>,
-    /// The package asked for (MODEL/VERSION, as gkq-sign --name signed it): a signature naming another package is refused [default: a signed name must be the last components of the knot URL's path].
+    /// The package asked for (MODEL/VERSION, as gkq-sign --name signed it): a signature naming another package is refused [default: the path the knot URL names, all of it; for a local package, the last components of its directory's path].
     #[arg(id = "asked_package", long = "package", value_name = "NAME", value_parser = parse_package, help_heading = "Network")]
     pub package: Option<String>,
     /// Base URL of a mirror of the package (repeatable): row runs and bulk parts are spread over the mirrors and the knot's own base, every answer verified; a mirror that fails or serves a wrong byte is dropped, with the evidence in the report. With --knot-id or --trust-key the knot header and signature may come from a mirror too (the open's report says which source served it).

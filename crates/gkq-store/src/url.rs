@@ -26,21 +26,41 @@ pub fn without_query(location: &str) -> &str {
     split_query(location).0
 }
 
-/// The path of the directory of the object a URL names, without the
-/// scheme, host and query (`https://h/models/m/v1/model.knot?x` gives
-/// `/models/m/v1`); for `s3://bucket/key`, the bucket is its first
-/// component.
-pub fn dir_path(location: &str) -> String {
+/// The path a package is published under, from its knot's URL: the
+/// directory's path without the scheme, host, query and outer slashes
+/// (`https://h/models/m/v1/model.knot?x` gives `models/m/v1`); for
+/// `s3://bucket/key`, the key's directory (a public bucket's URL serves
+/// the bucket's root).
+pub fn package_path(location: &str) -> String {
     let path = without_query(location);
     let rest = path.split_once("://").map_or(path, |(_, r)| r);
-    let after_host = match rest.split_once('/') {
-        Some((host, p)) if path.starts_with("s3://") => format!("/{host}/{p}"),
-        Some((_, p)) => format!("/{p}"),
-        None => String::new(),
+    let key = rest.split_once('/').map_or("", |(_, p)| p);
+    key.rsplit_once('/')
+        .map_or("", |(d, _)| d)
+        .trim_matches('/')
+        .to_owned()
+}
+
+/// The package asked for at `location` (FORMAT.md 7c): `package` when
+/// given (`--package`); for a URL, the path it is published under
+/// ([`package_path`]); for a local knot or package directory, that
+/// directory, made absolute.
+pub fn asked(location: &str, package: Option<&str>) -> gkq_format::sig::Asked {
+    use gkq_format::sig::Asked;
+    if let Some(p) = package {
+        return Asked::Name(p.to_owned());
+    }
+    if is_remote(location) {
+        return Asked::UrlPath(package_path(location));
+    }
+    let p = Path::new(location);
+    let dir = if p.is_dir() {
+        p
+    } else {
+        p.parent().unwrap_or_else(|| Path::new("."))
     };
-    after_host
-        .rsplit_once('/')
-        .map_or(String::new(), |(d, _)| d.to_owned())
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    Asked::LocalDir(dir.display().to_string())
 }
 
 /// The location of `name` next to the object at `location` (a URL keeps
@@ -124,11 +144,11 @@ mod tests {
         assert_eq!(join("https://h/m/v1", "a.rows"), "https://h/m/v1/a.rows");
         assert!(is_remote("s3://b/k") && !is_remote("/tmp/x"));
         assert_eq!(
-            dir_path("https://h:1/models/m/v1/model.knot?x=/y"),
-            "/models/m/v1"
+            package_path("https://h:1/models/m/v1/model.knot?x=/y"),
+            "models/m/v1"
         );
-        assert_eq!(dir_path("s3://bucket/m/v1/model.knot"), "/bucket/m/v1");
-        assert_eq!(dir_path("https://h/model.knot"), "");
+        assert_eq!(package_path("s3://bucket/m/v1/model.knot"), "m/v1");
+        assert_eq!(package_path("https://h/model.knot"), "");
     }
 
     #[test]

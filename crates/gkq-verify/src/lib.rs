@@ -63,6 +63,11 @@ pub struct VerifyOptions {
     /// Public keys (PEM) of the publishers trusted to sign the package
     /// (`--trust-key`): with any, the `signature` check runs.
     pub trust_keys: Vec<PathBuf>,
+    /// The package asked for (`--package NAME`), which a signature that
+    /// names a package must name; without it, the path the package is
+    /// published under (`--url`, or the URL checked), else its directory
+    /// (FORMAT.md 7c).
+    pub package: Option<String>,
 }
 
 /// Rows sampled per row file with `--url` by default (besides the first and last).
@@ -83,6 +88,7 @@ impl VerifyOptions {
             min_throughput: gkq_store::DEFAULT_MIN_THROUGHPUT,
             ca_certs: Vec::new(),
             trust_keys: Vec::new(),
+            package: None,
         }
     }
 }

@@ -82,12 +82,20 @@ struct Args {
     /// Check the package's model.sig (and, with --url, the published one) against this ECDSA P-256 public key (PEM; repeatable: any one of them). Accepts signatures made by gkq-sign and by `model_signing sign key`.
     #[arg(long = "trust-key", value_name = "PUB.pem", help_heading = "Signature")]
     trust_keys: Vec<PathBuf>,
+    /// The package asked for (MODEL/VERSION, as gkq-sign --name signed it): a signature naming another package fails [default: the path the package is published under (the URL's, or --url's), else its directory, which must end with the signed name].
+    #[arg(long = "package", value_name = "NAME", value_parser = parse_package, help_heading = "Signature")]
+    package: Option<String>,
     /// Print one JSON object.
     #[arg(long, help_heading = "Output")]
     json: bool,
     /// Print only failures (and no progress bar).
     #[arg(short, long, help_heading = "Output")]
     quiet: bool,
+}
+
+/// `--package`: a package name as FORMAT.md 7c spells one.
+fn parse_package(s: &str) -> Result<String, String> {
+    gkq_format::sig::check_package_name(s).map(|()| s.to_owned())
 }
 
 fn print_lines(out: &mut impl Write, r: &VerifyReport, quiet: bool) -> std::io::Result<()> {
@@ -155,6 +163,7 @@ fn main() -> ExitCode {
         min_throughput: args.min_throughput,
         ca_certs: args.ca_certs,
         trust_keys: args.trust_keys,
+        package: args.package,
     };
     let bar = gkq_cli::Bar::new("verify ", !args.json && !args.quiet);
     let result = gkq_verify::verify_with(&opts, &bar);

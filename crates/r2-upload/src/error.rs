@@ -43,9 +43,9 @@ pub enum UploadError {
         /// What the signature names.
         signed: String,
     },
-    /// `model.sig` names a package that the prefix does not end with:
+    /// `model.sig` names a package that is not the prefix:
     /// nodes would refuse it.
-    #[error("refusing to upload: {}: the package is signed as {name:?}, but the prefix {prefix:?} does not end with that name, so nodes asked for it would refuse the signature: upload under …/{name}, or sign again with gkq-sign --name matching the prefix", path.display())]
+    #[error("refusing to upload: {}: the package is signed as {name:?}, but the prefix is {prefix:?}, so nodes asked for it by its URL would refuse the signature (a name is the whole path it is published under): upload under --prefix {name}, or sign again with gkq-sign --name {prefix}", path.display())]
     PackageName {
         /// The signature object.
         path: PathBuf,

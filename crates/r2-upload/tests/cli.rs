@@ -262,9 +262,18 @@ fn the_signature_is_published_last_and_a_stale_one_refused() {
                 .is_some_and(|f| f.ends_with("model.sig")),
         "{err}"
     );
+    // issue 57, J5: a prefix that only ends with the name is not the name
+    let o = upload("models-eu/tiny/v3");
+    let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        upload("models-eu/tiny/v3").status.success(),
-        "a prefix that ends with the name"
+        !o.status.success()
+            && err.contains("but the prefix is")
+            && err.contains("models-eu/tiny/v3"),
+        "a prefix that ends with the name: {err}"
+    );
+    assert!(
+        upload("tiny/v3").status.success(),
+        "the prefix that is the name"
     );
     // issue 42, item 2: model.sig a FIFO is refused at once, not waited on
     std::fs::remove_file(out.join("model.sig")).expect("rm");

@@ -26,6 +26,9 @@ pub enum Trusted {
         signer: String,
         /// Whether the checked signature came from the disk cache.
         cached: bool,
+        /// The package name it signs (`gkq-sign --name`), when it names one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        package: Option<String>,
     },
 }
 
@@ -34,9 +37,16 @@ impl std::fmt::Display for Trusted {
         match self {
             Trusted::Channel => write!(f, "trusted by the channel (no --trust-key or --knot-id)"),
             Trusted::Pinned => write!(f, "trusted by the pinned --knot-id"),
-            Trusted::Signed { signer, cached } => write!(
+            Trusted::Signed {
+                signer,
+                cached,
+                package,
+            } => write!(
                 f,
-                "signed by key {signer}{}",
+                "signed by key {signer}{}{}",
+                package
+                    .as_ref()
+                    .map_or_else(String::new, |p| format!(" as package {p:?}")),
                 if *cached {
                     " (signature from the disk cache)"
                 } else {
@@ -52,34 +62,31 @@ pub(crate) struct Policy<'a> {
     pub(crate) pin: Option<KnotId>,
     pub(crate) keys: &'a [PublicKey],
     /// The package asked for, that a named signature must name.
-    pub(crate) asked: Option<Asked>,
+    pub(crate) asked: Asked,
 }
 
-/// The package asked for at `location`: the name given, else for a URL
-/// the path of its directory; a local path asks for none.
-pub(crate) fn asked(location: &str, package: Option<&str>) -> Option<Asked> {
-    if let Some(p) = package {
-        return Some(Asked::Name(p.to_owned()));
-    }
-    gkq_store::url::is_remote(location).then(|| Asked::UrlPath(gkq_store::url::dir_path(location)))
+/// The package asked for at `location` (FORMAT.md 7c): the name given,
+/// else for a URL the path it is published under, else the local
+/// directory ([`gkq_store::url::asked`]).
+pub(crate) fn asked(location: &str, package: Option<&str>) -> Asked {
+    gkq_store::url::asked(location, package)
 }
 
 impl Policy<'_> {
-    /// The signer, when `bytes` sign the knot `id` with a trusted key, for
-    /// the package asked for; `served_by` is the mirror that served the
-    /// header (`None`: the origin, or the disk cache of the origin's).
+    /// The signer and the package name signed, when `bytes` sign the knot
+    /// `id` with a trusted key, for the package asked for; `served_by` is
+    /// the mirror that served the header (`None`: the origin, or the disk
+    /// cache of the origin's).
     fn signed_by(
         &self,
         bytes: &[u8],
         id: KnotId,
         served_by: Option<&str>,
-    ) -> gkq_format::Result<String> {
+    ) -> gkq_format::Result<(String, Option<String>)> {
         let signed = sig::open(bytes, self.keys)?;
         signed.check_knot(id)?;
-        if let Some(asked) = &self.asked {
-            signed.check_package(asked, served_by)?;
-        }
-        Ok(signed.signer)
+        signed.check_package(&self.asked, served_by)?;
+        Ok((signed.signer, signed.package))
     }
 }
 
@@ -119,11 +126,12 @@ impl Policy<'_> {
                     |_| true,
                 )
                 .await
-            && let Ok(signer) = self.signed_by(&b, id, served_by)
+            && let Ok((signer, package)) = self.signed_by(&b, id, served_by)
         {
             return Ok(Trusted::Signed {
                 signer,
                 cached: true,
+                package,
             });
         }
         let url = super::sibling(location, SIGNATURE_NAME);
@@ -148,7 +156,7 @@ impl Policy<'_> {
                 sig::SigFailure::Malformed(why),
             )));
         }
-        let signer = self.signed_by(&bytes, id, served_by).map_err(refused)?;
+        let (signer, package) = self.signed_by(&bytes, id, served_by).map_err(refused)?;
         if let Some(c) = cache {
             c.put(Kind::Signature, &key, Bytes::from(bytes)).await;
         }
@@ -156,6 +164,7 @@ impl Policy<'_> {
         Ok(Trusted::Signed {
             signer,
             cached: false,
+            package,
         })
     }
 }

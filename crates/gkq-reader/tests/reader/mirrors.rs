@@ -511,7 +511,7 @@ fn another_model_signed_by_the_same_key_is_refused_through_a_mirror() {
         let asked = if package.is_some() {
             "package \"m\""
         } else {
-            "path \"/m\""
+            "package \"m\" (the path of the URL)"
         };
         assert!(text.contains(asked), "names the package asked for: {text}");
         if mirror == &named {

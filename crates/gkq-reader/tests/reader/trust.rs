@@ -112,7 +112,8 @@ fn the_genuine_package_opens_cold_and_warm_with_one_request_more_then_none() {
         cold.knot().trusted(),
         &Trusted::Signed {
             signer: hint.clone(),
-            cached: false
+            cached: false,
+            package: None,
         }
     );
     assert_eq!(
@@ -126,7 +127,8 @@ fn the_genuine_package_opens_cold_and_warm_with_one_request_more_then_none() {
         warm.knot().trusted(),
         &Trusted::Signed {
             signer: hint,
-            cached: true
+            cached: true,
+            package: None,
         }
     );
     assert_eq!(
@@ -164,6 +166,7 @@ fn a_damaged_cached_signature_is_fetched_again() {
     let fetched = Trusted::Signed {
         signer: signer.clone(),
         cached: false,
+        package: None,
     };
     assert_eq!(again.knot().trusted(), &fetched);
     assert_eq!(again.net_stats().requests, cold.net_stats().requests);
@@ -173,7 +176,8 @@ fn a_damaged_cached_signature_is_fetched_again() {
         warm.knot().trusted(),
         &Trusted::Signed {
             signer,
-            cached: true
+            cached: true,
+            package: None,
         }
     );
 }

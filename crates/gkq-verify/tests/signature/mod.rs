@@ -172,3 +172,63 @@ fn hostile_signature_and_key_files_are_refused_at_once() {
         "{text}"
     );
 }
+
+/// Issue 57, J1 and J15: a package signed for another name is refused by
+/// gkq-verify as a node refuses it, naming both names: model B signed
+/// `b/v1` served at `…/models/a/v1/` (`gkq-verify URL`), and copied into a
+/// directory `…/models/a/v1` (`gkq-verify DIR`); `--package` names the
+/// package asked for; a package whose place matches its name passes and
+/// says which name it carries.
+#[test]
+fn a_signature_for_another_name_is_refused_naming_both() {
+    let p = packed("qwen2-tiny-f32", &["f32"]);
+    let tmp = p.out.parent().expect("tmp");
+    let keys = tmp.join("keys");
+    fs::create_dir_all(&keys).expect("keys");
+    let (k, _, public) = key_files(&keys, "publisher");
+    gkq_sign::sign_named(&p.out, &k, Some("b/v1")).expect("sign as b/v1");
+    let www = tmp.join("www");
+    let copy_to = |dir: &std::path::Path| {
+        fs::create_dir_all(dir).expect("dir");
+        for e in fs::read_dir(&p.out).expect("out") {
+            let e = e.expect("entry");
+            fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
+        }
+    };
+    let (a, b) = (www.join("models/a/v1"), www.join("models/b/v1"));
+    copy_to(&a);
+    copy_to(&b);
+    // J15: a local directory whose path does not end with the signed name
+    fails_with(
+        &verify(&[s(&a), "--trust-key", s(&public)]),
+        &["signature\tFAIL", "\"b/v1\"", "models/a/v1"],
+    );
+    fails_with(
+        &verify(&[s(&b), "--trust-key", s(&public), "--package", "a/v1"]),
+        &["signature\tFAIL", "\"b/v1\"", "package \"a/v1\""],
+    );
+    let out = verify(&[s(&b), "--trust-key", s(&public)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("as package \"b/v1\""),
+        "{text}"
+    );
+    // J1: gkq-verify URL holds the signature to the URL's whole path
+    let nginx = Nginx::start(&www, &tmp.join("nginx"), &NginxOptions::default()).expect("nginx");
+    let at = |m: &str| format!("{}/models/{m}/v1/model.knot", nginx.url());
+    fails_with(
+        &verify(&[&at("a"), "--trust-key", s(&public)]),
+        &["signature\tFAIL", "\"b/v1\"", "package \"models/a/v1\""],
+    );
+    // J5's rule: b/v1 only ends the path /models/b/v1: not the name asked for
+    fails_with(
+        &verify(&[&at("b"), "--trust-key", s(&public)]),
+        &["signature\tFAIL", "\"b/v1\"", "package \"models/b/v1\""],
+    );
+    let out = verify(&[&at("b"), "--trust-key", s(&public), "--package", "b/v1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
