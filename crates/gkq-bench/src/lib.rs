@@ -54,6 +54,8 @@ pub enum Which {
     Coldstart,
     /// 500 decodes of SmolLM2's local package, two at a time beside a busy process: crashes (signals) and the threads a run holds.
     Stress,
+    /// SmolLM2's local package prefilling 1,000, 2,000 and 4,000-token prompts: peak RSS and prefill tok/s.
+    Memory,
 }
 
 /// Builds the release binaries, then runs one benchmark (`reps` repetitions
@@ -80,5 +82,6 @@ pub fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Report => report::run(),
         Which::LlamaCpp => llama_cpp::run(),
         Which::Stress => stress::run(),
+        Which::Memory => stress::memory(),
     }
 }

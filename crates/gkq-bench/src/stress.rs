@@ -92,3 +92,45 @@ pub(crate) fn run() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `bench memory`: SmolLM2's local package prefilling 1,000, 2,000 and
+/// 4,000-token prompts (`-n 1`): peak RSS (GNU time) and prefill tokens/s;
+/// issue 57's line is 4,000 tokens under 400 MB (it was 2.15 GB).
+pub(crate) fn memory() -> anyhow::Result<()> {
+    let pkg = package()?;
+    let dir = bench_dir().join("stress");
+    // a text of common words, tokenized by the model: about 1.1 tokens a word
+    let words = [
+        "the", "of", "and", "to", "in", "is", "was", "that", "for", "on", "with", "as", "by",
+        "at", "from", "his", "it", "an", "be", "this", "which", "or", "are", "had", "not",
+    ];
+    let mut rng = fixtures::Rng(1);
+    println!("| prompt tokens | peak RSS | prefill tok/s |\n|---:|---:|---:|");
+    for target in [1000usize, 2000, 4000] {
+        let n = target * 9 / 10;
+        let text: Vec<&str> = (0..n)
+            .map(|_| words[rng.below(words.len())])
+            .collect();
+        let file = dir.join(format!("prompt-{target}.txt"));
+        std::fs::write(&file, text.join(" "))?;
+        let (_, kib, out) = super::common::timed_rss(
+            &release_bin("gkq-decode"),
+            &[
+                pkg.as_os_str(),
+                "-f".as_ref(),
+                file.as_os_str(),
+                "-n".as_ref(),
+                "1".as_ref(),
+                "--json".as_ref(),
+            ],
+        )?;
+        let v: serde_json::Value = serde_json::from_slice(&out)?;
+        let tokens = v["prompt_ids"].as_array().map_or(0, Vec::len);
+        println!(
+            "| {tokens} | {:.0} MB | {:.1} |",
+            kib as f64 / 1024.0,
+            v["prefill_tokens_per_second"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}

@@ -40,7 +40,7 @@ impl Default for Sampling {
 }
 
 /// What a decode does.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct GenOptions {
     /// Tokens to generate at most; `None`: until an end token or the
     /// model's positions run out.
@@ -50,6 +50,24 @@ pub struct GenOptions {
     /// The ids that end the generation (the model's end-of-generation
     /// tokens; empty to always generate `max_new`).
     pub stop: BTreeSet<u32>,
+    /// Prompt tokens per forward pass of the prefill (llama.cpp's `-ub`):
+    /// a long prompt goes through the layers this many at a time, so its
+    /// activations are bounded by it, not by the prompt.
+    pub ubatch: usize,
+}
+
+/// Prompt tokens per forward pass of the prefill by default (llama.cpp's).
+pub const DEFAULT_UBATCH: usize = 512;
+
+impl Default for GenOptions {
+    fn default() -> GenOptions {
+        GenOptions {
+            max_new: None,
+            sampling: Sampling::default(),
+            stop: BTreeSet::new(),
+            ubatch: DEFAULT_UBATCH,
+        }
+    }
 }
 
 /// The result of a decode.
@@ -177,13 +195,22 @@ impl Sampling {
     }
 }
 
-/// One forward of `ids` through the chain: embedding in the first stage,
-/// layers in every stage, logits in the last.
-fn step(stages: &mut [Stage], ids: &[u32]) -> Result<Tensor> {
-    let mut x = stages[0].embed(ids)?;
-    for s in stages.iter_mut() {
-        x = s.forward(&x)?;
+/// The forward of `ids` through the chain, `ubatch` tokens at a time
+/// (their rows fetched at once first): embedding in the first stage,
+/// layers in every stage, the logits of the last token in the last.
+fn step(stages: &mut [Stage], ids: &[u32], ubatch: usize) -> Result<Tensor> {
+    if ids.len() > ubatch {
+        stages[0].prefetch(ids)?;
     }
+    let mut x = None;
+    for chunk in ids.chunks(ubatch.max(1)) {
+        let mut h = stages[0].embed(chunk)?;
+        for s in stages.iter_mut() {
+            h = s.forward(&h)?;
+        }
+        x = Some(h);
+    }
+    let x = x.ok_or_else(|| DecodeError::Stages("no tokens to run".into()))?;
     let last = stages.len() - 1;
     stages[last].logits(&x)
 }
@@ -260,6 +287,12 @@ pub fn generate_with(
         return Err(DecodeError::Stages("the prompt has no tokens".into()));
     }
     let max_new = budget(stages, prompt, opts.max_new)?;
+    // the positions this decode reaches (at most 1,024 past the prompt when
+    // unbounded; the cache grows beyond)
+    let reach = prompt.len().saturating_add(max_new.min(1 << 10));
+    for s in stages.iter_mut() {
+        s.reserve(reach);
+    }
     let opened = stages
         .iter()
         .map(Stage::opened)
@@ -274,7 +307,7 @@ pub fn generate_with(
     let mut waited = 0.0;
     let mut ids = prompt.to_vec();
     for n in 0..max_new {
-        let out = step(stages, &ids)?;
+        let out = step(stages, &ids, opts.ubatch)?;
         let greedy = (opts.sampling.temperature <= 0.0)
             .then(|| argmax(&out))
             .transpose()?;

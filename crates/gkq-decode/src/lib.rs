@@ -28,7 +28,7 @@ use serde::Serialize;
 
 pub use config::{Activation, Config, DEFAULT_MAX_POSITIONS, supported};
 pub use error::{DecodeError, Result};
-pub use generate::{GenOptions, Generation, Sampling, generate, generate_with};
+pub use generate::{DEFAULT_UBATCH, GenOptions, Generation, Sampling, generate, generate_with};
 pub use stage::Stage;
 
 gkq_store::stats! {

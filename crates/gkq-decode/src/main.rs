@@ -5,22 +5,24 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gkq_decode::DecodeError;
-use gkq_decode::run::{Args, Out, llama_cpp_flag};
+use gkq_decode::run::{Args, Out, llama_cpp_flag, long_forms};
 
 #[allow(unsafe_code)]
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
     // llama.cpp's multi-letter single-dash flags (-ngl, -cnv…), which clap
     // would read as -n with a value
-    if let Some(m) = std::env::args()
+    let argv = long_forms(std::env::args());
+    if let Some(m) = argv
+        .iter()
         .skip(1)
-        .take_while(|a| a != "--")
+        .take_while(|a| *a != "--")
         .filter(|a| a.starts_with('-') && !a.starts_with("--") && a.len() > 2)
-        .find_map(|a| llama_cpp_flag(&a))
+        .find_map(|a| llama_cpp_flag(a))
     {
         return usage(&m);
     }
-    let args = match Args::try_parse() {
+    let args = match Args::try_parse_from(&argv) {
         Ok(a) => a,
         Err(e) => {
             // a llama.cpp habit gets what gkq-decode does instead

@@ -210,22 +210,36 @@ impl Cache {
     pub(crate) fn new(positions: usize) -> Cache {
         Cache(candle_nn::kv_cache::KvCache::new(2, positions.max(1)))
     }
+
+    /// Room for `positions` at once when nothing is cached yet: growing
+    /// step by step copies the cache each time and leaves the heap in
+    /// pieces (a 4,000-token prompt cost 100 MB more).
+    pub(crate) fn reserve(&mut self, positions: usize) {
+        if self.0.current_seq_len() == 0 && self.0.k_cache().max_seq_len() < positions {
+            *self = Cache::new(positions);
+        }
+    }
 }
 
-/// The mask of queries `pos..pos + t` over keys `0..len`: 0 where a key is
+/// The mask of queries `pos..pos + t` over keys `lo..hi`: 0 where a key is
 /// seen (not after the query, and within `window` of it), −∞ elsewhere.
-fn mask(pos: usize, t: usize, len: usize, window: Option<usize>) -> Result<Tensor> {
+fn mask(pos: usize, t: usize, (lo, hi): (usize, usize), window: Option<usize>) -> Result<Tensor> {
     let m: Vec<f32> = (0..t)
         .flat_map(|i| {
-            (0..len).map(move |j| {
+            (lo..hi).map(move |j| {
                 let q = pos + i;
                 let seen = j <= q && window.is_none_or(|w| q - j < w);
                 if seen { 0.0 } else { f32::NEG_INFINITY }
             })
         })
         .collect();
-    Ok(Tensor::from_vec(m, (t, len), &Device::Cpu)?)
+    Ok(Tensor::from_vec(m, (t, hi - lo), &Device::Cpu)?)
 }
+
+/// Queries whose attention is computed at once: the scores of a tile are
+/// `heads × QUERY_TILE × keys` values, so that a long prompt never holds
+/// `heads × tokens × tokens` of them (a 4,000-token prompt held 2 GB).
+const QUERY_TILE: usize = 64;
 
 /// Where and how a layer runs.
 pub(crate) struct Step<'a> {
@@ -236,7 +250,9 @@ pub(crate) struct Step<'a> {
 
 impl Layer {
     /// Grouped-query attention of `q: [1, heads, t, hd]` over the cache
-    /// after `k`, `v` (`[1, kv_heads, t, hd]`) are appended: `[t, heads·hd]`.
+    /// after `k`, `v` (`[1, kv_heads, t, hd]`) are appended: `[t, heads·hd]`,
+    /// the queries in tiles of [`QUERY_TILE`], each over the keys it can
+    /// see (up to its last query; a local layer's, within its window).
     fn attend(
         &self,
         s: &Step<'_>,
@@ -250,33 +266,33 @@ impl Layer {
         let (k, v) = cache.0.append(&k, &v)?;
         let (k, v) = (k.squeeze(0)?, v.squeeze(0)?); // [kv, len, hd]
         let (window, _) = cfg.layer_attention(s.layer);
-        let len = k.dim(1)?;
-        // one query row: the keys it sees are the last `window` ones
-        let (k, v, first) = match window {
-            Some(w) if t == 1 && len > w => {
-                (k.narrow(1, len - w, w)?, v.narrow(1, len - w, w)?, len - w)
-            }
-            _ => (k, v, 0),
+        let mut tiles = Vec::with_capacity(t.div_ceil(QUERY_TILE));
+        for start in (0..t).step_by(QUERY_TILE) {
+            let tq = QUERY_TILE.min(t - start);
+            let first = s.pos + start;
+            let (lo, hi) = (window.map_or(0, |w| (first + 1).saturating_sub(w)), first + tq);
+            let (kt, vt) = (k.narrow(1, lo, hi - lo)?, v.narrow(1, lo, hi - lo)?);
+            let qt = q.narrow(2, start, tq)?.contiguous()?;
+            let qt = qt.reshape((nkv, group * tq, hd))?;
+            let scores = (qt.matmul(&kt.t()?)? * cfg.attn_scale)?;
+            // one query sees every key of its range: no mask
+            let scores = if tq > 1 {
+                let m = mask(first, tq, (lo, hi), window)?;
+                scores
+                    .reshape((nkv, group, tq, hi - lo))?
+                    .broadcast_add(&m)?
+                    .reshape((nkv, group * tq, hi - lo))?
+            } else {
+                scores
+            };
+            let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
+            tiles.push(probs.matmul(&vt.contiguous()?)?.reshape((nh, tq, hd))?);
+        }
+        let out = match tiles.len() {
+            1 => tiles.pop().expect("one tile"),
+            _ => Tensor::cat(&tiles, 1)?,
         };
-        let seen = len - first;
-        let q = q.reshape((nkv, group * t, hd))?;
-        let scores = (q.matmul(&k.t()?)? * cfg.attn_scale)?;
-        let scores = if t > 1 {
-            let m = mask(s.pos, t, len, window)?;
-            let m = m.narrow(1, first, seen)?;
-            scores
-                .reshape((nkv, group, t, seen))?
-                .broadcast_add(&m)?
-                .reshape((nkv, group * t, seen))?
-        } else {
-            scores
-        };
-        let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
-        Ok(probs
-            .matmul(&v.contiguous()?)?
-            .reshape((nh, t, hd))?
-            .transpose(0, 1)?
-            .reshape((t, nh * hd))?)
+        Ok(out.transpose(0, 1)?.reshape((t, nh * hd))?)
     }
 
     /// Runs the layer on `x: [t, hidden]`, the tokens at `s.pos..s.pos + t`.

@@ -230,6 +230,19 @@ impl Stage {
             .ok_or_else(|| DecodeError::Stages("an input stage has no final norm".into()))
     }
 
+    /// Room in the KV cache for `positions` when nothing is cached yet.
+    pub fn reserve(&mut self, positions: usize) {
+        for c in &mut self.cache {
+            c.reserve(positions);
+        }
+    }
+
+    /// Fetches the embedding rows of `ids` (input role) at once, so that a
+    /// prompt run in parts still fetches its rows together.
+    pub fn prefetch(&mut self, ids: &[u32]) -> Result<()> {
+        Ok(self.reader.embedding()?.prefetch(ids)?)
+    }
+
     /// Embedding rows of `ids`, `[t, hidden]` f32 (input role), scaled as
     /// the family scales them (Gemma: by `sqrt(hidden)`).
     pub fn embed(&mut self, ids: &[u32]) -> Result<Tensor> {

@@ -105,6 +105,12 @@ pub struct Args {
         help_heading = "Sampling"
     )]
     seed: u64,
+    /// Prompt tokens per forward pass of the prefill (llama.cpp's -ub): a long prompt goes through the layers this many at a time, its activations bounded by it.
+    #[arg(long = "ubatch-size", value_name = "N", default_value_t = crate::DEFAULT_UBATCH, value_parser = parse_batch)]
+    ubatch: usize,
+    /// llama.cpp's logical batch: the prefill runs at most this many tokens at a time too.
+    #[arg(long = "batch-size", short = 'b', value_name = "N", value_parser = parse_batch)]
+    batch: Option<usize>,
     /// Compute threads [default: the machine's cores].
     #[arg(long, short = 't', value_name = "N")]
     threads: Option<usize>,
@@ -165,6 +171,14 @@ fn parse_max_new(s: &str) -> Result<MaxNew, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a number of tokens (-1: until an end token)"))?;
     Ok(MaxNew::Count(usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+/// `--ubatch-size`, `--batch-size`: a count of tokens from 1.
+fn parse_batch(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?} is not a number of tokens from 1")),
+    }
 }
 
 /// `--temp`: a finite number (NaN would always pick the least likely token).
@@ -268,6 +282,7 @@ fn options(
         tokenizer: a.tokenizer,
         max_new,
         ignore_eos: a.ignore_eos,
+        ubatch: a.batch.map_or(a.ubatch, |b| b.min(a.ubatch)),
         sampling: Sampling {
             temperature: a.temp,
             top_k: a.top_k,

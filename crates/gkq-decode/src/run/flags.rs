@@ -21,10 +21,6 @@ pub const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
         "gkq-decode computes on the CPU (candle's kernels): there are no GPU layers to offload",
     ),
     (
-        &["-b", "--batch-size", "-ub", "--ubatch-size"],
-        "the prompt is processed in one batch (one forward pass per layer): there is no batch size to set",
-    ),
-    (
         &["-tb", "--threads-batch"],
         "one pool computes both the prompt and the generation: give -t N",
     ),
@@ -85,6 +81,27 @@ pub const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
         "gkq-decode keeps the model's blocks in memory as it verified them: there is nothing to map or lock",
     ),
 ];
+
+/// llama.cpp's multi-letter single-dash flags that gkq-decode takes, and
+/// their long names (clap reads `-ub` as `-u b`).
+pub const LLAMA_CPP_SHORTS: &[(&str, &str)] = &[("-ub", "--ubatch-size")];
+
+/// `args` with llama.cpp's multi-letter single-dash flags that gkq-decode
+/// takes written as their long names (`-ub 64` as `--ubatch-size 64`), up
+/// to a `--`.
+pub fn long_forms(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut done = false;
+    args.into_iter()
+        .map(|a| {
+            done |= a == "--";
+            let (flag, value) = a.split_once('=').map_or((a.as_str(), None), |(f, v)| (f, Some(v)));
+            match LLAMA_CPP_SHORTS.iter().find(|(s, _)| !done && *s == flag) {
+                Some((_, long)) => value.map_or_else(|| (*long).to_owned(), |v| format!("{long}={v}")),
+                None => a,
+            }
+        })
+        .collect()
+}
 
 /// The message for `arg` when it is one of llama.cpp's flags that
 /// gkq-decode does not take (`--ctx-size=2048` too).

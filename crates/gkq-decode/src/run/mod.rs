@@ -19,7 +19,7 @@ use std::time::Instant;
 use gkq_reader::ReaderConfig;
 
 pub use args::Args;
-pub use flags::{LLAMA_CPP_FLAGS, llama_cpp_flag};
+pub use flags::{LLAMA_CPP_FLAGS, llama_cpp_flag, long_forms};
 pub use prompt::Prompt;
 
 use crate::error::{DecodeError, Result};
@@ -39,6 +39,8 @@ pub struct RunOptions {
     pub max_new: Option<usize>,
     /// Generate past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Prompt tokens per forward pass of the prefill.
+    pub ubatch: usize,
     /// How tokens are picked.
     pub sampling: Sampling,
     /// The roles of this stage.
@@ -142,6 +144,7 @@ fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> 
             (Some(t), false) => t.eog().into_iter().collect(),
             _ => Default::default(),
         },
+        ubatch: o.ubatch,
     };
     let stream = made.tokenizer.as_ref().filter(|_| !o.json);
     let mut text = gkq_text::TextStream::default();
