@@ -10,20 +10,8 @@ use crate::spectral;
 use crate::types::QuantOptions;
 
 /// The companion files copied into the package when the model has them
-/// (docs/FORMAT.md 3.1, `package.files`): what a node needs besides the
-/// weights to run the model.
-pub const COMPANION_FILES: &[&str] = &[
-    "added_tokens.json",
-    "config.json",
-    "generation_config.json",
-    "merges.txt",
-    "special_tokens_map.json",
-    "tokenizer.json",
-    "tokenizer.model",
-    "tokenizer_config.json",
-    "vocab.json",
-    "vocab.txt",
-];
+/// (the source crate's list).
+pub use gkq_source::COMPANION_FILES;
 
 /// The producing tool, recorded in `gkq.tool`.
 pub const TOOL: &str = concat!("gkq-pack ", env!("CARGO_PKG_VERSION"));

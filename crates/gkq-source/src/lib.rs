@@ -17,3 +17,20 @@ mod tensors;
 pub use config::ModelConfig;
 pub use error::{Result, SourceError};
 pub use source::{SourceFile, SourceModel, SourceTensor, header_tensors};
+
+/// The companion files a package carries when the model directory has them
+/// (docs/FORMAT.md 3.1, `package.files`): what a node needs besides the
+/// weights to run the model. gkq-pack copies them; gkq-verify `--source`
+/// holds the package's to the source's.
+pub const COMPANION_FILES: &[&str] = &[
+    "added_tokens.json",
+    "config.json",
+    "generation_config.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+];

@@ -257,6 +257,22 @@ pub enum Finding {
     /// A block that is no tensor of the source.
     #[error("block is not a tensor of the source model")]
     BlockNotInSource,
+    /// A companion file the package lists that the source directory lacks.
+    #[error("the package carries this companion file, but the source model has none")]
+    CompanionNotInSource,
+    /// A companion file of the source directory that the package lacks.
+    #[error("the source model has this companion file, but the package does not carry it")]
+    CompanionNotInPackage,
+    /// A companion file whose bytes differ from the source's.
+    #[error(
+        "the package's copy differs from the source's: sha256 {package} in the knot, {in_source} in the source"
+    )]
+    CompanionDiffers {
+        /// The source file's digest.
+        in_source: String,
+        /// The digest the knot pins.
+        package: String,
+    },
     /// A file the knot's `source.files` lists that the source lacks.
     #[error("listed in the knot's source.files but not in the source model")]
     ListedFileMissing,

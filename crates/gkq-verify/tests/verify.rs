@@ -935,3 +935,45 @@ fn runs_objects_unlisted_ignored_and_wrong_length_named() {
     );
     assert!(!String::from_utf8_lossy(&o.stdout).contains("Merkle proof"));
 }
+
+/// Issue 57, J13: `--source` checks the companion files (they decide every
+/// token a node feeds the model): a chat template changed in the source's
+/// tokenizer_config.json, a companion the source lacks, and one the
+/// package lacks each fail, naming the file.
+#[test]
+fn source_checks_the_companion_files() {
+    let p = packed_with(
+        &fixtures::preset("qwen2-tiny-f32").expect("preset"),
+        |_, tmp| {
+            let m = tmp.join("model");
+            std::fs::write(
+                m.join("tokenizer_config.json"),
+                r#"{"chat_template": "{{ messages }}"}"#,
+            )
+            .expect("write");
+            std::fs::write(m.join("generation_config.json"), r#"{"eos_token_id": 2}"#)
+                .expect("write");
+        },
+    );
+    passes(&verify(&[s(&p.out), "--source", s(&p.src)]));
+    let cfg = p.src.join("tokenizer_config.json");
+    std::fs::write(&cfg, r#"{"chat_template": "{{ messages | reverse }}"}"#).expect("write");
+    fails_with(
+        &verify(&[s(&p.out), "--source", s(&p.src)]),
+        &["source\tFAIL\ttokenizer_config.json: the package's copy differs from the source's"],
+    );
+    std::fs::remove_file(&cfg).expect("rm");
+    fails_with(
+        &verify(&[s(&p.out), "--source", s(&p.src)]),
+        &[
+            "tokenizer_config.json: the package carries this companion file, but the source model has none",
+        ],
+    );
+    std::fs::write(p.src.join("special_tokens_map.json"), "{}").expect("write");
+    fails_with(
+        &verify(&[s(&p.out), "--source", s(&p.src)]),
+        &[
+            "special_tokens_map.json: the source model has this companion file, but the package does not carry it",
+        ],
+    );
+}

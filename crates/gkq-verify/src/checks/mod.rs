@@ -194,10 +194,13 @@ impl Context<'_> {
                 Ok(src) => {
                     source::check_model(&self.knot, &src, &mut ran.source);
                     source::check_gguf_layout(&self.knot, &src, &self.dir, &mut ran.source);
+                    source::check_companions(&self.knot, &src, &mut ran.source);
                     source::different_model(&self.knot, &mut ran.source);
                 }
             }
-            let summary = "every tensor and source file digest against the original".to_owned();
+            let summary =
+                "every tensor, source file digest and companion file against the original"
+                    .to_owned();
             checks.push(ran.source.check(CheckName::Source, started, summary));
         }
         if !self.trusted.is_empty() {

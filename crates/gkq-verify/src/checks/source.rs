@@ -382,6 +382,60 @@ pub(crate) fn check_model(knot: &Knot<'_>, src: &SourceModel, acc: &mut CheckFin
     }
 }
 
+/// The package's companion files against the source's (issue 57, J13):
+/// they decide every token a node feeds the model (the tokenizer, its
+/// template, the config), so each companion file of the source directory
+/// must be in the package with the source's bytes (the digest the knot
+/// pins), and each one the package lists must come from the source. A
+/// GGUF source's are made from its metadata (`config.json`,
+/// `metadata.gguf`: [`check_gguf_layout`]) and are not compared here.
+pub(crate) fn check_companions(knot: &Knot<'_>, src: &SourceModel, acc: &mut CheckFindings) {
+    if src.gguf.is_some() {
+        return;
+    }
+    let files = knot.header().header().package_files();
+    let pinned = |name: &str| files.iter().find(|(f, _)| *f == name).map(|(_, d)| *d);
+    for name in gkq_source::COMPANION_FILES {
+        let path = src.dir.join(name);
+        if std::fs::symlink_metadata(&path).is_err() {
+            if pinned(name).is_some() {
+                acc.fail((*name).to_owned(), Finding::CompanionNotInSource);
+            }
+            continue;
+        }
+        let digest = match gkq_files::open_regular(&path, gkq_files::Follow::Yes)
+            .and_then(|(f, _)| sha256_of(f, &path))
+        {
+            Ok(d) => d,
+            Err(e) => {
+                acc.fail(path.display().to_string(), std::io::Error::other(e));
+                continue;
+            }
+        };
+        match pinned(name) {
+            None => acc.fail((*name).to_owned(), Finding::CompanionNotInPackage),
+            Some(d) if d != digest => acc.fail(
+                (*name).to_owned(),
+                Finding::CompanionDiffers {
+                    in_source: digest,
+                    package: d.to_owned(),
+                },
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
+/// The hex SHA-256 of what `f` (the file at `path`) holds.
+fn sha256_of(mut f: std::fs::File, path: &std::path::Path) -> gkq_files::Result<String> {
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(|error| gkq_files::FileError::Io {
+        path: path.to_owned(),
+        error,
+    })?;
+    Ok(hex(&h.finalize()))
+}
+
 /// A GGUF source (FORMAT.md 3.6): the package's `metadata.gguf` is the
 /// source's metadata byte for byte, and the knot's blocks (aliases apart)
 /// are the source's tensors in the order of their data.
