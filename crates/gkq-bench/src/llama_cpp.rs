@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::common::{bench_dir, median, release_bin};
 use crate::common::run_cmd;
@@ -476,29 +476,22 @@ fn preset(bin: &Path, driver: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The committed llama.cpp ids of the tokenizer texts (`fixtures/tokenizer`,
-/// which the suite checks gkq's tokenizer against) are llama-tokenize's.
-fn tokenizer(bin: &Path) -> anyhow::Result<()> {
+/// llama-tokenize's ids of each text of `texts` with the model `gguf`.
+fn llama_tokenize(
+    bin: &Path,
+    gguf: &Path,
+    texts: &[(String, String, Vec<u32>)],
+) -> anyhow::Result<Vec<(String, Vec<u32>)>> {
     let dir = bench_dir().join("llama-cpp/tokenize");
     std::fs::create_dir_all(&dir)?;
-    let models = [
-        (
-            "smollm2",
-            root().join("target/real-models/SmolLM2-135M-Instruct.Q4_1.gguf"),
-        ),
-        (
-            "gemma3",
-            root().join("target/real-models/gemma-3-270m-q4_k_m.gguf"),
-        ),
-    ];
-    for (model, gguf) in models {
-        let cases = fixtures::tokenizer_cases(model);
-        for (name, text, want) in &cases {
+    texts
+        .iter()
+        .map(|(name, text, _)| {
             let file = dir.join(format!("{name}.txt"));
             std::fs::write(&file, text)?;
             let o = Command::new(bin.join("llama-tokenize"))
                 .arg("-m")
-                .arg(&gguf)
+                .arg(gguf)
                 .arg("-f")
                 .arg(&file)
                 .args(["--no-escape", "--ids", "--log-disable"])
@@ -506,16 +499,90 @@ fn tokenizer(bin: &Path) -> anyhow::Result<()> {
             let out = String::from_utf8_lossy(&o.stdout);
             let line = out.lines().rev().find(|l| l.starts_with('[')).unwrap_or("");
             let got: Vec<u32> = serde_json::from_str(line).unwrap_or_default();
-            if &got != want {
-                bail!(
-                    "{model} {name}: llama-tokenize gives {got:?}, fixtures/tokenizer holds {want:?}"
-                );
+            Ok((name.clone(), got))
+        })
+        .collect()
+}
+
+/// The committed llama.cpp ids of the tokenizer texts (`fixtures/tokenizer`,
+/// which the suite checks gkq's tokenizer against) are llama-tokenize's:
+/// the two real models on both text sets, and the variants of SmolLM2's
+/// metadata (a metadata-only GGUF each, as `fixtures::tokenizer_variant`
+/// edits it). `GKQ_WRITE_TOKENIZER_IDS=1` writes them instead.
+fn tokenizer(bin: &Path) -> anyhow::Result<()> {
+    let write = std::env::var_os("GKQ_WRITE_TOKENIZER_IDS").is_some();
+    let dir = bench_dir().join("llama-cpp/tokenize");
+    std::fs::create_dir_all(&dir)?;
+    let variants = ["smollm2", "gemma3"]
+        .into_iter()
+        .chain(fixtures::TOKENIZER_VARIANTS.iter().copied());
+    for variant in variants {
+        let model = fixtures::tokenizer_model(variant);
+        let gguf = if fixtures::TOKENIZER_VARIANTS.contains(&variant) {
+            let bytes = std::fs::read(&model)?;
+            let mut g = gkq_format::gguf::Gguf::parse(&bytes)?;
+            fixtures::tokenizer_variant(variant, &mut g.kv);
+            let kv = gkq_format::gguf::encode_kv(&g.kv);
+            let meta = gkq_format::gguf::write_gguf(
+                g.version,
+                (g.kv.len() as u64, &kv),
+                &[],
+                g.alignment,
+            )?;
+            let path = dir.join(format!("{variant}.gguf"));
+            std::fs::write(&path, meta)?;
+            path
+        } else {
+            model
+        };
+        for set in ["texts", "edge"] {
+            let texts = if write {
+                let t = std::fs::read_to_string(
+                    root().join(format!("fixtures/tokenizer/{set}.jsonl")),
+                )?;
+                t.lines()
+                    .map(|l| {
+                        let v: Value = serde_json::from_str(l)?;
+                        let (n, t) = (v["name"].as_str(), v["text"].as_str());
+                        Ok((
+                            n.unwrap_or("").to_owned(),
+                            t.unwrap_or("").to_owned(),
+                            Vec::new(),
+                        ))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?
+            } else {
+                fixtures::tokenizer_set_cases(set, variant)
+            };
+            let got = llama_tokenize(bin, &gguf, &texts)?;
+            if write {
+                let name = match set {
+                    "texts" => format!("llama-cpp-{variant}.json"),
+                    _ => format!("llama-cpp-{variant}-{set}.json"),
+                };
+                let v: Vec<Value> = got
+                    .iter()
+                    .map(|(n, ids)| json!({"name": n, "ids": ids}))
+                    .collect();
+                std::fs::write(
+                    root().join("fixtures/tokenizer").join(&name),
+                    serde_json::to_string(&v)? + "\n",
+                )?;
+                println!("tokenizer: wrote fixtures/tokenizer/{name}");
+                continue;
             }
+            for ((name, _, want), (_, got)) in texts.iter().zip(&got) {
+                if got != want {
+                    bail!(
+                        "{variant} {set} {name}: llama-tokenize gives {got:?}, fixtures/tokenizer holds {want:?}"
+                    );
+                }
+            }
+            println!(
+                "tokenizer: {variant}, {set}: llama-tokenize gives the committed ids on all {} texts",
+                texts.len()
+            );
         }
-        println!(
-            "tokenizer: {model}: llama-tokenize gives the committed ids on all {} texts",
-            cases.len()
-        );
     }
     Ok(())
 }

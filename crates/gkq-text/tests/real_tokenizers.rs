@@ -12,15 +12,69 @@ fn tokenizer(path: &std::path::Path) -> Tokenizer {
     Tokenizer::from_gguf(&g, 1 << 20).expect("tokenizer")
 }
 
+/// `t`'s ids against llama.cpp's on both text sets (`texts`, `edge`).
 fn check(model: &str, t: &Tokenizer) {
     let mut wrong = Vec::new();
-    for (name, text, want) in fixtures::tokenizer_cases(model) {
-        let got = t.encode(&text).expect("encode");
-        if got != want {
-            wrong.push(format!("{name}: got {got:?}\n  llama.cpp {want:?}"));
+    for set in ["texts", "edge"] {
+        for (name, text, want) in fixtures::tokenizer_set_cases(set, model) {
+            let got = t.encode(&text).expect("encode");
+            if got != want {
+                wrong.push(format!("{set} {name}: got {got:?}\n  llama.cpp {want:?}"));
+            }
         }
     }
     assert!(wrong.is_empty(), "{model}:\n{}", wrong.join("\n"));
+}
+
+/// Issue 57: the tokenizer of SmolLM2's metadata changed as llama.cpp users
+/// meet it (J7: `tokenizer.ggml.pre` `default`, or absent, split as
+/// llama.cpp's default, not GPT-2's regex; J8: a token of the unknown type
+/// matched whole), and the code points Unicode assigned after llama.cpp's
+/// tables (U+10D40, a Garay digit, is no number to llama.cpp: it split as
+/// `[256, …]` where llama.cpp gives `[216, 216, …]`), against llama.cpp.
+#[test]
+fn tokenizer_variants_equal_llama_cpp() {
+    for variant in fixtures::TOKENIZER_VARIANTS {
+        let bytes = std::fs::read(fixtures::tokenizer_model(variant)).expect("gguf");
+        let mut g = gkq_format::gguf::Gguf::parse(&bytes).expect("parse");
+        fixtures::tokenizer_variant(variant, &mut g.kv);
+        let t = Tokenizer::from_gguf(&g, 1 << 20).expect("tokenizer");
+        check(variant, &t);
+    }
+}
+
+/// Issue 57, J9: what llama.cpp would take and tokenize by chance is
+/// refused, naming the key: a token type outside 1..6, a NaN score.
+#[test]
+fn nan_scores_and_unknown_token_types_are_refused() {
+    use gkq_format::gguf::{GgufArray, GgufValue};
+    let bytes = std::fs::read(fixtures::gemma3()).expect("gguf");
+    let g = gkq_format::gguf::Gguf::parse(&bytes).expect("parse");
+    let edit = |key: &str, f: &dyn Fn(&mut GgufArray)| {
+        let mut g = g.clone();
+        for (k, v) in g.kv.iter_mut() {
+            if k == key
+                && let GgufValue::Array(a) = v
+            {
+                f(a);
+            }
+        }
+        Tokenizer::from_gguf(&g, 1 << 20)
+            .expect_err(key)
+            .to_string()
+    };
+    let e = edit("tokenizer.ggml.scores", &|a| {
+        if let GgufArray::F32(s) = a {
+            s[300] = f32::NAN;
+        }
+    });
+    assert!(e.contains("tokenizer.ggml.scores[300] is NaN"), "{e}");
+    let e = edit("tokenizer.ggml.token_type", &|a| {
+        if let GgufArray::I32(t) = a {
+            t[7] = 9;
+        }
+    });
+    assert!(e.contains("tokenizer.ggml.token_type[7] is 9"), "{e}");
 }
 
 #[test]

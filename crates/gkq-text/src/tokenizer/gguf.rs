@@ -39,41 +39,133 @@ fn flag(g: &Gguf, key: &str) -> Option<bool> {
     }
 }
 
-/// The pre-tokenizer of `tokenizer.ggml.pre` for byte-level BPE, and
-/// whether merges are skipped for whole-vocabulary words (llama 3).
-fn pre_tokenizer(pre: &str) -> Result<(Value, bool)> {
-    const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-    const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
-    let split = |re: &str| {
-        json!({"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false},
-            byte_level(false),
-        ]})
+/// GPT-2's split, as llama.cpp writes it (no final `\s+`: what no
+/// alternative matches is a piece of its own all the same).
+const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+/// Qwen2's split, llama.cpp's adaptation (the contractions spelled out
+/// instead of `(?i:…)`, which also folds `ſ`).
+const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Llama 3's split, llama.cpp's adaptation.
+const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// llama.cpp's pre-tokenizers of byte-level BPE (`llm_tokenizer_bpe` in
+/// `llama-vocab.cpp`): the `tokenizer.ggml.pre` names that choose each,
+/// its splits in order (each cuts every piece of the one before into what
+/// it matches and what it does not), and whether a word that is a token
+/// skips the merges. No key, or `default`, is llama.cpp's default.
+const PRE_TOKENIZERS: &[(&[&str], &[&str], bool)] = &[
+    (
+        &["default"],
+        &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
+        false,
+    ),
+    (
+        &[
+            "smollm",
+            "starcoder",
+            "refact",
+            "command-r",
+            "codeshell",
+            "exaone",
+            "minerva-7b",
+        ],
+        &[r"\p{N}", GPT2],
+        false,
+    ),
+    (
+        &[
+            "gpt-2",
+            "phi-2",
+            "jina-es",
+            "jina-de",
+            "gigachat",
+            "jina-v2-es",
+            "jina-v2-de",
+            "roberta-bpe",
+            "jina-v1-en",
+            "jina-v2-code",
+            "mpt",
+            "olmo",
+            "jais",
+            "trillion",
+        ],
+        &[GPT2],
+        false,
+    ),
+    (
+        &["qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan"],
+        &[QWEN2],
+        false,
+    ),
+    (
+        &[
+            "llama3",
+            "llama-v3",
+            "llama-bpe",
+            "falcon3",
+            "falcon-h1",
+            "pixtral",
+            "midm-2.0",
+            "lfm2",
+        ],
+        &[LLAMA3],
+        true,
+    ),
+    (&["dbrx", "smaug-bpe"], &[LLAMA3], false),
+];
+
+/// The Unicode version of llama.cpp's character classes
+/// (`unicode-data.cpp`): the regex crate's tables are newer, and the 5,185
+/// code points assigned since (Garay digits among them, `\p{N}` to the
+/// regex crate) are no letter, number, mark, punctuation or symbol to
+/// llama.cpp. Every class of a split is held to this version.
+const LLAMA_CPP_UNICODE: &str = "V15_1";
+
+/// `re` with each Unicode class (`\p{L}`, `\p{N}`, …) held to the code
+/// points assigned by [`LLAMA_CPP_UNICODE`].
+fn pinned(re: &str) -> String {
+    let mut out = String::with_capacity(re.len() * 2);
+    let mut rest = re;
+    while let Some(at) = rest.find(r"\p{") {
+        out.push_str(&rest[..at]);
+        let Some(close) = rest[at..].find('}') else {
+            break;
+        };
+        let class = &rest[at..at + close + 1];
+        out.push_str(&format!("[{class}&&\\p{{Age={LLAMA_CPP_UNICODE}}}]"));
+        rest = &rest[at + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The pre-tokenizer of `tokenizer.ggml.pre` (absent: llama.cpp's default)
+/// for byte-level BPE, as a Hugging Face pre-tokenizer, and whether merges
+/// are skipped for whole-vocabulary words.
+fn pre_tokenizer(pre: Option<&str>) -> Result<(Value, bool)> {
+    let name = pre.unwrap_or("default");
+    let Some((_, splits, ignore_merges)) = PRE_TOKENIZERS.iter().find(|(n, ..)| n.contains(&name))
+    else {
+        let known: Vec<&str> = PRE_TOKENIZERS
+            .iter()
+            .flat_map(|(n, ..)| n.iter().copied())
+            .collect();
+        return Err(bad(format!(
+            "tokenizer.ggml.pre is {name:?}, a pre-tokenizer gkq does not know as llama.cpp does (it knows {})",
+            known.join(", ")
+        )));
     };
-    Ok(match pre {
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
-            (
-                json!({"type": "Sequence", "pretokenizers": [
-                    {"type": "Digits", "individual_digits": true},
-                    byte_level(true),
-                ]}),
-                false,
-            )
-        }
-        "gpt-2" | "gpt2" | "default" | "mpt" | "olmo" | "jais" | "trillion" => {
-            (byte_level(true), false)
-        }
-        "qwen2" | "stablelm2" | "deepseek-r1-qwen" | "hunyuan" => (split(QWEN2), false),
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "dbrx" | "smaug-bpe" | "pixtral" => {
-            (split(LLAMA3), true)
-        }
-        other => {
-            return Err(bad(format!(
-                "tokenizer.ggml.pre is {other:?}, a pre-tokenizer gkq does not know (it knows smollm, starcoder, gpt2, qwen2, llama-bpe and their aliases)"
-            )));
-        }
-    })
+    let mut steps: Vec<Value> = splits
+        .iter()
+        .map(|re| {
+            json!({"type": "Split", "pattern": {"Regex": pinned(re)}, "behavior": "Isolated", "invert": false})
+        })
+        .collect();
+    steps.push(json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}));
+    Ok((
+        json!({"type": "Sequence", "pretokenizers": steps}),
+        *ignore_merges,
+    ))
 }
 
 /// The bytes GPT-2's byte-level alphabet spells as `c` (its inverse).
@@ -103,17 +195,23 @@ pub(super) fn byte_level_bytes(token: &str) -> Vec<u8> {
 
 /// A BPE `tokenizer.json` (as Hugging Face's converter writes one) of the
 /// GGUF's vocabulary.
-fn bpe_json(tokens: &GgufStrings, types: &[u32], merges: &GgufStrings, pre: &str) -> Result<Value> {
+fn bpe_json(
+    tokens: &GgufStrings,
+    types: &[u32],
+    merges: &GgufStrings,
+    pre: Option<&str>,
+) -> Result<Value> {
     let (pre_tok, ignore_merges) = pre_tokenizer(pre)?;
     let mut vocab = serde_json::Map::with_capacity(tokens.len());
     let mut added = Vec::new();
     for (id, t) in tokens.iter().enumerate() {
         vocab.insert(t.to_owned(), json!(id));
         let ty = types.get(id).copied().unwrap_or(1);
-        if ty == kind::CONTROL || ty == kind::USER_DEFINED {
+        // llama.cpp matches control, user-defined and unknown tokens whole
+        if matches!(ty, kind::CONTROL | kind::USER_DEFINED | kind::UNKNOWN) {
             added.push(
                 json!({"id": id, "content": t, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": false, "special": ty == kind::CONTROL}),
+                "rstrip": false, "normalized": false, "special": ty != kind::USER_DEFINED}),
             );
         }
     }
@@ -129,15 +227,38 @@ fn bpe_json(tokens: &GgufStrings, types: &[u32], merges: &GgufStrings, pre: &str
     }))
 }
 
-/// The types of the tokens (1, normal, when the key is absent).
-fn token_types(g: &Gguf, n: usize) -> Vec<u32> {
-    let types = array(g, "tokenizer.ggml.token_type");
+/// The types of the tokens (1, normal, when the key is absent): each one
+/// of llama.cpp's, 1 (normal) to 6 (byte); another is refused, naming the
+/// key and the id (llama.cpp would take it as undefined and tokenize with
+/// it).
+fn token_types(g: &Gguf, n: usize) -> Result<Vec<u32>> {
+    let Some(types) = array(g, "tokenizer.ggml.token_type") else {
+        return Ok(vec![1; n]);
+    };
+    (0..n)
+        .map(|i| match types.u64_at(i) {
+            Some(t @ 1..=6) => Ok(t as u32),
+            Some(t) => Err(bad(format!(
+                "tokenizer.ggml.token_type[{i}] is {t}: a token type is 1 (normal) to 6 (byte)"
+            ))),
+            None => Err(bad(format!(
+                "tokenizer.ggml.token_type has no integer for token {i} of {n}"
+            ))),
+        })
+        .collect()
+}
+
+/// SentencePiece's scores: a NaN score is refused, naming the id (merges
+/// compare scores, and NaN has no order).
+fn scores(g: &Gguf, n: usize) -> Result<Vec<f32>> {
+    let scores = array(g, "tokenizer.ggml.scores");
     (0..n)
         .map(|i| {
-            types
-                .and_then(|a| a.u64_at(i))
-                .and_then(|v| u32::try_from(v).ok())
-                .unwrap_or(1)
+            let s = scores.and_then(|a| a.f64_at(i)).unwrap_or(0.0) as f32;
+            if s.is_nan() {
+                return Err(bad(format!("tokenizer.ggml.scores[{i}] is NaN")));
+            }
+            Ok(s)
         })
         .collect()
 }
@@ -159,16 +280,13 @@ impl Tokenizer {
                 rows,
             });
         }
-        let types = token_types(meta, tokens.len());
+        let types = token_types(meta, tokens.len())?;
         let engine = match model {
             "gpt2" => {
                 let merges = array(meta, "tokenizer.ggml.merges")
                     .and_then(GgufArray::strings)
                     .ok_or_else(|| bad("a gpt2 tokenizer without tokenizer.ggml.merges"))?;
-                let pre = meta
-                    .get("tokenizer.ggml.pre")
-                    .and_then(GgufValue::as_str)
-                    .unwrap_or("default");
+                let pre = meta.get("tokenizer.ggml.pre").and_then(GgufValue::as_str);
                 let json = bpe_json(tokens, &types, merges, pre)?;
                 let t = tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
                     .map_err(|e| bad(format!("the BPE tokenizer: {e}")))?;
@@ -178,9 +296,8 @@ impl Tokenizer {
                 }
             }
             "llama" => {
-                let scores = array(meta, "tokenizer.ggml.scores");
-                let score = |i: usize| scores.and_then(|a| a.f64_at(i)).unwrap_or(0.0) as f32;
-                let mut spm = Spm::new(tokens.iter().enumerate().map(|(i, t)| (t, score(i))));
+                let scores = scores(meta, tokens.len())?;
+                let mut spm = Spm::new(tokens.iter().zip(scores));
                 spm.add_space_prefix =
                     flag(meta, "tokenizer.ggml.add_space_prefix").unwrap_or(true);
                 let specials = Specials::new(
@@ -215,7 +332,9 @@ fn vocab_of(meta: &Gguf, tokens: &GgufStrings, types: &[u32], byte_level: bool) 
     let mut v = Vocab::default();
     for (i, t) in tokens.iter().enumerate() {
         let ty = types.get(i).copied().unwrap_or(1);
-        let render = if ty == kind::CONTROL || super::vocab::EOG_TEXTS.contains(&t) {
+        // llama.cpp renders control, unknown and unused tokens as nothing
+        let hidden = matches!(ty, kind::CONTROL | kind::UNKNOWN | kind::UNUSED);
+        let render = if hidden || super::vocab::EOG_TEXTS.contains(&t) {
             Render::Hidden
         } else {
             Render::Bytes

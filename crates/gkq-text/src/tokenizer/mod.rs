@@ -209,7 +209,7 @@ impl Tokenizer {
             }
             Engine::Spm(s) => {
                 let (spm, specials) = s.as_ref();
-                spm.encode(&specials.partition(text, true), &mut out);
+                spm.encode(&specials.partition(text, true), &mut out)?;
             }
         }
         if add_special && v.add_eos {

@@ -16,6 +16,7 @@ pub(crate) mod kind {
     pub(crate) const UNKNOWN: u32 = 2;
     pub(crate) const CONTROL: u32 = 3;
     pub(crate) const USER_DEFINED: u32 = 4;
+    pub(crate) const UNUSED: u32 = 5;
     pub(crate) const BYTE: u32 = 6;
 }
 
@@ -147,8 +148,14 @@ impl Spm {
         self.ids.get(text).copied()
     }
 
-    /// The ids of `fragments` (after [`Specials::partition`]).
-    pub(crate) fn encode(&self, fragments: &[Fragment<'_>], out: &mut Vec<u32>) {
+    /// The ids of `fragments` (after [`Specials::partition`]); a character
+    /// that is no token and whose bytes have no byte token (`<0xE2>`) is an
+    /// error naming it, as llama.cpp refuses it (it never drops one).
+    pub(crate) fn encode(
+        &self,
+        fragments: &[Fragment<'_>],
+        out: &mut Vec<u32>,
+    ) -> crate::Result<()> {
         let mut prev_special = true;
         for f in fragments {
             match f {
@@ -163,11 +170,12 @@ impl Spm {
                     }
                     text.push_str(t);
                     let escaped = text.replace(' ', "\u{2581}");
-                    self.encode_text(&escaped, out);
+                    self.encode_text(&escaped, out)?;
                     prev_special = false;
                 }
             }
         }
+        Ok(())
     }
 
     fn try_bigram(&self, text: &str, syms: &[Symbol], (l, r): (usize, usize)) -> Option<Bigram> {
@@ -183,7 +191,7 @@ impl Spm {
     }
 
     /// Merges the characters of `text` (spaces already `▁`).
-    fn encode_text(&self, text: &str, out: &mut Vec<u32>) {
+    fn encode_text(&self, text: &str, out: &mut Vec<u32>) -> crate::Result<()> {
         let mut syms: Vec<Symbol> = Vec::new();
         for (start, c) in text.char_indices() {
             let i = syms.len();
@@ -227,10 +235,20 @@ impl Spm {
             match self.token(piece) {
                 Some(id) => out.push(id),
                 // never a token: its bytes (byte fallback)
-                None => out.extend(piece.bytes().filter_map(|b| self.bytes[b as usize])),
+                None => {
+                    for b in piece.bytes() {
+                        let id = self.bytes[b as usize].ok_or_else(|| {
+                            crate::TextError::Tokenizer(format!(
+                                "{piece:?} is no token of the vocabulary, and it has no byte token <0x{b:02X}> to spell it with (llama.cpp refuses such a text)"
+                            ))
+                        })?;
+                        out.push(id);
+                    }
+                }
             }
             at = s.next;
         }
+        Ok(())
     }
 }
 
@@ -261,12 +279,29 @@ mod tests {
         let s = toy();
         let mut out = Vec::new();
         // " ab": "▁a" (-2) beats "ab" (-3), then "▁ab"
-        s.encode(&[Fragment::Text("ab")], &mut out);
+        s.encode(&[Fragment::Text("ab")], &mut out).expect("encode");
         assert_eq!(out, [5]);
         out.clear();
         // "é" is no token: its two bytes
-        s.encode(&[Fragment::Text("é")], &mut out);
+        s.encode(&[Fragment::Text("é")], &mut out).expect("encode");
         assert_eq!(out, [0, 6 + 0xc3, 6 + 0xa9]);
+    }
+
+    /// Issue 57, J6: without byte tokens, a character that is no token is
+    /// an error naming it (it was dropped).
+    #[test]
+    fn a_character_without_tokens_or_byte_tokens_is_refused() {
+        let toks = [("▁", -1.0f32), ("a", -1.0)];
+        let mut s = Spm::new(toks.iter().map(|(t, s)| (*t, *s)));
+        s.add_space_prefix = true;
+        let mut out = Vec::new();
+        let e = s
+            .encode(&[Fragment::Text("aé")], &mut out)
+            .expect_err("refused");
+        assert!(
+            e.to_string().contains("\"é\" is no token") && e.to_string().contains("<0xC3>"),
+            "{e}"
+        );
     }
 
     #[test]
