@@ -28,6 +28,9 @@ use fixtures::workspace::root;
 
 const SDIST: &str = "llama-cpp-python==0.3.36";
 const SDIST_DIR: &str = "llama_cpp_python-0.3.36";
+/// The sdist's file on PyPI, and its SHA-256 (PyPI's simple index).
+const SDIST_URL: &str = "https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz";
+const SDIST_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
 /// This machine's CPU reports AMX but traps on it.
 const NO_AMX: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
 const ROUNDS: usize = 5;
@@ -48,12 +51,20 @@ fn llama_cpp() -> anyhow::Result<(PathBuf, PathBuf)> {
         let top = bench_dir().join("llama-cpp");
         std::fs::create_dir_all(&top)?;
         eprintln!("bench: downloading the {SDIST} sdist from PyPI");
+        // the file itself: `pip download` of this sdist builds its metadata
+        // with cmake and scikit-build-core, which a fresh machine lacks
+        let tarball = top.join(format!("{SDIST_DIR}.tar.gz"));
         run_cmd(
-            Command::new("python3")
-                .args(["-m", "pip", "download", "--no-binary", ":all:"])
-                .args(["--no-deps", "--no-build-isolation", SDIST, "-d"])
-                .arg(&top),
+            Command::new("curl")
+                .args(["-sSfL", "--retry", "3", "-o"])
+                .arg(&tarball)
+                .arg(SDIST_URL),
         )?;
+        let sum = Command::new("sha256sum").arg(&tarball).output()?;
+        let sum = String::from_utf8_lossy(&sum.stdout);
+        if !sum.starts_with(SDIST_SHA256) {
+            bail!("{}: sha256 {sum}, expected {SDIST_SHA256}", tarball.display());
+        }
         run_cmd(
             Command::new("tar")
                 .arg("xzf")

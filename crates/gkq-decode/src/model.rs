@@ -270,7 +270,10 @@ impl Layer {
         for start in (0..t).step_by(QUERY_TILE) {
             let tq = QUERY_TILE.min(t - start);
             let first = s.pos + start;
-            let (lo, hi) = (window.map_or(0, |w| (first + 1).saturating_sub(w)), first + tq);
+            let (lo, hi) = (
+                window.map_or(0, |w| (first + 1).saturating_sub(w)),
+                first + tq,
+            );
             let (kt, vt) = (k.narrow(1, lo, hi - lo)?, v.narrow(1, lo, hi - lo)?);
             let qt = q.narrow(2, start, tq)?.contiguous()?;
             let qt = qt.reshape((nkv, group * tq, hd))?;

@@ -200,9 +200,12 @@ fn micro_batched_prefill_equals_one_pass() {
             ubatch,
             ..Default::default()
         };
-        let g = gkq_decode::generate_with(std::slice::from_mut(&mut stage), &prompt, &opts, &mut |_| {
-            Ok(())
-        })
+        let g = gkq_decode::generate_with(
+            std::slice::from_mut(&mut stage),
+            &prompt,
+            &opts,
+            &mut |_| Ok(()),
+        )
         .expect("generate");
         g.first_logits
     };
@@ -227,7 +230,9 @@ fn micro_batched_prefill_equals_one_pass() {
 fn a_long_prompt_holds_no_tokens_squared_scores() {
     let tmp = tempfile::tempdir().expect("tmp");
     let pkg = packed(tmp.path(), None);
-    let ids: Vec<String> = (0..6000).map(|i| ((i * 37 + 11) % 1000).to_string()).collect();
+    let ids: Vec<String> = (0..6000)
+        .map(|i| ((i * 37 + 11) % 1000).to_string())
+        .collect();
     let mut cmd = fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"));
     cmd.arg(&pkg)
         .args(["--prompt-ids", &ids.join(","), "-n", "1", "--json"]);

@@ -94,9 +94,13 @@ pub fn long_forms(args: impl IntoIterator<Item = String>) -> Vec<String> {
     args.into_iter()
         .map(|a| {
             done |= a == "--";
-            let (flag, value) = a.split_once('=').map_or((a.as_str(), None), |(f, v)| (f, Some(v)));
+            let (flag, value) = a
+                .split_once('=')
+                .map_or((a.as_str(), None), |(f, v)| (f, Some(v)));
             match LLAMA_CPP_SHORTS.iter().find(|(s, _)| !done && *s == flag) {
-                Some((_, long)) => value.map_or_else(|| (*long).to_owned(), |v| format!("{long}={v}")),
+                Some((_, long)) => {
+                    value.map_or_else(|| (*long).to_owned(), |v| format!("{long}={v}"))
+                }
                 None => a,
             }
         })
