@@ -97,6 +97,12 @@ fn the_llama_cpp_flags_that_work() {
     assert_eq!(v["prompt_ids"], serde_json::json!([5, 17, 300]), "{v}");
     assert_eq!(v["tokens"], base["tokens"], "{v}");
     assert_eq!(v["threads"], 2, "{v}");
+    // -ub and -b (issue 57: the prompt in micro-batches): the same tokens
+    for flags in [&["-ub", "2"][..], &["-b", "1"], &["--ubatch-size=1", "-b", "8"]] {
+        let mut args = vec![knot.as_str(), "--prompt-ids", "5,17,300", "-n", "6", "--json"];
+        args.extend_from_slice(flags);
+        assert_eq!(json(&decode(&args))["tokens"], base["tokens"], "{flags:?}");
+    }
     // --temp 0 is greedy; --temp with --seed is repeatable, and samples
     let g = json(&decode(&[
         &knot,
@@ -158,7 +164,7 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
     );
     for (flag, needle) in [
         ("-ngl", "on the CPU"),
-        ("-b", "one batch"),
+        ("-tb", "give -t N"),
         ("--repeat-penalty", "--temp, --top-k, --top-p and --seed"),
         ("-cnv", "--chat TEXT"),
         ("-hf", "nothing is downloaded"),
