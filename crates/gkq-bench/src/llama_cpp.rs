@@ -63,7 +63,10 @@ fn llama_cpp() -> anyhow::Result<(PathBuf, PathBuf)> {
         let sum = Command::new("sha256sum").arg(&tarball).output()?;
         let sum = String::from_utf8_lossy(&sum.stdout);
         if !sum.starts_with(SDIST_SHA256) {
-            bail!("{}: sha256 {sum}, expected {SDIST_SHA256}", tarball.display());
+            bail!(
+                "{}: sha256 {sum}, expected {SDIST_SHA256}",
+                tarball.display()
+            );
         }
         run_cmd(
             Command::new("tar")

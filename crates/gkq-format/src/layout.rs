@@ -40,6 +40,17 @@ pub const MAX_DESCRIPTORS: u8 = 8;
 /// Largest spectral rank.
 pub const MAX_RANK: u32 = 65_536;
 
+/// The first read of a knot when nothing says how long its header is:
+/// 32 KiB, which holds most headers (a node's cache then remembers the
+/// length a package needs).
+pub const FIRST_READ: u64 = 32 << 10;
+/// The largest companion file (`package.files`) a reader holds or copies:
+/// the knot records its digest, not its length.
+pub const MAX_COMPANION: u64 = 1 << 30;
+/// Bytes an object is copied in per step (each step in parallel parts), so
+/// that a copy holds one step in memory whatever the object's length.
+pub const COPY_STEP: u64 = 64 << 20;
+
 /// `align_up(x, ALIGN)`, or `None` on overflow.
 pub fn align_up(x: u64) -> Option<u64> {
     x.checked_next_multiple_of(ALIGN)

@@ -26,7 +26,7 @@ use gkq_format::sig::{self, SIGNATURE_NAME};
 use gkq_format::{KNOT_NAME, KnotId};
 use gkq_reader::{Reader, ReaderConfig, Serve, Trusted};
 use gkq_store::blocking::Runtime;
-use gkq_store::{RangeRead, Store, StoreError};
+use gkq_store::{Store, StoreError};
 use serde::Serialize;
 
 /// The staging directory inside DIR.
@@ -278,10 +278,8 @@ async fn stage_signature(
     id: KnotId,
 ) -> Result<Option<MirroredObject>> {
     let url = gkq_store::url::sibling(base, SIGNATURE_NAME);
-    let bytes = match store.read_prefix(&url, sig::MAX_SIGNATURE_LEN).await {
-        Ok((b, _)) => b,
-        Err(StoreError::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let Some((bytes, _)) = gkq_store::read_signature(store, base).await? else {
+        return Ok(None);
     };
     if sig::claimed_knot(&bytes)? != Some(id) {
         return Err(MirrorError::Object {

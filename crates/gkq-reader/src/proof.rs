@@ -66,22 +66,23 @@ pub(crate) async fn chunk_table(
             total: l.object_len(),
             ..Default::default()
         };
-        // a table that fails is fetched again: from the next source when a
-        // mirror served it, once more when the origin did
-        let mut origin_failures = 0;
-        loop {
-            let t = store.read_vec(&purl, 0, l.table_len() - 1, opts).await?;
+        let (fetched, purl) = (&fetched, &purl);
+        let last = l.table_len() - 1;
+        // a table that fails is fetched again (gkq-store's one loop)
+        gkq_store::until_verified(store, gkq_store::refetch::BYTES, (), |(), _| async move {
+            let t = store.read_vec(purl, 0, last, opts).await?;
             fetched.fetch_add(t.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            match merkle::check_table(desc, &t) {
-                Ok(_) => return Ok(Bytes::from(t)),
-                Err(e) => {
-                    let dropped = store.distrust(&purl, (0, l.table_len() - 1), &e.to_string());
-                    if !gkq_store::refetch(dropped, &mut origin_failures) {
-                        return Err(unverified(url, e));
-                    }
-                }
-            }
-        }
+            Ok(match merkle::check_table(desc, &t) {
+                Ok(_) => gkq_store::Attempt::Verified(Bytes::from(t)),
+                Err(e) => gkq_store::Attempt::Failed {
+                    culprits: vec![(purl.clone(), (0, last))],
+                    reason: e.to_string(),
+                    error: unverified(url, e),
+                    state: (),
+                },
+            })
+        })
+        .await
     })
     .await?;
     let roots = merkle::check_table(desc, &table).map_err(|e| unverified(url, e))?;

@@ -12,8 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{RangeRead, ReadCheck, ReadChecked, Result, StoreError};
 
-/// Bytes read per step (each step in parallel parts).
-const STEP: u64 = 64 << 20;
+use gkq_format::layout::COPY_STEP as STEP;
 
 /// Copies `url` (`len` bytes, or its HEAD's length when 0) to `path`:
 /// written under a temporary name beside it (`.NAME.part`), renamed only

@@ -36,6 +36,7 @@ mod parallel;
 mod parallel_tests;
 mod range;
 mod read;
+pub mod refetch;
 pub mod retry;
 #[cfg(feature = "s3")]
 pub mod s3;
@@ -55,9 +56,10 @@ pub use gate::{
 };
 pub use http::HttpStore;
 pub use local::LocalStore;
-pub use parallel::{MAX_REFETCHES, ReadChecked, read_parts, refetch};
+pub use parallel::{ReadChecked, read_parts};
 pub use range::{deadline, split_parts};
-pub use read::{BoxFuture, Head, RangeRead, ReadOptions};
+pub use read::{BoxFuture, Head, RangeRead, ReadOptions, read_signature};
+pub use refetch::{Attempt, MAX_REFETCHES, until_verified};
 pub use retry::{MAX_WAIT, RetryPolicy};
 pub use sources::{SourceReport, Sources};
 pub use stats::{Counted, Meter, Moved, NetStats, bump};

@@ -26,6 +26,7 @@ use crate::error::{Result, StoreError};
 use crate::gate::{Gate, Parallelism, ReadCheck};
 use crate::range::{check_read, split_parts};
 use crate::read::{BoxFuture, RangeRead, ReadOptions};
+use crate::refetch::{Attempt, BYTES, until_verified};
 use gkq_format::hex;
 
 /// The part size for a range under `check`: the configured size, rounded
@@ -38,37 +39,19 @@ pub(crate) fn part_size(config: Parallelism, check: &ReadCheck) -> u64 {
     }
 }
 
-/// How many times bytes that fail their check are fetched again: once
-/// when the origin (or a store without mirrors) served them; and each
-/// time a mirror served them, that mirror is dropped and the bytes asked
-/// of the next source, the origin last, up to this many mirrors.
-pub const MAX_REFETCHES: usize = 64;
-
-/// The attempt after a failed check: `true` to fetch again. A failure a
-/// mirror served drops it (`dropped`) and is always worth another source;
-/// one the origin served is retried once.
-pub fn refetch(dropped: bool, origin_failures: &mut u32) -> bool {
-    if dropped {
-        return true;
-    }
-    *origin_failures += 1;
-    *origin_failures < 2
-}
-
 /// One part: read (holding a permit of the gate), then checked on the
 /// blocking pool (without the permit); a part that fails its check is
-/// read and checked again ([`refetch`]).
+/// read and checked again ([`until_verified`]).
 async fn part<R: RangeRead + ?Sized>(
     backend: &R,
     gate: &Gate,
     url: &str,
     at: u64,
-    (off, mut buf): (u64, BytesMut),
+    (off, buf): (u64, BytesMut),
     total: Option<u64>,
     check: &ReadCheck,
 ) -> Result<(u64, BytesMut)> {
-    let mut origin_failures = 0;
-    for _ in 0..=MAX_REFETCHES {
+    until_verified(backend, BYTES, buf, |mut b, _| async move {
         {
             let _permit = gate
                 .permits
@@ -80,39 +63,35 @@ async fn part<R: RangeRead + ?Sized>(
                 connection: gate.next_connection(),
             };
             let _reading = gate.reading.enter();
-            backend.read_into(url, at + off, &mut buf, opts).await?;
+            backend.read_into(url, at + off, &mut b, opts).await?;
         }
         let ReadCheck::Parts { check, .. } = check else {
-            return Ok((off, buf));
+            return Ok(Attempt::Verified((off, b)));
         };
         let c = check.clone();
         let (b, r) = tokio::task::spawn_blocking(move || {
-            let r = c(off, &buf);
-            (buf, r)
+            let r = c(off, &b);
+            (b, r)
         })
         .await
         .map_err(|e| StoreError::Client(format!("part check task: {e}")))?;
-        buf = b;
-        let start = at + off;
-        let end = start + buf.len() as u64 - 1;
-        let source = match r {
-            Ok(()) => return Ok((off, buf)),
-            Err(source) => source,
-        };
-        let dropped = backend.distrust(url, (start, end), &source.to_string());
-        if !refetch(dropped, &mut origin_failures) {
-            return Err(StoreError::PartCheck {
-                url: url.to_owned(),
-                start,
-                end,
-                source,
-            });
-        }
-        tracing::warn!(url, start, end, reason = %source, "a part failed verification: fetching it again");
-    }
-    Err(StoreError::Client(format!(
-        "{url}: a part failed verification more than {MAX_REFETCHES} times"
-    )))
+        let (start, end) = (at + off, at + off + b.len() as u64 - 1);
+        Ok(match r {
+            Ok(()) => Attempt::Verified((off, b)),
+            Err(source) => Attempt::Failed {
+                culprits: vec![(url.to_owned(), (start, end))],
+                reason: source.to_string(),
+                error: StoreError::PartCheck {
+                    url: url.to_owned(),
+                    start,
+                    end,
+                    source,
+                },
+                state: b,
+            },
+        })
+    })
+    .await
 }
 
 /// Cuts `whole`, bytes `start..` of an object, into parts of `size` bytes
@@ -277,7 +256,8 @@ where
 }
 
 /// Reads bytes `start..start + len` of `url` from `backend` in parallel
-/// parts under `gate`, and returns them once `check` passes.
+/// parts under `gate`, and returns them once `check` passes (a range whose
+/// digest fails is read again whole: [`until_verified`]).
 pub async fn read_parts<R: RangeRead + ?Sized>(
     backend: &R,
     gate: &Gate,
@@ -293,51 +273,42 @@ pub async fn read_parts<R: RangeRead + ?Sized>(
     check_read(url, start, end, backend.max_read_bytes())?;
     let t = Instant::now();
     let size = part_size(gate.config(), &check);
-    let mut whole = BytesMut::zeroed(usize::try_from(len).unwrap_or(usize::MAX));
-    let mut found = String::new();
-    let mut origin_failures = 0;
-    for round in 0..=MAX_REFETCHES {
-        let align = match &check {
-            ReadCheck::Parts { align, .. } => *align,
-            _ => 1,
-        };
-        let pending: FuturesUnordered<_> = cut(whole, size, start, align)
-            .into_iter()
-            .map(|p| part(backend, gate, url, start, p, total, &check))
-            .collect();
-        let joined = match &check {
-            ReadCheck::Sha256(want) => match hashed(pending).await? {
-                (joined, d) if d != *want => {
-                    found = hex(&d);
-                    let why = format!("sha256 {found}, expected {}", hex(want));
-                    let dropped = backend.distrust(url, (start, end), &why);
-                    if !(backend.refetches() || dropped) || !refetch(dropped, &mut origin_failures)
-                    {
-                        break;
-                    }
-                    tracing::warn!(url, start, len, round, found = %found, "a range failed its sha256: fetching it again");
-                    whole = joined;
-                    continue;
-                }
-                (joined, _) => joined,
-            },
-            _ => collected(pending).await?,
-        };
-        let ms = t.elapsed().as_millis() as u64;
-        tracing::debug!(url, start, len, ms, "parallel read verified");
-        return Ok(joined.freeze());
-    }
-    let expected = match check {
-        ReadCheck::Sha256(d) => hex(&d),
-        _ => String::new(),
+    let align = match &check {
+        ReadCheck::Parts { align, .. } => *align,
+        _ => 1,
     };
-    Err(StoreError::Digest {
-        url: url.to_owned(),
-        start,
-        end,
-        expected,
-        found,
+    let whole = BytesMut::zeroed(usize::try_from(len).unwrap_or(usize::MAX));
+    let check = &check;
+    let joined = until_verified(backend, BYTES, whole, |buf, _| async move {
+        let pending: FuturesUnordered<_> = cut(buf, size, start, align)
+            .into_iter()
+            .map(|p| part(backend, gate, url, start, p, total, check))
+            .collect();
+        let ReadCheck::Sha256(want) = check else {
+            return Ok(Attempt::Verified(collected(pending).await?));
+        };
+        let (joined, d) = hashed(pending).await?;
+        if d == *want {
+            return Ok(Attempt::Verified(joined));
+        }
+        let (expected, found) = (hex(want), hex(&d));
+        Ok(Attempt::Failed {
+            culprits: vec![(url.to_owned(), (start, end))],
+            reason: format!("sha256 {found}, expected {expected}"),
+            error: StoreError::Digest {
+                url: url.to_owned(),
+                start,
+                end,
+                expected,
+                found,
+            },
+            state: joined,
+        })
     })
+    .await?;
+    let ms = t.elapsed().as_millis() as u64;
+    tracing::debug!(url, start, len, ms, "parallel read verified");
+    Ok(joined.freeze())
 }
 
 /// [`read_parts`] as a method of every backend, under its own
@@ -367,53 +338,40 @@ pub trait ReadChecked: RangeRead {
     /// most `probe` bytes (no HEAD first, on the connection small reads
     /// share), which is the whole object when it is no longer. A longer
     /// object is then read with [`ReadChecked::read_checked`], its length
-    /// known. Bytes that fail the check are fetched again as a parallel
-    /// read's are ([`refetch`], after [`RangeRead::distrust`] of their
-    /// source), unless the store makes one attempt only
-    /// ([`RangeRead::refetches`]); then the check's error.
+    /// known. Bytes that fail the check are fetched again
+    /// ([`until_verified`]); then the check's error.
     fn read_small_checked<'a>(
         &'a self,
         location: &'a str,
         probe: u64,
         sha256: [u8; 32],
     ) -> BoxFuture<'a, Result<Bytes>> {
-        Box::pin(async move {
-            let mut origin_failures = 0;
-            for _ in 0..=MAX_REFETCHES {
-                let (head, total) = self.read_prefix(location, probe.max(1)).await?;
-                if head.len() as u64 != total {
-                    let check = ReadCheck::Sha256(sha256);
-                    return self
-                        .read_checked(location, (0, total), Some(total), check)
-                        .await;
-                }
-                let found = <[u8; 32]>::from(Sha256::digest(&head));
-                if found == sha256 {
-                    return Ok(Bytes::from(head));
-                }
-                let (expected, found) = (hex(&sha256), hex(&found));
-                let end = total.saturating_sub(1);
-                let why = format!("sha256 {found}, expected {expected}");
-                let dropped = self.distrust(location, (0, end), &why);
-                if !self.refetches() || !refetch(dropped, &mut origin_failures) {
-                    let url = location.to_owned();
-                    return Err(StoreError::Digest {
-                        url,
-                        start: 0,
-                        end,
-                        expected,
-                        found,
-                    });
-                }
+        Box::pin(until_verified(self, BYTES, (), move |(), _| async move {
+            let (head, total) = self.read_prefix(location, probe.max(1)).await?;
+            if head.len() as u64 != total {
+                let check = ReadCheck::Sha256(sha256);
+                let whole = self.read_checked(location, (0, total), Some(total), check);
+                return Ok(Attempt::Verified(whole.await?));
             }
-            Err(StoreError::Digest {
-                url: location.to_owned(),
-                start: 0,
-                end: 0,
-                expected: hex(&sha256),
-                found: format!("{MAX_REFETCHES} sources that each failed"),
+            let found = <[u8; 32]>::from(Sha256::digest(&head));
+            if found == sha256 {
+                return Ok(Attempt::Verified(Bytes::from(head)));
+            }
+            let (expected, found) = (hex(&sha256), hex(&found));
+            let end = total.saturating_sub(1);
+            Ok(Attempt::Failed {
+                culprits: vec![(location.to_owned(), (0, end))],
+                reason: format!("sha256 {found}, expected {expected}"),
+                error: StoreError::Digest {
+                    url: location.to_owned(),
+                    start: 0,
+                    end,
+                    expected,
+                    found,
+                },
+                state: (),
             })
-        })
+        }))
     }
 }
 

@@ -115,3 +115,21 @@ pub trait RangeRead: Send + Sync + Debug {
         })
     }
 }
+
+/// The signature object next to the knot at `location` (FORMAT.md 7c,
+/// `model.sig`), read in one request of at most `MAX_SIGNATURE_LEN`
+/// bytes: its bytes and the object's whole length (longer than them when
+/// it passes the limit, for the caller to refuse); `None` when the package
+/// has none. The one read of a signature, for every reader.
+pub async fn read_signature<R: RangeRead + ?Sized>(
+    store: &R,
+    location: &str,
+) -> Result<Option<(Vec<u8>, u64)>> {
+    use gkq_format::sig::{MAX_SIGNATURE_LEN, SIGNATURE_NAME};
+    let url = crate::url::sibling(location, SIGNATURE_NAME);
+    match store.read_prefix(&url, MAX_SIGNATURE_LEN).await {
+        Ok(got) => Ok(Some(got)),
+        Err(crate::StoreError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

@@ -14,20 +14,48 @@ use crate::stats::Counters;
 /// that cannot start for minutes is better off failing with the reason.
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
 
-/// Attempts and backoff of one request.
+/// Attempts and backoff of one request, and when it is hedged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts per request for transient failures (1 = no retry).
     pub attempts: u32,
     /// Wait before the second attempt; doubled after each failed attempt.
     pub backoff: Duration,
+    /// When a request is also sent to another source (with `--mirror`).
+    pub hedge: Hedge,
 }
+
+/// Hedged requests ("The Tail at Scale"): with mirrors, a request still
+/// running after `median_times` × the median time of the last requests of
+/// its size class (under 1 MiB, or bulk), once `min_samples` of them have
+/// completed, is also sent to another live source; the first answer wins.
+/// The median, not a high percentile: with one slow source of three, a
+/// third of the samples are slow, and a percentile above them would never
+/// fire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hedge {
+    /// Completed requests of a class before hedging starts.
+    pub min_samples: usize,
+    /// The wait, in medians of the class.
+    pub median_times: u32,
+    /// The least wait: for a small request, and for a bulk one.
+    pub floor: (Duration, Duration),
+}
+
+/// Hedging as the nodes do it: after 8 requests, at 3 × the median, at
+/// least 50 ms (small) or 200 ms (bulk).
+pub const HEDGE: Hedge = Hedge {
+    min_samples: 8,
+    median_times: 3,
+    floor: (Duration::from_millis(50), Duration::from_millis(200)),
+};
 
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
             attempts: 3,
             backoff: Duration::from_millis(50),
+            hedge: HEDGE,
         }
     }
 }
@@ -200,6 +228,7 @@ mod tests {
         let p = RetryPolicy {
             attempts: 5,
             backoff: Duration::from_millis(50),
+            hedge: HEDGE,
         };
         assert_eq!(p.wait(1, None), Duration::from_millis(50));
         assert_eq!(p.wait(2, None), Duration::from_millis(100));
@@ -242,6 +271,7 @@ mod tests {
         let policy = RetryPolicy {
             attempts: 3,
             backoff: Duration::from_millis(1),
+            hedge: HEDGE,
         };
         let c = Counters::default();
         let r = Runner::new(policy, Duration::from_secs(5), "u", "bytes=0-9").counted(&c);
@@ -282,6 +312,7 @@ mod tests {
         let policy = RetryPolicy {
             attempts: 2,
             backoff: Duration::from_millis(1),
+            hedge: HEDGE,
         };
         let r = Runner::new(policy, Duration::from_millis(20), "u", "HEAD");
         let got: Result<u32, Outcome<&str>> = rt().block_on(r.run(

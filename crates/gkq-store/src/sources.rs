@@ -12,13 +12,11 @@
 //!   verification ([`Sources::distrust`]), is dropped for the session with
 //!   its evidence, and the request goes to the next source; the origin is
 //!   never dropped, and an origin failure names every mirror dropped;
-//! - **hedging**: once 8 requests of a size class (under 1 MiB, or bulk)
-//!   have completed, a request still running after 3 × the median of the
-//!   last 256 of their times (at least 50 ms small, 200 ms bulk) is also
-//!   sent to another live source; the first answer wins and the other is
-//!   cancelled. (The median, not a high percentile: with one slow source
-//!   of three, a third of the samples are slow, and a percentile above
-//!   them would never fire.)
+//! - **hedging** ([`Hedge`], a field of the store's [`RetryPolicy`]: by
+//!   default once 8 requests of a size class, under 1 MiB or bulk, have
+//!   completed, a request still running after 3 × the median of the last
+//!   256 of their times, at least 50 ms small, 200 ms bulk) is also sent to
+//!   another live source; the first answer wins and the other is cancelled.
 //!
 //! Headers (`read_prefix`, `head`: the knot header, the signature, HEADs of
 //! row files) go to the origin, unless the node's trust does not depend on
@@ -34,11 +32,10 @@ use std::time::Duration;
 
 use crate::blocking::lock;
 use crate::error::StoreError;
+use crate::retry::{Hedge, RetryPolicy};
 
 /// Requests below this many bytes are timed apart from bulk parts.
 const SMALL: usize = 1 << 20;
-/// Completed requests of a class before hedging starts.
-const MIN_SAMPLES: usize = 8;
 /// Completed requests kept per class for the percentile.
 const WINDOW: usize = 256;
 /// Entries kept of which source served which range (for `distrust`).
@@ -79,13 +76,19 @@ pub struct Sources {
     served: Mutex<HashMap<(String, u64), usize>>,
     times: Mutex<[Vec<Duration>; 2]>,
     headers_anywhere: bool,
+    hedge: Hedge,
 }
 
 impl Sources {
     /// The origin's base (`https://host/pkg/v1/`) and mirror bases; with
     /// `headers_anywhere` (trust that does not depend on the channel),
-    /// header reads are spread too.
-    pub fn new(origin: &str, mirrors: &[String], headers_anywhere: bool) -> Sources {
+    /// header reads are spread too; requests hedged as `policy` says.
+    pub fn new(
+        origin: &str,
+        mirrors: &[String],
+        headers_anywhere: bool,
+        policy: &RetryPolicy,
+    ) -> Sources {
         let base = |b: &str| {
             let b = crate::url::without_query(b);
             if b.ends_with('/') {
@@ -110,6 +113,7 @@ impl Sources {
             served: Mutex::new(HashMap::new()),
             times: Mutex::new([Vec::new(), Vec::new()]),
             headers_anywhere,
+            hedge: policy.hedge,
         }
     }
 
@@ -169,14 +173,18 @@ impl Sources {
         let class = usize::from(len >= SMALL);
         let times = lock(&self.times);
         let t = times.get(class)?;
-        if t.len() < MIN_SAMPLES {
+        if t.len() < self.hedge.min_samples.max(1) {
             return None;
         }
         let mut sorted = t.clone();
         sorted.sort_unstable();
         let median = sorted.get(sorted.len() / 2).copied().unwrap_or_default();
-        let floor = Duration::from_millis(if class == 0 { 50 } else { 200 });
-        Some(median.saturating_mul(3).max(floor))
+        let floor = if class == 0 {
+            self.hedge.floor.0
+        } else {
+            self.hedge.floor.1
+        };
+        Some(median.saturating_mul(self.hedge.median_times).max(floor))
     }
 
     /// Records a completed request of source `i`.
@@ -298,6 +306,7 @@ mod tests {
             "http://o/m/",
             &["http://a/m/".into(), "http://b/m/".into()],
             false,
+            &RetryPolicy::default(),
         );
         let knot = "http://o/m/model.knot";
         s.done(1, (knot, 0, 10), Duration::from_millis(1), false);

@@ -69,9 +69,12 @@ impl Store {
     /// once, before the first read.
     pub fn set_mirrors(&self, origin: &str, mirrors: &[String], headers_anywhere: bool) {
         if !mirrors.is_empty() {
-            let _ = self
-                .sources
-                .set(Sources::new(origin, mirrors, headers_anywhere));
+            let _ = self.sources.set(Sources::new(
+                origin,
+                mirrors,
+                headers_anywhere,
+                &self.config.retry,
+            ));
         }
     }
 

@@ -58,30 +58,28 @@ impl Backend {
         }
     }
 
-    /// Runs whose rows failed verification: a store with mirrors drops the
-    /// one that served them (`reason`: the Merkle finding); whether it
-    /// dropped one.
-    pub(super) fn distrust(&self, via: &Via, runs: &[RowRun], reason: &str) -> bool {
-        let mut dropped = false;
+    /// Where the rows of `runs` were read, `via` the objects they came from:
+    /// each location with its inclusive byte range (the reads a store with
+    /// mirrors distrusts when the rows fail).
+    pub(super) fn culprits(&self, via: &Via, runs: &[RowRun]) -> Vec<(String, (u64, u64))> {
+        let mut out = Vec::new();
         let runs_layout = lock(&self.runs).clone();
         for &run in runs {
-            let mut ranges = Vec::new();
             match (via, &runs_layout) {
                 (Via::Runs(at), Some((_, layout))) => {
-                    ranges.extend(layout.range(run.first, run.count).map(|r| (at.as_str(), r)));
+                    out.extend(layout.range(run.first, run.count).map(|r| (at.clone(), r)));
                 }
                 _ => {
                     let rows = self.desc.row_range(run.first, run.count);
-                    ranges.extend(rows.map(|r| (self.url.as_str(), r)));
+                    out.extend(rows.map(|r| (self.url.clone(), r)));
                     let records = self.layout.records_range(run.first, run.count);
-                    ranges.extend(records.map(|r| (self.proof_url.as_str(), r)));
+                    out.extend(records.map(|r| (self.proof_url.clone(), r)));
                 }
             }
-            for (url, (s, e)) in ranges {
-                dropped |= self.store.distrust(url, (s, e.saturating_sub(1)), reason);
-            }
         }
-        dropped
+        out.into_iter()
+            .map(|(url, (s, e))| (url, (s, e.saturating_sub(1))))
+            .collect()
     }
 
     /// One range of the runs object per run, all in flight at once.

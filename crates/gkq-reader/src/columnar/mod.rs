@@ -53,8 +53,6 @@ pub(crate) fn warm_url(url: &str) -> String {
 /// Where the bytes of a batch of runs came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Via {
-    /// Nothing fetched yet.
-    Table,
     /// The runs object at this URL (FORMAT.md 7b).
     Runs(String),
     /// The row file and the proof object (7a).

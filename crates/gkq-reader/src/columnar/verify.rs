@@ -17,6 +17,14 @@ use crate::cache::{Kind, Size};
 use crate::error::{ReaderError, Result};
 use crate::ranges::{RowRun, coalesce};
 
+/// What [`Backend::fetch_rows`] carries from one attempt to the next: the
+/// runs still to fetch, the rows verified, and those to put in the disk cache.
+pub(super) struct Fetching {
+    pending: Vec<RowRun>,
+    out: HashMap<u64, Row>,
+    fresh: Vec<(String, Bytes)>,
+}
+
 impl Backend {
     /// Rows of `ids` from the disk cache, verified (when the table is at hand).
     pub(super) async fn cached_rows_on_disk(&self, ids: &[u64]) -> HashMap<u64, Row> {
@@ -58,62 +66,69 @@ impl Backend {
                 self.roots().await?;
             }
         }
-        let mut out = self.cached_rows_on_disk(&ids).await;
+        let out = self.cached_rows_on_disk(&ids).await;
         ids.retain(|id| !out.contains_key(id));
         if ids.is_empty() {
             return Ok(out);
         }
         ids.sort_unstable();
-        let mut pending = coalesce(&ids, self.config.max_gap_rows, self.config.max_run_rows);
-        let mut failure = None;
-        let mut fresh = Vec::new();
-        let mut via = Via::Table;
-        // rows that fail are fetched again: from the next source when a
-        // mirror served them (dropped), once more when the origin did
-        let mut origin_failures = 0;
-        for attempt in 1..=gkq_store::MAX_REFETCHES + 1 {
-            let (roots, fetched) =
-                futures_util::future::join(self.roots(), self.get_runs(&pending)).await;
-            let got;
-            (via, got) = fetched?;
-            let roots = match roots {
-                Ok(r) => r,
-                Err(e) => {
-                    // every row of this attempt is unverifiable (the table
-                    // was fetched again already, from every source left)
-                    bump(
-                        &self.counters.rows_rejected,
-                        pending.iter().map(|r| r.count).sum(),
-                    );
-                    tracing::warn!(url = %self.url, attempt, reason = %e, "the chunk table failed");
-                    return Err(e);
-                }
-            };
-            let (failed, last) = self.accept(&roots, got, &mut out, &mut fresh);
-            let dropped = match &last {
-                Some(e) => self.distrust(&via, &failed, &e.to_string()),
-                None => false,
-            };
-            if failed.is_empty() {
-                if let Some(d) = &self.disk {
-                    d.put_many(Kind::Row, fresh).await;
-                }
-                return Ok(out);
-            }
-            if let (Some(e), Via::Runs(at)) = (&last, &via) {
-                // FORMAT.md 7b: fewer bytes than the dense block, same guarantee
-                tracing::warn!(url = %at, runs = failed.len(), reason = %e, "rows from the runs object failed verification: fetching them from the row file and the proof object, which are used from now on");
-                *lock(&self.runs) = None;
-            } else if let Some(e) = &last {
-                tracing::warn!(url = %self.url, runs = failed.len(), attempt, reason = %e, "rows failed verification");
-            }
-            failure = last.or(failure);
-            pending = failed;
-            if !gkq_store::refetch(dropped, &mut origin_failures) {
-                break;
-            }
+        let pending = coalesce(&ids, self.config.max_gap_rows, self.config.max_run_rows);
+        // rows that fail are fetched again (gkq-store's one loop): from the
+        // next source when a mirror served them, once more when the origin did
+        let start = Fetching {
+            pending,
+            out,
+            fresh: Vec::new(),
+        };
+        let store = &*self.store;
+        let done = gkq_store::until_verified(store, gkq_store::refetch::BYTES, start, |f, n| {
+            self.attempt(f, n)
+        })
+        .await?;
+        if let Some(d) = &self.disk {
+            d.put_many(Kind::Row, done.fresh).await;
         }
-        Err(self.runs_failed(&via, failure))
+        Ok(done.out)
+    }
+
+    /// One attempt of [`Backend::fetch_rows`]: the runs still pending
+    /// fetched (with the chunk table) and verified.
+    async fn attempt(
+        &self,
+        mut f: Fetching,
+        attempt: usize,
+    ) -> Result<gkq_store::Attempt<Fetching, ReaderError, Fetching>> {
+        let (roots, fetched) =
+            futures_util::future::join(self.roots(), self.get_runs(&f.pending)).await;
+        let (via, got) = fetched?;
+        let roots = roots.inspect_err(|e| {
+            // every row of this attempt is unverifiable (the table was
+            // fetched again already, from every source left)
+            bump(
+                &self.counters.rows_rejected,
+                f.pending.iter().map(|r| r.count).sum(),
+            );
+            tracing::warn!(url = %self.url, attempt, reason = %e, "the chunk table failed");
+        })?;
+        let (failed, last) = self.accept(&roots, got, &mut f.out, &mut f.fresh);
+        let Some(e) = last else {
+            return Ok(gkq_store::Attempt::Verified(f));
+        };
+        if let Via::Runs(at) = &via {
+            // FORMAT.md 7b: fewer bytes than the dense block, same guarantee
+            tracing::warn!(url = %at, runs = failed.len(), reason = %e, "rows from the runs object failed verification: fetching them from the row file and the proof object, which are used from now on");
+            *lock(&self.runs) = None;
+        } else {
+            tracing::warn!(url = %self.url, runs = failed.len(), attempt, reason = %e, "rows failed verification");
+        }
+        let culprits = self.culprits(&via, &failed);
+        f.pending = failed;
+        Ok(gkq_store::Attempt::Failed {
+            culprits,
+            reason: e.to_string(),
+            error: self.runs_failed(&via, Some(e)),
+            state: f,
+        })
     }
 
     /// Verifies the runs `got`: the rows of those that pass go into `out`
@@ -153,14 +168,13 @@ impl Backend {
         (failed, last)
     }
 
-    /// Rows that failed verification twice, `last` the last Merkle finding,
+    /// Rows that failed verification, `last` the last Merkle finding,
     /// `via` where the last attempt got them.
     fn runs_failed(&self, via: &Via, last: Option<gkq_format::Error>) -> ReaderError {
         let source = last.map_or_else(|| "no run verified".into(), gkq_store::BoxError::from);
         let via = match via {
             Via::Runs(at) => format!(" (rows and records from the runs object {at})"),
             Via::Split => format!(" (records from the proof object {})", self.proof_url),
-            Via::Table => String::new(),
         };
         ReaderError::Unverified {
             url: self.url.clone(),

@@ -53,6 +53,17 @@ pub enum WarmUnused {
     },
 }
 
+/// One fetch of the warm object: the rows that passed, how many failed,
+/// and (when some did) why and the byte range read.
+type WarmGot = (Vec<(u64, Bytes)>, u64, Option<(String, (u64, u64))>);
+
+/// How the warm object's attempts end short of every row verified: the
+/// rows that passed after the last attempt, or an error.
+enum WarmEnd {
+    Partial(Vec<(u64, Bytes)>, u64),
+    Error(ReaderError),
+}
+
 impl std::fmt::Display for WarmUnused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -114,38 +125,60 @@ impl Backend {
             }
             // some are missing: the one range brings them all
         }
-        // a verification failure (a mirror that served other bytes, now
-        // dropped) is fetched once more, as row runs are
-        for attempt in 1..=2 {
-            let got = self.fetch_warm(url, ids, meter).await;
-            let rejected = got.as_ref().map_or(0, |(_, r)| *r);
-            let retry = attempt == 1
-                && (rejected > 0 || matches!(got, Err(ReaderError::Unverified { .. })));
-            if retry {
-                tracing::warn!(url = %url, attempt, "the warm object failed verification: fetched once more");
-                continue;
-            }
-            let (rows, rejected) = got?;
-            report.rejected = rejected;
-            report.seeded = self.seed(rows.into_iter());
-            bump(&self.counters.rows_fetched, report.seeded);
-            break;
-        }
+        // rows that fail their proofs, or a table that does, are fetched
+        // again (gkq-store's one loop: from the next source when a mirror
+        // served them, once more when the origin did); after that, the rows
+        // that passed are used and the others counted
+        let store = &*self.store;
+        let got = gkq_store::until_verified(store, gkq_store::refetch::BYTES, (), |(), _| async {
+            let (rows, rejected, failure) = match self.fetch_warm(url, ids, meter).await {
+                Ok(got) => got,
+                Err((e, None)) => return Err(WarmEnd::Error(e)),
+                Err((e, Some(range))) => {
+                    return Ok(gkq_store::Attempt::Failed {
+                        culprits: vec![(url.to_owned(), range)],
+                        reason: e.to_string(),
+                        error: WarmEnd::Error(e),
+                        state: (),
+                    });
+                }
+            };
+            Ok(match failure {
+                None => gkq_store::Attempt::Verified((rows, rejected)),
+                Some((reason, range)) => gkq_store::Attempt::Failed {
+                    culprits: vec![(url.to_owned(), range)],
+                    reason,
+                    error: WarmEnd::Partial(rows, rejected),
+                    state: (),
+                },
+            })
+        })
+        .await;
+        let (rows, rejected) = match got {
+            Ok(got) => got,
+            Err(WarmEnd::Partial(rows, rejected)) => (rows, rejected),
+            Err(WarmEnd::Error(e)) => return Err(e),
+        };
+        report.rejected = rejected;
+        report.seeded = self.seed(rows.into_iter());
+        bump(&self.counters.rows_fetched, report.seeded);
         Ok(())
     }
 
     /// One fetch of the warm object (its entries only when the table is at
     /// hand), checked: the rows that passed (also stored in the disk
-    /// cache) and how many failed. A table or length that fails is
-    /// [`ReaderError::Unverified`].
+    /// cache), how many failed, and why with the range read. A table or
+    /// length that fails is [`ReaderError::Unverified`], with the range.
     async fn fetch_warm(
         &self,
         url: &str,
         ids: &[u64],
         meter: &Meter,
-    ) -> Result<(Vec<(u64, Bytes)>, u64)> {
-        let layout = WarmLayout::of(&self.desc, ids.len() as u64)
-            .ok_or_else(|| ReaderError::Missing(format!("{url}: no warm object layout")))?;
+    ) -> std::result::Result<WarmGot, (ReaderError, Option<(u64, u64)>)> {
+        let layout = WarmLayout::of(&self.desc, ids.len() as u64).ok_or_else(|| {
+            let e = ReaderError::Missing(format!("{url}: no warm object layout"));
+            (e, None)
+        })?;
         let total = layout.object_len().unwrap_or(0);
         let roots = self.table.get().cloned();
         let start = if roots.is_some() {
@@ -153,25 +186,26 @@ impl Backend {
         } else {
             0
         };
+        let range = (start, total - 1);
         let store = meter.around(&*self.store);
         let store = self.meter.around(&store);
         let opts = ReadOptions {
             total: Some(total),
             ..Default::default()
         };
-        let bytes = store.read_vec(url, start, total - 1, opts).await?;
-        let checked = match check_warm(&self.desc, ids, &bytes, roots.as_deref().map(Vec::as_slice))
-        {
-            Ok(c) => c,
-            Err(e) => {
-                store.distrust(url, (start, total - 1), &e.to_string());
-                return Err(ReaderError::Unverified {
+        let bytes = store
+            .read_vec(url, start, total - 1, opts)
+            .await
+            .map_err(|e| (e.into(), None))?;
+        let checked = check_warm(&self.desc, ids, &bytes, roots.as_deref().map(Vec::as_slice))
+            .map_err(|e| {
+                let e = ReaderError::Unverified {
                     url: url.to_owned(),
                     via: " (the warm object)".into(),
                     source: e.into(),
-                });
-            }
-        };
+                };
+                (e, Some(range))
+            })?;
         if roots.is_none() {
             let _ = self.table.set(std::sync::Arc::new(checked.roots.clone()));
             if let (Some(d), Some(p)) = (&self.disk, self.desc.proof) {
@@ -182,10 +216,10 @@ impl Backend {
         }
         let rejected = checked.failed.len() as u64;
         bump(&self.counters.rows_rejected, rejected);
-        if let Some((id, e)) = checked.failed.first() {
+        let failure = checked.failed.first().map(|(id, e)| {
             tracing::warn!(url = %url, row = id, rejected, reason = %e, "warm rows failed their proofs: not used");
-            store.distrust(url, (start, total - 1), &e.to_string());
-        }
+            (e.to_string(), range)
+        });
         let mut fresh = Vec::with_capacity(checked.rows.len());
         let mut rows = Vec::with_capacity(checked.rows.len());
         for &(id, row, record) in &checked.rows {
@@ -197,7 +231,7 @@ impl Backend {
         if let Some(d) = &self.disk {
             d.put_many(Kind::Row, fresh).await;
         }
-        Ok((rows, rejected))
+        Ok((rows, rejected, failure))
     }
 
     /// Puts verified rows in the LRU; how many.

@@ -20,10 +20,8 @@ mod trust;
 pub use trust::Trusted;
 pub(crate) use trust::{Policy, asked};
 
-/// First range fetched from a remote knot when no earlier open of the URL
-/// says how long its header is: 32 KiB, which most headers fit
-/// (Qwen2.5-0.5B's is 32,079 B).
-pub const FIRST_FETCH: u64 = 32 * 1024;
+/// The first read of a knot (gkq-format's, for every reader).
+pub use gkq_format::layout::FIRST_READ as FIRST_FETCH;
 
 /// An opened knot.
 pub struct KnotHandle {
@@ -195,34 +193,36 @@ async fn trusted_header(
     let origin = gkq_store::url::sibling(location, "");
     let origin = gkq_store::url::without_query(&origin).to_owned();
     let sig = sibling(location, gkq_format::sig::SIGNATURE_NAME);
-    // each turn drops a mirror; the bound only guards against a store
-    // that could not
-    for _ in 0..64 {
+    let (origin, sig) = (&origin, &sig);
+    // a header or signature a mirror served that fails the policy drops the
+    // mirror, and the next source is asked; the origin's is the error
+    // (gkq-store's one loop, with no second try at the origin)
+    gkq_store::until_verified(store, gkq_store::refetch::TRUST, (), |(), _| async move {
         let (id, all, total) = read_header(location, store, first).await?;
         let from = store.served_by(location, 0);
-        let mirror = from.as_deref().filter(|b| *b != origin);
+        let mirror = from.as_deref().filter(|b| b != origin);
         let e = match policy.check(location, id, store, (cache, mirror)).await {
-            Ok(trusted) => return Ok((id, all, total, from, trusted)),
+            Ok(trusted) => return Ok(gkq_store::Attempt::Verified((id, all, total, from, trusted))),
             Err(e) => e,
         };
-        // the object that failed, and the source that served it
+        // the object that failed
         let culprit = match &e {
             ReaderError::KnotId { .. } => location,
             ReaderError::Signature { .. } | ReaderError::Unsigned { .. } => sig.as_str(),
             _ => return Err(e),
         };
-        match store.served_by(culprit, 0) {
-            Some(base) if base != origin => {
-                let why = gkq_format::error_chain(&e);
-                tracing::warn!(object = %culprit, mirror = %base, reason = %why, "a mirror's knot header or signature fails the trust policy: dropped");
-                store.distrust(culprit, (0, u64::MAX), &why);
-            }
-            _ => return Err(e),
+        let why = gkq_format::error_chain(&e);
+        if let Some(base) = store.served_by(culprit, 0).filter(|b| b != origin) {
+            tracing::warn!(object = %culprit, mirror = %base, reason = %why, "a mirror's knot header or signature fails the trust policy: dropped");
         }
-    }
-    Err(ReaderError::Missing(format!(
-        "{location}: no source served a knot header the trust policy accepts"
-    )))
+        Ok(gkq_store::Attempt::Failed {
+            culprits: vec![(culprit.to_owned(), (0, u64::MAX))],
+            reason: why,
+            error: e,
+            state: (),
+        })
+    })
+    .await
 }
 
 /// The header in `bytes`, decoded and validated; the file's length must be

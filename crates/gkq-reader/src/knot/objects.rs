@@ -12,9 +12,7 @@ use crate::cache::{DiskCache, Kind, Size};
 use crate::error::{ReaderError, Result};
 use crate::verified::{Entry, cached, sha256_is};
 
-/// The largest companion file the disk cache gives back (a tokenizer is a
-/// few MB; the bound only keeps a stray file from being read whole).
-const MAX_COMPANION: u64 = 1 << 30;
+use gkq_format::layout::MAX_COMPANION;
 /// A companion file of at most this many bytes comes whole in one request
 /// (configs; a tokenizer is fetched once its length is known).
 const SMALL_COMPANION: u64 = 64 << 10;

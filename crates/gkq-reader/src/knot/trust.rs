@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use gkq_format::KnotId;
 use gkq_format::sig::{self, Asked, MAX_SIGNATURE_LEN, PublicKey, SIGNATURE_NAME};
-use gkq_store::{RangeRead, StoreError};
+use gkq_store::RangeRead;
 
 use crate::cache::{DiskCache, Kind, Size};
 use crate::error::{ReaderError, Result};
@@ -135,16 +135,12 @@ impl Policy<'_> {
             });
         }
         let url = super::sibling(location, SIGNATURE_NAME);
-        let (bytes, total) = match store.read_prefix(&url, MAX_SIGNATURE_LEN).await {
-            Ok(got) => got,
-            Err(StoreError::NotFound { .. }) => {
-                let keys: Vec<&str> = self.keys.iter().map(PublicKey::hint).collect();
-                return Err(ReaderError::Unsigned {
-                    url,
-                    keys: keys.join(", "),
-                });
-            }
-            Err(e) => return Err(e.into()),
+        let Some((bytes, total)) = gkq_store::read_signature(store, location).await? else {
+            let keys: Vec<&str> = self.keys.iter().map(PublicKey::hint).collect();
+            return Err(ReaderError::Unsigned {
+                url,
+                keys: keys.join(", "),
+            });
         };
         let refused = |error| ReaderError::Signature {
             url: url.clone(),

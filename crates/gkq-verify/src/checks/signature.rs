@@ -52,9 +52,13 @@ pub(crate) fn check(cx: &Context<'_>) -> (CheckFindings, String) {
     if let (Some(base), Some(http)) = (&cx.opts.url, &cx.http) {
         let url = gkq_store::url::join(base, SIGNATURE_NAME);
         let id = cx.knot.header().id();
-        match http.prefix(&url, sig::MAX_SIGNATURE_LEN) {
+        match http.signature(&gkq_store::url::join(base, gkq_format::KNOT_NAME)) {
             Err(e) => acc.fail(url, std::io::Error::other(e)),
-            Ok(b) => {
+            Ok(None) => acc.fail(
+                url.clone(),
+                std::io::Error::other(format!("{url}: no signature object is published")),
+            ),
+            Ok(Some(b)) => {
                 let checked = sig::open(&b, &cx.trusted).and_then(|s| {
                     s.check_knot(id)
                         .and_then(|()| s.check_package(&asked, None))

@@ -91,6 +91,7 @@ pub fn part_size(size: u64, requested: Option<u64>) -> Result<u64> {
 pub const UPLOAD_RETRY: RetryPolicy = RetryPolicy {
     attempts: 3,
     backoff: std::time::Duration::from_millis(200),
+    hedge: gkq_store::retry::HEDGE,
 };
 
 /// Upload settings.

@@ -1,15 +1,15 @@
 //! `gkq-verify URL`: a published package checked in place, with no local
 //! copy of one's own. The knot's header comes first (two bounded reads);
-//! every object it names is then streamed, in steps of [`STEP`], into a
+//! every object it names is then streamed, a step at a time
+//! ([`gkq_store::copy_to_file`]), into a
 //! temporary directory, never more of an object than the knot says it
 //! holds; then the release gate's local checks run on that copy and the
 //! `remote` check on the URL, so the report and the exit codes are those
 //! of a local check. The directory is removed when the check ends.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use gkq_format::sig::{MAX_SIGNATURE_LEN, SIGNATURE_NAME};
+use gkq_format::sig::SIGNATURE_NAME;
 use gkq_format::{KNOT_NAME, Prefix, parse_prefix};
 use gkq_store::StoreError;
 use gkq_store::url::join;
@@ -17,12 +17,7 @@ use gkq_store::url::join;
 use super::Http;
 use crate::VerifyError;
 
-/// Bytes fetched per request.
-const STEP: u64 = 64 << 20;
-/// A companion file's bound (the knot records its digest, not its length).
-const MAX_COMPANION: u64 = 1 << 30;
-/// The first read of the knot: most headers fit.
-const FIRST_READ: u64 = 64 << 10;
+use gkq_format::layout::{FIRST_READ, MAX_COMPANION};
 
 /// The copy of a package at a URL.
 pub(crate) struct Fetched {
@@ -82,7 +77,8 @@ pub(crate) fn fetch(http: &Http, url: &str) -> Result<Fetched, VerifyError> {
     // never more than the knot declares; the remote check reports a
     // Content-Length that disagrees
     let knot_len = head.len.min(header.preamble().file_len);
-    copy(http, &knot_url, knot_len, &dir.path().join(KNOT_NAME))?;
+    http.copy_to_file(&knot_url, knot_len, &dir.path().join(KNOT_NAME))
+        .map_err(|e| fail(&knot_url, e))?;
     for o in header.header().objects() {
         let url = join(&base, &o.name);
         let len = match http.head(&url) {
@@ -91,12 +87,13 @@ pub(crate) fn fetch(http: &Http, url: &str) -> Result<Fetched, VerifyError> {
             Err(StoreError::NotFound { .. }) => continue,
             Err(e) => return Err(fail(&url, e)),
         };
-        copy(http, &url, len, &dir.path().join(&o.name))?;
+        http.copy_to_file(&url, len, &dir.path().join(&o.name))
+            .map_err(|e| fail(&url, e))?;
     }
     let sig_url = join(&base, SIGNATURE_NAME);
-    match http.prefix(&sig_url, MAX_SIGNATURE_LEN) {
-        Ok(bytes) => write(&dir.path().join(SIGNATURE_NAME), &bytes)?,
-        Err(StoreError::NotFound { .. }) => {}
+    match http.signature(&knot_url) {
+        Ok(Some(bytes)) => write(&dir.path().join(SIGNATURE_NAME), &bytes)?,
+        Ok(None) => {}
         Err(e) => return Err(fail(&sig_url, e)),
     }
     Ok(Fetched { dir, base })
@@ -104,20 +101,4 @@ pub(crate) fn fetch(http: &Http, url: &str) -> Result<Fetched, VerifyError> {
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), VerifyError> {
     std::fs::write(path, bytes).map_err(|e| fail(&path.display().to_string(), e))
-}
-
-/// Streams the first `len` bytes of `url` into `path`.
-fn copy(http: &Http, url: &str, len: u64, path: &Path) -> Result<(), VerifyError> {
-    let mut f = std::fs::File::create(path).map_err(|e| fail(&path.display().to_string(), e))?;
-    let mut at = 0;
-    while at < len {
-        let n = STEP.min(len - at);
-        let bytes = http
-            .get_range_vec(url, at, at + n - 1, None)
-            .map_err(|e| fail(url, e))?;
-        f.write_all(&bytes)
-            .map_err(|e| fail(&path.display().to_string(), e))?;
-        at += n;
-    }
-    Ok(())
 }

@@ -114,6 +114,22 @@ impl Http {
     }
 }
 
+impl Http {
+    /// The signature object next to the knot at `knot_url`
+    /// ([`gkq_store::read_signature`]): its first bytes, `None` when absent.
+    pub fn signature(&self, knot_url: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let read = gkq_store::read_signature(&self.store, knot_url);
+        Ok(self.rt.block_on(CALL.0, CALL.1, read)??.map(|(b, _)| b))
+    }
+
+    /// The first `len` bytes of `url` streamed into `path` a step at a time
+    /// ([`gkq_store::copy_to_file`], unchecked: the local checks check them).
+    pub fn copy_to_file(&self, url: &str, len: u64, path: &Path) -> Result<u64, StoreError> {
+        let copy = gkq_store::copy_to_file(&self.store, url, (len, None), path);
+        self.rt.block_on(CALL.0, CALL.1, copy)?
+    }
+}
+
 /// The HTTP client for the checks (see [`Http`]).
 pub fn client(opts: &VerifyOptions) -> Result<Http, VerifyError> {
     let rt = Runtime::new(CALL.0, CALL.1).map_err(VerifyError::Client)?;
