@@ -12,7 +12,7 @@ mod tasks;
 
 use clap::{Parser, Subcommand};
 
-use tasks::{demo, fuzz, install, local_servers, upload};
+use tasks::{bench, demo, fuzz, install, local_servers, upload};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", bin_name = "cargo xtask")]
@@ -65,13 +65,13 @@ enum Cmd {
     /// from apt, s3s-fs 0.14.1 from crates.io). Refuses to start when either
     /// port is taken (another local-servers, most likely).
     LocalServers,
-    /// Benchmarks (release builds, same-run reference timings).
+    /// Benchmarks (release builds, same-run reference timings): runs the
+    /// gkq-bench binary (`cargo xtask bench --help` lists them).
+    #[command(disable_help_flag = true)]
     Bench {
-        #[command(subcommand)]
-        which: gkq_bench::Which,
-        /// Repetitions per measurement (the median is reported).
-        #[arg(long, default_value_t = 3, global = true)]
-        reps: usize,
+        /// The benchmark and its flags.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
     },
 }
 
@@ -88,7 +88,7 @@ fn main() -> std::process::ExitCode {
         } => afl::run_all(seconds, jobs, &targets, keep),
         Cmd::Upload { args } => upload(&args),
         Cmd::LocalServers => local_servers(),
-        Cmd::Bench { which, reps } => gkq_bench::run(which, reps.max(1)),
+        Cmd::Bench { args } => bench(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

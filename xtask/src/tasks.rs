@@ -79,6 +79,13 @@ pub(crate) fn fuzz(seconds: u64, seed: u64) -> anyhow::Result<()> {
         .args([&seconds, "--seed", &seed]))?)
 }
 
+/// `cargo xtask bench ARGS`: the gkq-bench binary, release.
+pub(crate) fn bench(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
+    Ok(run(cargo()
+        .args(["run", "-q", "--release", "-p", "gkq-bench", "--"])
+        .args(args))?)
+}
+
 /// `cargo build` of one binary, cargo's progress shown.
 fn build(args: &[&str]) -> anyhow::Result<()> {
     Ok(run(cargo().arg("build").args(args))?)

@@ -4,6 +4,8 @@
 //! the libraries' `tracing` events, and the exit on error.
 
 mod failure;
+#[cfg(feature = "node")]
+mod node;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -118,6 +120,8 @@ pub fn exit(name: &str, result: anyhow::Result<()>) -> ExitCode {
 }
 
 pub use failure::{json_asked, json_failure};
+#[cfg(feature = "node")]
+pub use node::{NetArgs, NodeArgs, parse_bytes};
 
 /// Reports `error` of tool `name` on stderr (one JSON object when the
 /// command line has `--json`, else `NAME: error: …`) and returns `code`.

@@ -21,7 +21,6 @@ mod error;
 mod generate;
 mod load;
 mod model;
-pub mod run;
 mod stage;
 
 use serde::Serialize;

@@ -1,11 +1,13 @@
-//! `gkq-decode`: decoding a knot through gkq-reader. Flags
-//! ([`gkq_decode::run::Args`]) into options, then the library's `run`.
+//! `gkq-decode`: decoding a knot through gkq-reader. Flags (`run/args.rs`)
+//! into options, then the run (`run/`) over the library's stages.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use gkq_decode::DecodeError;
-use gkq_decode::run::{Args, Out, llama_cpp_flag, long_forms};
+mod run;
+
+use run::{Args, Out, llama_cpp_flag, long_forms};
 
 #[allow(unsafe_code)]
 fn main() -> ExitCode {
@@ -39,7 +41,7 @@ fn main() -> ExitCode {
         }
     };
     // SAFETY: no other thread runs yet (nothing above starts one)
-    let (threads, asked) = unsafe { gkq_decode::run::set_threads(args.threads()) };
+    let (threads, asked) = unsafe { run::set_threads(args.threads()) };
     gkq_cli::init_logging();
     if let Some(asked) = asked {
         eprintln!(
@@ -49,7 +51,7 @@ fn main() -> ExitCode {
     let (stdout, stderr) = (&mut std::io::stdout(), &mut std::io::stderr());
     let result = args
         .options(started, threads)
-        .and_then(|o| gkq_decode::run::run(&o, &mut Out { stdout, stderr }));
+        .and_then(|o| run::run(&o, &mut Out { stdout, stderr }));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(DecodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::BrokenPipe => {

@@ -98,8 +98,19 @@ fn the_llama_cpp_flags_that_work() {
     assert_eq!(v["tokens"], base["tokens"], "{v}");
     assert_eq!(v["threads"], 2, "{v}");
     // -ub and -b (issue 57: the prompt in micro-batches): the same tokens
-    for flags in [&["-ub", "2"][..], &["-b", "1"], &["--ubatch-size=1", "-b", "8"]] {
-        let mut args = vec![knot.as_str(), "--prompt-ids", "5,17,300", "-n", "6", "--json"];
+    for flags in [
+        &["-ub", "2"][..],
+        &["-b", "1"],
+        &["--ubatch-size=1", "-b", "8"],
+    ] {
+        let mut args = vec![
+            knot.as_str(),
+            "--prompt-ids",
+            "5,17,300",
+            "-n",
+            "6",
+            "--json",
+        ];
         args.extend_from_slice(flags);
         assert_eq!(json(&decode(&args))["tokens"], base["tokens"], "{flags:?}");
     }
@@ -174,15 +185,6 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
             &decode(&[&knot, "--prompt-ids", "1", flag, "1"]),
             &[&format!("{flag} is a llama.cpp flag"), needle],
         );
-    }
-    // every flag of the table, as the binary answers it (before clap)
-    for (names, instead) in gkq_decode::run::flags::LLAMA_CPP_FLAGS {
-        for flag in *names {
-            usage(
-                &decode(&[&knot, "--prompt-ids", "1", flag, "1"]),
-                &[&format!("{flag} is a llama.cpp flag"), instead],
-            );
-        }
     }
     // -p @file: the file is not read as a prompt
     let prompt = tmp.path().join("prompt.txt");

@@ -1,12 +1,12 @@
 //! gkq-pack's flags (clap) and the options they ask for: the binary
-//! parses them and calls [`crate::pack`] or [`crate::analyze`].
+//! parses them and calls [`gkq_pack::pack`] or [`gkq_pack::analyze`].
 
 use std::path::PathBuf;
 
 use clap::Parser;
 use gkq_format::DType;
 
-use crate::{PackOptions, Result};
+use gkq_pack::{PackOptions, Result};
 
 /// The features of this build, for `--version`.
 const FEATURES: &[&str] = if cfg!(feature = "spectral") {
@@ -41,14 +41,14 @@ Exit status: 0 packed; 1 error (nothing is left behind: an existing OUT_DIR keep
     override_usage = "gkq-pack <MODEL_DIR|MODEL.gguf> --out <OUT_DIR> [OPTIONS]\n       gkq-pack <MODEL_DIR> --analyze",
     after_help = AFTER_HELP
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Model directory (config.json plus model.safetensors, or shards with
     /// model.safetensors.index.json), ORG/NAME of a model in the local
     /// Hugging Face cache (HF_HUB_CACHE, HF_HOME; nothing is downloaded), or
     /// a GGUF: a .gguf file, or a directory of its shards (every tensor kept
     /// in its own type and bytes).
     #[arg(value_name = "MODEL_DIR|MODEL.gguf")]
-    pub model_dir: PathBuf,
+    pub(crate) model_dir: PathBuf,
     /// Output directory (must not exist unless --force).
     #[arg(
         short,
@@ -56,14 +56,14 @@ pub struct Args {
         value_name = "OUT_DIR",
         required_unless_present = "analyze"
     )]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     /// Write nothing: print, for every 2-D float tensor, the singular value
     /// spectrum (rank for 99 %, 99.9 %, 99.99 % of the energy), the relative
     /// Frobenius error at ranks 32, 64, 128, 256, and the bytes a spectral
     /// block would take there (quant 0 with 16-bit factors, quant 1 u8)
     /// against the dense bytes. Computed in f64 with faer, on one thread.
     #[arg(long, conflicts_with = "out", help_heading = "Low-rank blocks")]
-    pub analyze: bool,
+    pub(crate) analyze: bool,
     /// Row file dtype, repeatable; the first is also the dtype of the
     /// embedding's and lm_head's dense blocks unless a type below sets it.
     /// Accepted: f32, f16, bf16 (and fp32, float32, fp16, float16, half,
@@ -71,7 +71,7 @@ pub struct Args {
     /// a block type are lossy: a node takes them only when asked). Default:
     /// f32, or with a block-type role only that type's rows.
     #[arg(short, long = "dtype", value_name = "DTYPE", value_parser = DType::parse_row)]
-    pub dtypes: Vec<DType>,
+    pub(crate) dtypes: Vec<DType>,
     /// Store every 2-D float weight matrix in TYPE, one of ggml's block
     /// types (FORMAT.md 3.5): q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
     /// q6_k; or one of llama-quantize's file types (case-insensitive):
@@ -83,45 +83,45 @@ pub struct Args {
     /// embedding is the lm_head, so q6_k. Rows that are not whole blocks
     /// fall back as llama-quantize's do: q4_k / q5_k / q6_k to q5_0 / q5_1
     /// / q8_0, then f16 (the report names each).
-    #[arg(long, value_name = "TYPE", value_parser = crate::parse_quant, help_heading = "Quantization")]
-    pub quant: Option<(DType, crate::Mix)>,
+    #[arg(long, value_name = "TYPE", value_parser = gkq_pack::parse_quant, help_heading = "Quantization")]
+    pub(crate) quant: Option<(DType, gkq_pack::Mix)>,
     /// The token embedding's type: a block type or f32, f16, bf16.
     #[arg(long, value_name = "TYPE", value_parser = DType::parse_row, help_heading = "Quantization")]
-    pub token_embedding_type: Option<DType>,
+    pub(crate) token_embedding_type: Option<DType>,
     /// The lm_head's type: a block type or f32, f16, bf16. In a tied model
     /// it is the embedding's, and differing types are refused.
     #[arg(long, value_name = "TYPE", value_parser = DType::parse_row, help_heading = "Quantization")]
-    pub output_tensor_type: Option<DType>,
+    pub(crate) output_tensor_type: Option<DType>,
     /// Quantize tensors that hold NaN or infinities (refused by default,
     /// naming the tensor, row and column).
     #[arg(long, help_heading = "Quantization")]
-    pub allow_nonfinite: bool,
+    pub(crate) allow_nonfinite: bool,
     /// Store a tensor that is already quantized (a GGUF's) in another type:
     /// dequantize it, then quantize it, as llama-quantize's
     /// --allow-requantize (the errors add up). A tensor already in the type
     /// asked for passes through unchanged without it.
     #[arg(long, help_heading = "Quantization")]
-    pub allow_requantize: bool,
+    pub(crate) allow_requantize: bool,
     /// Replace the contents of an existing output directory.
     #[arg(short, long)]
-    pub force: bool,
+    pub(crate) force: bool,
     /// Accept narrowing casts that turn finite values into infinities.
     #[arg(long)]
-    pub allow_lossy: bool,
+    pub(crate) allow_lossy: bool,
     /// Name of the token-embedding tensor (default: from config.json).
     #[arg(long, value_name = "NAME", help_heading = "Source")]
-    pub embed_tensor: Option<String>,
+    pub(crate) embed_tensor: Option<String>,
     /// Name of the lm_head tensor (default: from config.json).
     #[arg(long, value_name = "NAME", help_heading = "Source")]
-    pub lm_head_tensor: Option<String>,
+    pub(crate) lm_head_tensor: Option<String>,
     /// Model id recorded as source.model_id (default: read from a Hugging
     /// Face cache path, models--ORG--NAME/snapshots/REV; else none).
     #[arg(long, value_name = "ORG/NAME", help_heading = "Source")]
-    pub model_id: Option<String>,
+    pub(crate) model_id: Option<String>,
     /// Revision recorded as source.revision (default: from a Hugging Face
     /// cache path; else none).
     #[arg(long, value_name = "REV", help_heading = "Source")]
-    pub revision: Option<String>,
+    pub(crate) revision: Option<String>,
     /// Store the tensors whose names match PATTERN (a glob: `*`, `?`,
     /// `[...]`) as rank-K spectral blocks (FORMAT.md section 5), repeatable.
     /// SPEC is `rank:K` or `energy:X` (the smallest K keeping at least X of
@@ -135,26 +135,26 @@ pub struct Args {
         conflicts_with = "analyze",
         help_heading = "Low-rank blocks"
     )]
-    pub spectral: Vec<String>,
+    pub(crate) spectral: Vec<String>,
     /// Write no runs objects (`<row file>.runs`: each row with its Merkle
     /// path, so a node fetches a run of rows and its proof in one range;
     /// they add about 1.1 × each row file). Nodes then fetch rows and
     /// proofs from two objects, two requests per run.
     #[arg(long)]
-    pub no_runs: bool,
+    pub(crate) no_runs: bool,
     /// Write a warm object next to each row file of the token embedding
     /// (`<row file>.warm`: the K rows most sessions need, with everything
     /// that verifies them, so a cold node seeds its cache with one range
     /// request). K ids: the most needed ones of --warm-corpus, or at most
     /// K of --warm-ids.
     #[arg(long, value_name = "K", help_heading = "Warm set")]
-    pub warm_set: Option<usize>,
+    pub(crate) warm_set: Option<usize>,
     /// Text files to rank ids by: each .txt file one session, each line of
     /// a .jsonl file one session ({"text": …} or {"messages": […]}),
     /// tokenized with the model's tokenizer.json as a node would. An id
     /// ranks by the number of sessions that use it.
     #[arg(long, value_name = "FILE", num_args = 1.., help_heading = "Warm set")]
-    pub warm_corpus: Vec<PathBuf>,
+    pub(crate) warm_corpus: Vec<PathBuf>,
     /// A file of token ids, most needed first (decimals separated by
     /// commas or white space, a JSON array, or `gkq-report --json`'s
     /// output, whose warm_ids it takes).
@@ -164,26 +164,26 @@ pub struct Args {
         help_heading = "Warm set",
         conflicts_with = "warm_corpus"
     )]
-    pub warm_ids: Option<PathBuf>,
+    pub(crate) warm_ids: Option<PathBuf>,
     /// Print one JSON object on stdout.
     #[arg(long, help_heading = "Output")]
-    pub json: bool,
+    pub(crate) json: bool,
     /// No human output and no progress bar.
     #[arg(short, long, help_heading = "Output")]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
 }
 
 impl Args {
     /// The options these flags ask for, writing to `out_dir` (`--out`).
-    pub fn options(&self, out_dir: PathBuf) -> Result<PackOptions> {
+    pub(crate) fn options(&self, out_dir: PathBuf) -> Result<PackOptions> {
         let args = self.clone();
         Ok(PackOptions {
             model_dir: args.model_dir,
             out_dir,
             dtypes: args.dtypes,
-            quant: crate::QuantOptions {
+            quant: gkq_pack::QuantOptions {
                 weights: args.quant.map(|(d, _)| d),
-                mix: args.quant.map_or(crate::Mix::None, |(_, m)| m),
+                mix: args.quant.map_or(gkq_pack::Mix::None, |(_, m)| m),
                 token_embedding: args.token_embedding_type,
                 output: args.output_tensor_type,
                 allow_nonfinite: args.allow_nonfinite,
@@ -201,7 +201,7 @@ impl Args {
                 .map(|s| s.parse())
                 .collect::<Result<_, _>>()?,
             runs: !args.no_runs,
-            warm: crate::WarmOptions {
+            warm: gkq_pack::WarmOptions {
                 k: args.warm_set,
                 corpus: args.warm_corpus,
                 ids: args.warm_ids,

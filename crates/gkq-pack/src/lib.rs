@@ -16,7 +16,6 @@
 //! `output` (the atomic commit); `report` is what comes back.
 
 mod analyze;
-pub mod cli;
 mod companions;
 mod error;
 mod options;
@@ -46,9 +45,9 @@ pub use error::{PackError, Result};
 pub use gkq_format::progress::{NoProgress, Progress};
 pub use options::WarmOptions;
 pub use options::{COMPANION_FILES, PackOptions, TOOL};
-/// The points of the commit a test can stop a run at (`GKQ_PACK_CRASH_AT`).
+/// The points of the commit a test can stop a run at ([`set_commit_hook`]).
 #[doc(hidden)]
-pub use output::CommitStep;
+pub use output::{CommitStep, set_commit_hook};
 pub use presets::{Mix, parse_quant};
 pub use report::WarmSetReport;
 pub use report::{

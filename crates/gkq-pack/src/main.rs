@@ -1,10 +1,12 @@
-//! `gkq-pack`: flags in, report out. The work is in the library.
+//! `gkq-pack`: flags in (`cli.rs`), report out. The work is in the library.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gkq_pack::cli::Args;
+mod cli;
+
+use cli::Args;
 
 fn run(args: Args) -> anyhow::Result<()> {
     if args.analyze {

@@ -16,9 +16,9 @@
 //! renames in which `OUT_DIR` does not exist (never one with a partial
 //! package).
 //!
-//! Test hook: with `GKQ_PACK_ABORT_BEFORE=<step>` in the environment the
-//! process aborts (no destructors, like a kill) just before that step of
-//! [`CommitStep`]; the crash tests use it.
+//! Test hook: a test may set a function that runs just before each step of
+//! [`CommitStep`] ([`set_commit_hook`]); the crash tests abort the process
+//! there (no destructors, like a kill). Nothing sets it in the tools.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -50,7 +50,7 @@ impl CommitStep {
         CommitStep::SyncParent,
     ];
 
-    /// The name `GKQ_PACK_ABORT_BEFORE` takes.
+    /// Its name.
     pub fn name(self) -> &'static str {
         match self {
             CommitStep::Carry => "carry",
@@ -61,9 +61,19 @@ impl CommitStep {
     }
 }
 
+/// The function a test set to run before each commit step.
+static COMMIT_HOOK: std::sync::OnceLock<fn(CommitStep)> = std::sync::OnceLock::new();
+
+/// Sets, once per process, a function that runs just before each step of
+/// a commit (for crash tests: it aborts the process at the step they
+/// choose). Nothing in the tools sets one.
+pub fn set_commit_hook(hook: fn(CommitStep)) {
+    let _ = COMMIT_HOOK.set(hook);
+}
+
 fn fault_point(step: CommitStep) {
-    if std::env::var("GKQ_PACK_ABORT_BEFORE").is_ok_and(|v| v == step.name()) {
-        std::process::abort();
+    if let Some(hook) = COMMIT_HOOK.get() {
+        hook(step);
     }
 }
 

@@ -29,8 +29,8 @@
 //!   never panics there.
 //!
 //! Features: `tokio` (the async API), `candle` (`Rows::to_tensor`, lm_head
-//! logits; re-exports `candle_core`), `clap` ([`NodeArgs`], the flags a
-//! runtime flattens into its CLI), `s3` (`s3://` URLs of private buckets).
+//! logits; re-exports `candle_core`), `s3` (`s3://` URLs of private
+//! buckets). The flags a runtime flattens into its CLI are gkq-cli's.
 //! The library prints nothing: it emits `tracing` spans and events (open,
 //! resolutions and their reasons, pulls with bytes and time, retries,
 //! cache hits and misses, verification failures).
@@ -75,8 +75,6 @@
 mod async_api;
 mod blocking;
 mod cache;
-#[cfg(feature = "clap")]
-mod cli;
 mod columnar;
 mod config;
 mod error;
@@ -101,8 +99,6 @@ pub use blocking::{BlockingPull, Embedding, LmHead, Reader};
 pub use cache::{
     CacheConfig, DEFAULT_CACHE_MAX_BYTES, DiskStats, STALE_TMP_AGE, default_cache_dir,
 };
-#[cfg(feature = "clap")]
-pub use cli::{NetArgs, NodeArgs, parse_bytes};
 pub use columnar::DEFAULT_CACHE_ROWS;
 pub use columnar::{CacheStats, ColumnarEmbedBackend, FetchConfig, WarmReport, WarmUnused};
 pub use config::{ReaderConfig, Serve, with_timeout};

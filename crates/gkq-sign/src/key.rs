@@ -2,9 +2,8 @@
 //! PKCS#8 with its password in an environment variable, or SEC1), and the
 //! public keys a checker trusts. No error holds any byte of a key.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use gkq_format::sig::PublicKey;
 use p256::SecretKey;
 use p256::ecdsa::SigningKey;
 use p256::pkcs8::DecodePrivateKey as _;
@@ -61,10 +60,4 @@ pub fn load_signing_key(path: &Path, password_env: &str) -> Result<SigningKey> {
         ));
     };
     Ok(SigningKey::from(secret))
-}
-
-/// The public keys in the PEM files `paths` (one key per file), as
-/// every tool loads `--trust-key` ([`gkq_files::load_trusted_keys`]).
-pub fn load_trusted_keys(paths: &[PathBuf]) -> Result<Vec<PublicKey>> {
-    Ok(gkq_files::load_trusted_keys(paths)?)
 }

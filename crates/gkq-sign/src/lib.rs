@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 mod key;
 
-pub use key::{DEFAULT_PASSWORD_ENV, load_signing_key, load_trusted_keys};
+pub use key::{DEFAULT_PASSWORD_ENV, load_signing_key};
 
 /// What can go wrong while signing or checking a package.
 #[derive(Debug, thiserror::Error)]

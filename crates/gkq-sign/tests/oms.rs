@@ -165,7 +165,7 @@ fn a_package_gkq_signs_verifies_with_model_signing() {
         .status
         .success()
     );
-    let trusted = gkq_sign::load_trusted_keys(std::slice::from_ref(&k.public)).expect("key");
+    let trusted = gkq_files::load_trusted_keys(std::slice::from_ref(&k.public)).expect("key");
     let e = gkq_sign::verify_package(&pkg, &trusted).expect_err("tampered");
     assert!(e.to_string().contains("config.json has sha256"), "{e}");
 }
@@ -191,7 +191,7 @@ fn a_package_model_signing_signs_verifies_with_gkq() {
             "{}",
             String::from_utf8_lossy(&signed.stderr)
         );
-        let trusted = gkq_sign::load_trusted_keys(std::slice::from_ref(&k.public)).expect("key");
+        let trusted = gkq_files::load_trusted_keys(std::slice::from_ref(&k.public)).expect("key");
         let r = gkq_sign::verify_package(&pkg, &trusted)
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
         assert_eq!(r.knot_id, None, "OMS names no knot id");
@@ -199,7 +199,7 @@ fn a_package_model_signing_signs_verifies_with_gkq() {
     }
     // another publisher's key is refused, with the signer's fingerprint
     let other = keys(tmp.path(), "other");
-    let trusted = gkq_sign::load_trusted_keys(&[other.public]).expect("key");
+    let trusted = gkq_files::load_trusted_keys(&[other.public]).expect("key");
     let e = gkq_sign::verify_package(&pkg, &trusted).expect_err("foreign");
     assert!(e.to_string().contains("which is not trusted"), "{e}");
 }
@@ -235,9 +235,9 @@ fn keys_that_cannot_sign_are_refused_without_showing_them() {
         .arg(&pkg)
         .arg("--key")
         .arg(&k.private));
-    let trusted = gkq_sign::load_trusted_keys(std::slice::from_ref(&k.public)).expect("key");
+    let trusted = gkq_files::load_trusted_keys(std::slice::from_ref(&k.public)).expect("key");
     gkq_sign::verify_package(&pkg, &trusted).expect("signed with the plain PKCS#8 key");
-    let e = gkq_sign::load_trusted_keys(std::slice::from_ref(&k.private))
+    let e = gkq_files::load_trusted_keys(std::slice::from_ref(&k.private))
         .expect_err("a private key is not a trust key");
     assert!(e.to_string().contains("this is a private key"), "{e}");
 }

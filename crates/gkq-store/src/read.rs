@@ -76,7 +76,7 @@ pub trait RangeRead: Send + Sync + Debug {
     }
 
     /// Whether bytes the origin served that fail their check are fetched
-    /// once more ([`refetch`](crate::refetch)): yes, unless the store's
+    /// once more ([`until_verified`](crate::until_verified)): yes, unless the store's
     /// [`RetryPolicy`](crate::RetryPolicy) makes one attempt only (a gate
     /// such as `gkq-verify --url` reports what it saw).
     fn refetches(&self) -> bool {

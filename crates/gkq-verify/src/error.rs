@@ -68,6 +68,6 @@ pub enum VerifyError {
     #[error("--trust-key {error}")]
     TrustKey {
         /// Which file, and why.
-        error: gkq_sign::SignError,
+        error: gkq_files::FileError,
     },
 }

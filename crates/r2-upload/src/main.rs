@@ -86,7 +86,7 @@ fn main() -> ExitCode {
 /// The directory to publish: `package` itself, or its URL's package copied.
 fn staged(a: &UploadArgs) -> anyhow::Result<r2_upload::Staged> {
     let mut config = gkq_reader::ReaderConfig {
-        trust: gkq_sign::load_trusted_keys(&a.trust_keys).context("--trust-key")?,
+        trust: gkq_files::load_trusted_keys(&a.trust_keys).context("--trust-key")?,
         ..Default::default()
     };
     if let Some(id) = &a.knot_id {

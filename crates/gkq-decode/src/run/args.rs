@@ -5,10 +5,11 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
-use gkq_reader::{NodeArgs, ReaderConfig};
+use gkq_cli::NodeArgs;
+use gkq_reader::ReaderConfig;
 
 use super::{Prompt, RunOptions};
-use crate::{DecodeError, Sampling, StageRoles};
+use gkq_decode::{DecodeError, Sampling, StageRoles};
 
 const EXAMPLES: &str = "Examples:
   # a chat turn with the model's own tokenizer and template, text streamed as it comes
@@ -38,7 +39,7 @@ a network failure); 2 usage error (flags, or a request the model cannot hold).";
     after_long_help = EXAMPLES,
     after_help = "Run with --help for examples, where the output goes, and the exit codes."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// The knot: a path, a package directory, or an http(s):// or s3:// URL (…/model.knot).
     #[arg(required_unless_present = "model")]
     knot: Option<String>,
@@ -106,7 +107,7 @@ pub struct Args {
     )]
     seed: u64,
     /// Prompt tokens per forward pass of the prefill (llama.cpp's -ub): a long prompt goes through the layers this many at a time, its activations bounded by it.
-    #[arg(long = "ubatch-size", value_name = "N", default_value_t = crate::DEFAULT_UBATCH, value_parser = parse_batch)]
+    #[arg(long = "ubatch-size", value_name = "N", default_value_t = gkq_decode::DEFAULT_UBATCH, value_parser = parse_batch)]
     ubatch: usize,
     /// llama.cpp's logical batch: the prefill runs at most this many tokens at a time too.
     #[arg(long = "batch-size", short = 'b', value_name = "N", value_parser = parse_batch)]
@@ -307,13 +308,13 @@ fn options(
 
 impl Args {
     /// The threads asked for (`-t`).
-    pub fn threads(&self) -> Option<usize> {
+    pub(crate) fn threads(&self) -> Option<usize> {
         self.threads
     }
 
     /// The options of a run, validated; `started` is when the process
     /// started, `threads` the compute threads set.
-    pub fn options(
+    pub(crate) fn options(
         self,
         started: std::time::Instant,
         threads: usize,

@@ -3,7 +3,7 @@
 //! never clap's "to pass '-c' as a value, use '-- -c'".
 
 /// `(flags, what to do instead)`.
-pub const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
+pub(crate) const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
     (
         &["-c", "--ctx-size"],
         "the context is the model's max_position_embeddings, and the KV cache grows as positions are used: bound the new tokens with -n N",
@@ -84,12 +84,12 @@ pub const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
 
 /// llama.cpp's multi-letter single-dash flags that gkq-decode takes, and
 /// their long names (clap reads `-ub` as `-u b`).
-pub const LLAMA_CPP_SHORTS: &[(&str, &str)] = &[("-ub", "--ubatch-size")];
+pub(crate) const LLAMA_CPP_SHORTS: &[(&str, &str)] = &[("-ub", "--ubatch-size")];
 
 /// `args` with llama.cpp's multi-letter single-dash flags that gkq-decode
 /// takes written as their long names (`-ub 64` as `--ubatch-size 64`), up
 /// to a `--`.
-pub fn long_forms(args: impl IntoIterator<Item = String>) -> Vec<String> {
+pub(crate) fn long_forms(args: impl IntoIterator<Item = String>) -> Vec<String> {
     let mut done = false;
     args.into_iter()
         .map(|a| {
@@ -109,7 +109,7 @@ pub fn long_forms(args: impl IntoIterator<Item = String>) -> Vec<String> {
 
 /// The message for `arg` when it is one of llama.cpp's flags that
 /// gkq-decode does not take (`--ctx-size=2048` too).
-pub fn llama_cpp_flag(arg: &str) -> Option<String> {
+pub(crate) fn llama_cpp_flag(arg: &str) -> Option<String> {
     let flag = arg.split_once('=').map_or(arg, |(f, _)| f);
     LLAMA_CPP_FLAGS
         .iter()

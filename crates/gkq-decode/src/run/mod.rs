@@ -7,7 +7,7 @@
 //! the writers given.
 
 mod args;
-pub mod flags;
+pub(crate) mod flags;
 mod prompt;
 mod report;
 
@@ -18,57 +18,57 @@ use std::time::Instant;
 
 use gkq_reader::ReaderConfig;
 
-pub use args::Args;
-pub use flags::{LLAMA_CPP_FLAGS, llama_cpp_flag, long_forms};
-pub use prompt::Prompt;
+pub(crate) use args::Args;
+pub(crate) use flags::{llama_cpp_flag, long_forms};
+pub(crate) use prompt::Prompt;
 
-use crate::error::{DecodeError, Result};
-use crate::{GenOptions, Sampling, Stage, StageRoles, generate_with};
+use gkq_decode::{DecodeError, Result};
+use gkq_decode::{GenOptions, Sampling, Stage, StageRoles, generate_with};
 
 /// Everything a run needs (the binary's flags, validated).
 #[derive(Debug)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// The knot: a path, a package directory, or a URL.
-    pub knot: String,
+    pub(crate) knot: String,
     /// The prompt.
-    pub prompt: Prompt,
+    pub(crate) prompt: Prompt,
     /// A tokenizer.json instead of the package's tokenizer.
-    pub tokenizer: Option<PathBuf>,
+    pub(crate) tokenizer: Option<PathBuf>,
     /// Tokens to generate at most (`None`: until an end token or the
     /// model's positions run out).
-    pub max_new: Option<usize>,
+    pub(crate) max_new: Option<usize>,
     /// Generate past end-of-generation tokens.
-    pub ignore_eos: bool,
+    pub(crate) ignore_eos: bool,
     /// Prompt tokens per forward pass of the prefill.
-    pub ubatch: usize,
+    pub(crate) ubatch: usize,
     /// How tokens are picked.
-    pub sampling: Sampling,
+    pub(crate) sampling: Sampling,
     /// The roles of this stage.
-    pub roles: StageRoles,
+    pub(crate) roles: StageRoles,
     /// The layers of this stage.
-    pub layers: Option<Range<usize>>,
+    pub(crate) layers: Option<Range<usize>>,
     /// A two-node pipeline in this process, split at this layer.
-    pub split: Option<usize>,
+    pub(crate) split: Option<usize>,
     /// Input stage: where the hidden states go.
-    pub hidden_out: Option<PathBuf>,
+    pub(crate) hidden_out: Option<PathBuf>,
     /// One JSON object instead of text.
-    pub json: bool,
+    pub(crate) json: bool,
     /// Where the first step's logits go.
-    pub logits_out: Option<PathBuf>,
+    pub(crate) logits_out: Option<PathBuf>,
     /// The compute threads (reported; set by the binary before candle starts).
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// The reader's configuration.
-    pub reader: ReaderConfig,
+    pub(crate) reader: ReaderConfig,
     /// When the process started (the time to first token counts from it).
-    pub started: Instant,
+    pub(crate) started: Instant,
 }
 
 /// The writers a run reports to.
-pub struct Out<'a> {
+pub(crate) struct Out<'a> {
     /// What a user reads: the text, the report or the JSON.
-    pub stdout: &'a mut (dyn Write + Send),
+    pub(crate) stdout: &'a mut (dyn Write + Send),
     /// The figures after streamed text.
-    pub stderr: &'a mut (dyn Write + Send),
+    pub(crate) stderr: &'a mut (dyn Write + Send),
 }
 
 fn write_err(e: std::io::Error) -> DecodeError {
@@ -79,7 +79,7 @@ fn write_err(e: std::io::Error) -> DecodeError {
 }
 
 /// Runs `o` (see the module docs).
-pub fn run(o: &RunOptions, out: &mut Out<'_>) -> Result<()> {
+pub(crate) fn run(o: &RunOptions, out: &mut Out<'_>) -> Result<()> {
     // the decode runs on a thread of its compute pool: a parallel matmul
     // then shares its rows with the other threads, waiting on none, where
     // called from outside it would wake them all and sleep until they end
@@ -176,7 +176,7 @@ fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> 
 /// Sets environment variables: call it before any other thread starts (at
 /// the top of `main`), as `std::env::set_var` requires.
 #[allow(unsafe_code)]
-pub unsafe fn set_threads(n: Option<usize>) -> (usize, Option<usize>) {
+pub(crate) unsafe fn set_threads(n: Option<usize>) -> (usize, Option<usize>) {
     let from_env = |k: &str| {
         std::env::var(k)
             .ok()

@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use gkq_text::{ChatMessage, Tokenizer};
 
 use super::RunOptions;
-use crate::Stage;
-use crate::error::{DecodeError, Result};
+use gkq_decode::Stage;
+use gkq_decode::{DecodeError, Result};
 
 /// The prompt a run decodes after.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Prompt {
+pub(crate) enum Prompt {
     /// Token ids (`--prompt-ids`): ids out, no tokenizer, no end token.
     Ids(Vec<u32>),
     /// Raw text (`--prompt`, `--file`): tokenized as the model's tokenizer

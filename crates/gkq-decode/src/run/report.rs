@@ -6,8 +6,8 @@ use std::io::Write;
 
 use super::prompt::Made;
 use super::{Out, RunOptions, write_err};
-use crate::error::{DecodeError, Result};
-use crate::{Generation, RoleBytes, Stage};
+use gkq_decode::{DecodeError, Result};
+use gkq_decode::{Generation, RoleBytes, Stage};
 
 fn bytes_line(b: RoleBytes) -> String {
     format!(

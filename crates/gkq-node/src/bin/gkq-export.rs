@@ -5,14 +5,15 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use gkq_reader::{NetArgs, Reader, ReaderConfig, Serve};
+use gkq_cli::NetArgs;
+use gkq_reader::{Reader, ReaderConfig, Serve};
 
 /// Write a knot (path, package directory or URL) as a GGUF file that
 /// llama.cpp, ollama and LM Studio load; every byte verified on the way.
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-export",
-    version = gkq_node::version(),
+    version = gkq_cli::version_line(gkq_store::FEATURES),
     after_help = "\
 Examples:
   gkq-export --gguf model.gguf out/qwen                     a local package

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use gkq_reader::{NetArgs, ReaderConfig};
+use gkq_cli::NetArgs;
+use gkq_reader::ReaderConfig;
 
 /// Copy a published package (its knot's URL or path) into DIR, which any
 /// HTTP server can then serve as a mirror; every object verified against
@@ -14,7 +15,7 @@ use gkq_reader::{NetArgs, ReaderConfig};
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-mirror",
-    version = gkq_node::version(),
+    version = gkq_cli::version_line(gkq_store::FEATURES),
     after_help = "\
 Examples:
   gkq-mirror https://HOST/qwen/v1/model.knot /srv/mirror/qwen/v1 --trust-key publisher.pub.pem

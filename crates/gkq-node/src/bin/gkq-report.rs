@@ -6,14 +6,15 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use gkq_cli::NetArgs;
 use gkq_node::report::{ReportOptions, markdown, report};
-use gkq_reader::{NetArgs, ReaderConfig};
+use gkq_reader::ReaderConfig;
 
 /// The proposal's bandwidth report for your package and your text: per workload, the tokens, distinct ids and bytes a cold node fetches from each row file of the token embedding, against shipping the dense matrix; then many sessions on one node after a warm-up (the package's warm object, or the top ids of the texts). With --url, the sessions are also fetched and the wire measured.
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-report",
-    version = gkq_node::version(),
+    version = gkq_cli::version_line(gkq_store::FEATURES),
     after_help = "\
 Examples:
   gkq-report out/qwen/v1 --texts qa.txt chat.jsonl code.txt

@@ -47,10 +47,35 @@ fn force_replaces_the_proof_objects_with_the_rows() {
     }
 }
 
+/// The crash tests' child: this test binary run again with
+/// `GKQ_TEST_KILL_BEFORE=STEP`, `GKQ_TEST_SRC` and `GKQ_TEST_OUT`: packs
+/// with a commit hook that aborts before `STEP` (like a kill).
+fn killed_child() {
+    let (Ok(step), Ok(src), Ok(out)) = (
+        std::env::var("GKQ_TEST_KILL_BEFORE"),
+        std::env::var("GKQ_TEST_SRC"),
+        std::env::var("GKQ_TEST_OUT"),
+    ) else {
+        return;
+    };
+    fn abort_at(step: gkq_pack::CommitStep) {
+        if std::env::var("GKQ_TEST_KILL_BEFORE").is_ok_and(|v| v == step.name()) {
+            std::process::abort();
+        }
+    }
+    gkq_pack::set_commit_hook(abort_at);
+    let mut opts = gkq_pack::PackOptions::new(&src, &out);
+    opts.force = true;
+    opts.dtypes = vec![gkq_format::DType::BF16, gkq_format::DType::F16];
+    let r = gkq_pack::pack(&opts, &gkq_pack::NoProgress);
+    panic!("the hook did not abort before {step}: {:?}", r.map(|_| ()));
+}
+
 /// A run killed between any two steps of the commit leaves a complete old
 /// or new package in OUT_DIR, and the next run cleans up after it.
 #[test]
 fn killed_commit_leaves_a_complete_old_or_new_package() {
+    killed_child();
     let tmp = tempfile::tempdir().expect("tmp");
     let src = model(tmp.path(), "qwen2-tiny-bf16");
     for step in gkq_pack::CommitStep::ALL {
@@ -58,15 +83,25 @@ fn killed_commit_leaves_a_complete_old_or_new_package() {
         packs(&src, &out, &["--quiet", "--dtype", "f32"], "old package");
         fs::write(out.join("notes.txt"), "mine").expect("write");
         let old = complete_package(&out).expect("old package complete");
-        let r = bin()
-            .arg(&src)
-            .arg("--out")
-            .arg(&out)
-            .args(["--force", "--quiet", "--dtype", "bf16", "--dtype", "f16"])
-            .env("GKQ_PACK_ABORT_BEFORE", step.name())
+        let r = Command::new(std::env::current_exe().expect("this test binary"))
+            .args([
+                "--exact",
+                "package::killed_commit_leaves_a_complete_old_or_new_package",
+                "--nocapture",
+            ])
+            .env("GKQ_TEST_KILL_BEFORE", step.name())
+            .env("GKQ_TEST_SRC", &src)
+            .env("GKQ_TEST_OUT", &out)
             .output()
             .expect("run");
-        assert!(!r.status.success(), "{}: the abort hook fired", step.name());
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(
+            r.status.signal(),
+            Some(6),
+            "{}: the hook aborted: {}",
+            step.name(),
+            String::from_utf8_lossy(&r.stderr)
+        );
         let now = complete_package(&out)
             .unwrap_or_else(|e| panic!("killed before {}: incomplete package: {e}", step.name()));
         let is_new = now != old;

@@ -93,13 +93,11 @@ impl KnotHandle {
                 listed: names.join(", "),
             });
         };
-        let mut sha = [0u8; 32];
-        for (d, pair) in sha.iter_mut().zip(want.as_bytes().chunks(2)) {
-            *d = std::str::from_utf8(pair)
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .unwrap_or(0);
-        }
+        // the format's digest spelling, checked (the header's validation
+        // already refused any other)
+        let sha = *gkq_format::KnotId::parse(want)
+            .map_err(|e| knot_err(&self.location, e))?
+            .digest();
         let at = self.sibling(name);
         let entry = Entry {
             kind: Kind::Blob,

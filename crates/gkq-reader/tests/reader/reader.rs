@@ -633,40 +633,6 @@ fn untied_lm_head_background_pull_and_roles() {
 }
 
 #[test]
-fn clap_args_flatten_into_a_runtime_cli() {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Runtime {
-        #[command(flatten)]
-        embed: gkq_reader::NodeArgs,
-        #[arg(long)]
-        model: String,
-    }
-    let rt = Runtime::parse_from([
-        "node",
-        "--model",
-        "m.knot",
-        "--columnar-embed",
-        "https://x/token_embd.f32.rows",
-    ]);
-    let c = ReaderConfig::try_from(rt.embed).expect("valid flags");
-    assert_eq!(
-        c.columnar_embed.as_deref(),
-        Some("https://x/token_embd.f32.rows")
-    );
-    assert_eq!(c.fetch.cache_rows, 8192);
-    let rt = Runtime::parse_from(["node", "--model", "m", "--embed-cache-rows", "16"]);
-    assert_eq!(
-        ReaderConfig::try_from(rt.embed)
-            .expect("valid")
-            .fetch
-            .cache_rows,
-        16
-    );
-    assert_eq!(rt.model, "m");
-}
-
-#[test]
 fn spectral_blocks_are_returned_untouched() {
     use gkq_format::{
         Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KnotWriter, Metadata,

@@ -61,7 +61,7 @@ impl Setup {
             }
             None => None,
         };
-        let trusted = gkq_sign::load_trusted_keys(&opts.trust_keys)
+        let trusted = gkq_files::load_trusted_keys(&opts.trust_keys)
             .map_err(|error| VerifyError::TrustKey { error })?;
         Ok(Setup {
             source_dir,

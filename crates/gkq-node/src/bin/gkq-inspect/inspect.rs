@@ -4,15 +4,16 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::Parser;
+use gkq_cli::NetArgs;
 use gkq_format::{Block, Encoding, KnotHeader, Quant, Value as MetaValue, hex};
-use gkq_reader::{NetArgs, Reader, ReaderConfig, Serve, is_url};
+use gkq_reader::{Reader, ReaderConfig, Serve, is_url};
 use serde_json::{Value, json};
 
 /// Show the metadata, the block table and the knot id of a GKQ v2 knot.
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-inspect",
-    version = crate::version(),
+    version = gkq_cli::version_line(gkq_store::FEATURES),
     after_help = "\
 Examples:
   gkq-inspect out/qwen2-tiny                              a local package (a directory means its model.knot)
@@ -26,19 +27,19 @@ Output: the knot id, metadata and block table on stdout (text, or one JSON objec
 Exit status: 0 printed; 1 the knot could not be read or is invalid (the message says which rule it breaks); 2 usage error."
 )]
 #[allow(missing_docs)] // clap derive: the flags' help documents them
-pub struct Args {
+pub(crate) struct Args {
     /// The knot: a path, a package directory, or an http(s):// or s3:// URL.
-    pub knot: String,
+    pub(crate) knot: String,
     /// Print one JSON object.
     #[arg(short, long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Also pull every block of the model, verified, without computing
     /// anything (what a node's boot moves; `cargo xtask bench fleet`), and
     /// report the bytes, the time from process start and each source.
     #[arg(long)]
-    pub pull: bool,
+    pub(crate) pull: bool,
     #[command(flatten)]
-    pub net: NetArgs,
+    pub(crate) net: NetArgs,
 }
 
 /// Pulls every block with a payload through the reader's pull plan (every
@@ -236,7 +237,7 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
 }
 
 /// Runs the tool on its flags.
-pub fn run(a: &Args, started: std::time::Instant) -> anyhow::Result<()> {
+pub(crate) fn run(a: &Args, started: std::time::Instant) -> anyhow::Result<()> {
     let config = ReaderConfig::try_from(a.net.clone()).map_err(anyhow::Error::msg)?;
     let reader = Reader::open(&a.knot, config, Serve::NONE)
         .with_context(|| format!("cannot inspect {}", gkq_store::url::redact(&a.knot)))?;

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use gkq_reader::{CacheStats, Embedding, NetStats, NodeArgs, Reader, ReaderConfig, Serve};
+use gkq_cli::NodeArgs;
+use gkq_reader::{CacheStats, Embedding, NetStats, Reader, ReaderConfig, Serve};
 use serde_json::{Value, json};
 
 /// `println!` that returns a closed stdout as an error instead of panicking.
@@ -36,7 +37,7 @@ Exit status: 0 rows read; 1 error (bad ids, unreachable knot, --require-columnar
 /// Token ids: commas and/or white space (`1,2`, `1, 2`, `1 2`), or a JSON array.
 /// Token ids as given on the command line.
 #[derive(Clone, Debug)]
-pub struct Ids(Vec<u64>);
+pub(crate) struct Ids(Vec<u64>);
 
 fn ids_arg(text: &str) -> Result<Ids, String> {
     parse_ids(text).map(Ids).map_err(|e| format!("{e:#}"))
@@ -47,52 +48,43 @@ fn ids_arg(text: &str) -> Result<Ids, String> {
 #[derive(Parser, Debug)]
 #[command(
     name = "gkq-rows",
-    version = crate::version(),
+    version = gkq_cli::version_line(gkq_store::FEATURES),
     after_help = AFTER_HELP,
     group = clap::ArgGroup::new("ids").required(true).args(["tokens", "tokens_file", "sessions_file"])
 )]
 #[allow(missing_docs)] // clap derive: the flags' help documents them
-pub struct Args {
+pub(crate) struct Args {
     /// The knot: a path, a package directory, or an http(s):// or s3:// URL.
-    pub knot: String,
+    pub(crate) knot: String,
     #[command(flatten)]
-    pub embed: NodeArgs,
+    pub(crate) embed: NodeArgs,
     /// Token ids, comma- or space-separated.
     #[arg(short, long, value_name = "IDS", value_parser = ids_arg, help_heading = "Input")]
-    pub tokens: Option<Ids>,
+    pub(crate) tokens: Option<Ids>,
     /// A file of token ids (a JSON array, or ids separated by commas or white space).
     #[arg(long, value_name = "FILE", help_heading = "Input")]
-    pub tokens_file: Option<PathBuf>,
+    pub(crate) tokens_file: Option<PathBuf>,
     /// One JSON array of token ids per line, replayed through one warm backend.
     #[arg(long, value_name = "FILE", help_heading = "Input")]
-    pub sessions_file: Option<PathBuf>,
+    pub(crate) sessions_file: Option<PathBuf>,
     /// Token ids to fetch before the lookups (a hand-made warm seed; --warm
     /// takes the package's own warm object instead).
     #[arg(long, value_name = "IDS", value_parser = ids_arg, help_heading = "Input")]
-    pub prefetch: Option<Ids>,
+    pub(crate) prefetch: Option<Ids>,
     /// Print the rows as f32 on stdout.
     #[arg(long, help_heading = "Output")]
     f32: bool,
     /// After the lookup, repeat it N times from the warm cache and report the cost per row hit.
     #[arg(long, value_name = "N", help_heading = "Output")]
-    pub bench_hits: Option<u32>,
+    pub(crate) bench_hits: Option<u32>,
     /// Print one JSON object on stdout.
     #[arg(long, help_heading = "Output")]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
+/// Token ids as written (gkq-text's one parser of them).
 fn parse_ids(text: &str) -> anyhow::Result<Vec<u64>> {
-    let t = text.trim();
-    if t.starts_with('[') {
-        return Ok(serde_json::from_str(t)?);
-    }
-    t.split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<u64>()
-                .with_context(|| format!("bad token id {s:?}"))
-        })
-        .collect()
+    Ok(gkq_text::parse_ids(text)?)
 }
 
 fn counters(ids: &[u64], cache: CacheStats, net: NetStats, seconds: f64) -> Value {
@@ -333,7 +325,7 @@ fn bench_hits(
 }
 
 /// Runs the tool on its flags.
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub(crate) fn run(a: Args) -> anyhow::Result<()> {
     let config = ReaderConfig::try_from(a.embed.clone()).map_err(anyhow::Error::msg)?;
     let t0 = Instant::now();
     let reader = Reader::open(&a.knot, config, Serve::INPUT)?;

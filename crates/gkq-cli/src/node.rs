@@ -1,5 +1,6 @@
-//! The runtime flags of a node (feature `clap`): `#[command(flatten)]` them
-//! into a runtime's own CLI, as `gkq-rows`, `gkq-inspect` and `gkq-decode` do.
+//! The runtime flags of a node (feature `node`), defined once:
+//! `#[command(flatten)]` them into a runtime's own CLI, as the node tools
+//! and `gkq-decode` do; they become a [`ReaderConfig`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,9 +10,9 @@ use gkq_store::{
     DEFAULT_CONNECTIONS, DEFAULT_MAX_PARALLEL, DEFAULT_MIN_THROUGHPUT, DEFAULT_PART_SIZE,
 };
 
-use crate::cache::{CacheConfig, DEFAULT_CACHE_MAX_BYTES, default_cache_dir};
-use crate::columnar::DEFAULT_CACHE_ROWS;
-use crate::config::ReaderConfig;
+use gkq_reader::{
+    CacheConfig, DEFAULT_CACHE_MAX_BYTES, DEFAULT_CACHE_ROWS, ReaderConfig, default_cache_dir,
+};
 
 /// The flags of a node that reads rows and blocks: the row store, and
 /// [`NetArgs`].
@@ -207,6 +208,35 @@ impl TryFrom<NodeArgs> for ReaderConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_args_flatten_into_a_runtime_cli() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Runtime {
+            #[command(flatten)]
+            embed: NodeArgs,
+            #[arg(long)]
+            model: String,
+        }
+        let rt = Runtime::parse_from([
+            "node",
+            "--model",
+            "m.knot",
+            "--columnar-embed",
+            "https://x/token_embd.f32.rows",
+        ]);
+        let c = ReaderConfig::try_from(rt.embed).expect("valid flags");
+        assert_eq!(
+            c.columnar_embed.as_deref(),
+            Some("https://x/token_embd.f32.rows")
+        );
+        assert_eq!(c.fetch.cache_rows, 8192);
+        let rt = Runtime::parse_from(["node", "--model", "m", "--embed-cache-rows", "16"]);
+        let c = ReaderConfig::try_from(rt.embed).expect("valid");
+        assert_eq!(c.fetch.cache_rows, 16);
+        assert_eq!(rt.model, "m");
+    }
 
     #[test]
     fn sizes() {

@@ -2,8 +2,8 @@
 //! same run on the same files (`cp -r`, `sha256sum`), because these machines
 //! are noisy; the ratio is the number to compare with the targets.
 //!
-//! `cargo xtask bench WHICH` runs [`run`]; each bench builds the release
-//! binaries it times first.
+//! `cargo xtask bench WHICH` runs this binary (release); each bench builds
+//! the release binaries it times first.
 
 mod big;
 mod coldstart;
@@ -21,11 +21,23 @@ mod stress;
 mod verify;
 mod wire;
 
-use clap::Subcommand;
+use clap::{Parser, Subcommand};
+
+/// `cargo xtask bench`: the benchmarks (release builds, same-run
+/// reference timings).
+#[derive(Parser)]
+#[command(name = "cargo xtask bench")]
+struct Cli {
+    #[command(subcommand)]
+    which: Which,
+    /// Repetitions per measurement (the median is reported).
+    #[arg(long, default_value_t = 3, global = true)]
+    reps: usize,
+}
 
 /// The benchmarks, one per `cargo xtask bench` subcommand.
 #[derive(Subcommand, Clone, Copy)]
-pub enum Which {
+enum Which {
     /// Pack the qwen2.5-0.5b preset (bf16, f32, both) against `cp -r` and the Python reference converter.
     Pack,
     /// The GGUF row of `pack` alone: the preset as a q4_0 GGUF (gguf-py) packed as it is, against `cp` of the GGUF and `cp -r` of the output.
@@ -58,9 +70,20 @@ pub enum Which {
     Memory,
 }
 
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli.which, cli.reps.max(1)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
 /// Builds the release binaries, then runs one benchmark (`reps` repetitions
 /// where it repeats).
-pub fn run(which: Which, reps: usize) -> anyhow::Result<()> {
+fn run(which: Which, reps: usize) -> anyhow::Result<()> {
     common::build()?;
     std::fs::create_dir_all(common::bench_dir())?;
     match which {
