@@ -31,7 +31,7 @@ pub struct NodeArgs {
     /// Fail instead of falling back to downloading the whole dense embedding when the row file cannot be used.
     #[arg(long = "require-columnar", help_heading = "Row store")]
     pub require_columnar: bool,
-    /// Row file to fetch from a base URL: f32, f16 or bf16 (or fp32, float16, half, bfloat16…), or a block type (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k: lossy rows of a float block, taken only when asked for) [default: the narrowest one whose values widen to the knot's block exactly; for a quantized block, its own blocks].
+    /// Row file to fetch from a base URL: f32, f16 or bf16 (or fp32, float16, half, bfloat16…), or a block type (q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k: lossy rows of a float block, taken only when asked for) [default: the narrowest one whose values widen to the knot's block exactly; for a quantized block, its own blocks].
     #[arg(long = "embed-dtype", value_name = "DTYPE", value_parser = DType::parse_row, help_heading = "Row store")]
     pub embed_dtype: Option<DType>,
     /// Row file to pull the lm_head from, a float or block type as --embed-dtype [default: the narrowest exact one with fewer bytes per row than the block, else the block; a quantized block stays quantized].
@@ -236,6 +236,16 @@ mod tests {
         let c = ReaderConfig::try_from(rt.embed).expect("valid");
         assert_eq!(c.fetch.cache_rows, 16);
         assert_eq!(rt.model, "m");
+        // issue 56: the block types the help lists are gkq-format's table
+        use clap::CommandFactory;
+        let help = Runtime::command().render_long_help().to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let listed = help
+            .split("or a block type (")
+            .nth(1)
+            .and_then(|r| r.split(':').next())
+            .expect("the block types in --help");
+        assert_eq!(listed, gkq_format::DType::quantized_names());
     }
 
     #[test]

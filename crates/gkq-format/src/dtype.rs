@@ -154,12 +154,20 @@ impl DType {
         if self.is_quantized() { 4 } else { 2 }
     }
 
+    /// The names of the block types, the table's (`q4_0, q4_1, …`), for
+    /// help and messages.
+    pub fn quantized_names() -> String {
+        let names: Vec<String> = crate::QUANTIZED.iter().map(|d| d.to_string()).collect();
+        names.join(", ")
+    }
+
     /// One of ggml's block types by name (`q4_0`, `Q4_K`, …), for flags.
     pub fn parse_quantized(s: &str) -> Result<DType, String> {
         match s.trim().parse::<DType>() {
             Ok(d) if d.is_quantized() => Ok(d),
             _ => Err(format!(
-                "{s:?} is not a quantized type: one of q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k"
+                "{s:?} is not a quantized type: one of {}",
+                DType::quantized_names()
             )),
         }
     }
@@ -170,7 +178,8 @@ impl DType {
         DType::parse_float(s).or_else(|_| {
             DType::parse_quantized(s).map_err(|_| {
                 format!(
-                    "{s:?} is not a row dtype: f32, f16, bf16 (or fp32, float16, half, bfloat16…), or a quantized type: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k"
+                    "{s:?} is not a row dtype: f32, f16, bf16 (or fp32, float16, half, bfloat16…), or a quantized type: {}",
+                    DType::quantized_names()
                 )
             })
         })

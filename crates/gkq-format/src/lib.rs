@@ -12,7 +12,7 @@
 //! - [`Knot::parse`]: validate a whole knot held in memory, then borrow its
 //!   payloads without copying.
 //! - [`KnotWriter`]: write a knot from streamed payloads, hashing as it writes.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 

@@ -73,7 +73,7 @@ pub(crate) struct Args {
     #[arg(short, long = "dtype", value_name = "DTYPE", value_parser = DType::parse_row)]
     pub(crate) dtypes: Vec<DType>,
     /// Store every 2-D float weight matrix in TYPE, one of ggml's block
-    /// types (FORMAT.md 3.5): q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
+    /// types (FORMAT.md 3.5): q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k,
     /// q6_k; or one of llama-quantize's file types (case-insensitive):
     /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K,
     /// with its per-layer rules (Q4_K_M: attn_v and ffn_down of some layers

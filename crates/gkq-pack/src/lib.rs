@@ -48,7 +48,7 @@ pub use options::{COMPANION_FILES, PackOptions, TOOL};
 /// The points of the commit a test can stop a run at ([`set_commit_hook`]).
 #[doc(hidden)]
 pub use output::{CommitStep, set_commit_hook};
-pub use presets::{Mix, parse_quant};
+pub use presets::{Mix, parse_quant, preset_names};
 pub use report::WarmSetReport;
 pub use report::{
     CastSummary, ColumnarReport, CompanionReport, FileReport, KnotFile, PackReport, QuantReport,

@@ -79,7 +79,8 @@ pub(crate) fn check_dtypes(dtypes: &[DType]) -> Result<Vec<DType>> {
     for &d in dtypes {
         if !d.is_castable_float() && !d.is_quantized() {
             return Err(PackError::Dtype(format!(
-                "{d} is not a row dtype: f32, f16, bf16 or a block type (q8_0, q4_0, ...)"
+                "{d} is not a row dtype: f32, f16, bf16 or a block type ({})",
+                DType::quantized_names()
             )));
         }
         if out.contains(&d) {

@@ -39,6 +39,12 @@ const PRESETS: &[(&str, DType, Mix)] = &[
     ("q6_k", DType::Q6_K, Mix::None),
 ];
 
+/// llama-quantize's file types as `--quant` takes them (`Q4_K_M`, …), in
+/// the table's order: for help and messages.
+pub fn preset_names() -> Vec<String> {
+    PRESETS.iter().map(|(n, _, _)| n.to_uppercase()).collect()
+}
+
 /// `--quant`: a preset (case-insensitive) or a single block type.
 pub fn parse_quant(s: &str) -> Result<(DType, Mix), String> {
     let lower = s.trim().to_ascii_lowercase();
@@ -48,10 +54,9 @@ pub fn parse_quant(s: &str) -> Result<(DType, Mix), String> {
     DType::parse_quantized(s)
         .map(|d| (d, Mix::None))
         .map_err(|e| {
-            let names: Vec<String> = PRESETS.iter().map(|(n, _, _)| n.to_uppercase()).collect();
             format!(
                 "{e}; or one of llama-quantize's file types: {}",
-                names.join(", ")
+                preset_names().join(", ")
             )
         })
 }

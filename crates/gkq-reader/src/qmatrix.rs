@@ -1,5 +1,5 @@
 //! `x @ w^T` with `w` kept in its blocks (feature `candle`): the 32-value
-//! types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) by gkq-format's row dot products
+//! types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) by gkq-kernels' row dot products
 //! (AVX2 where the CPU has it) on the blocks as pulled, no copy, with the
 //! results of candle's kernels bit for bit; the K types by candle's
 //! quantized matmul, which has AVX2 kernels for them. With
@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use candle_core::{Device, Tensor};
 use gkq_format::DType;
-use gkq_format::quant::{MatPart, RowDot, matmul, quantize_activations};
+use gkq_kernels::{MatPart, RowDot, matmul, quantize_activations};
 
 use crate::error::{ReaderError, Result};
 
@@ -114,20 +114,28 @@ impl QMatrix {
     }
 }
 
+/// candle's type of each block type (its `quantized` module): a table,
+/// which a test holds to gkq-format's list of block types.
+const CANDLE_TYPES: [(DType, candle_core::quantized::GgmlDType); 8] = {
+    use candle_core::quantized::GgmlDType as G;
+    [
+        (DType::Q4_0, G::Q4_0),
+        (DType::Q4_1, G::Q4_1),
+        (DType::Q5_0, G::Q5_0),
+        (DType::Q5_1, G::Q5_1),
+        (DType::Q8_0, G::Q8_0),
+        (DType::Q4_K, G::Q4K),
+        (DType::Q5_K, G::Q5K),
+        (DType::Q6_K, G::Q6K),
+    ]
+};
+
 /// ggml's type for a block type (candle's `quantized` module).
 pub(crate) fn ggml_dtype(dtype: DType) -> Option<candle_core::quantized::GgmlDType> {
-    use candle_core::quantized::GgmlDType as G;
-    Some(match dtype {
-        DType::Q4_0 => G::Q4_0,
-        DType::Q4_1 => G::Q4_1,
-        DType::Q5_0 => G::Q5_0,
-        DType::Q5_1 => G::Q5_1,
-        DType::Q8_0 => G::Q8_0,
-        DType::Q4_K => G::Q4K,
-        DType::Q5_K => G::Q5K,
-        DType::Q6_K => G::Q6K,
-        _ => return None,
-    })
+    CANDLE_TYPES
+        .iter()
+        .find(|(d, _)| *d == dtype)
+        .map(|&(_, g)| g)
 }
 
 /// candle's quantized matmul of a `[rows, cols]` matrix (its byte length
@@ -166,6 +174,12 @@ fn candle_qmatmul(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_block_type_has_candles_type() {
+        let ours: Vec<DType> = CANDLE_TYPES.iter().map(|(d, _)| *d).collect();
+        assert_eq!(ours, gkq_format::QUANTIZED);
+    }
 
     fn noise(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed;

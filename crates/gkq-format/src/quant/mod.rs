@@ -20,17 +20,10 @@
     clippy::needless_range_loop
 )]
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-mod dot;
 mod k;
-#[cfg(feature = "matmul")]
-mod matmul;
 mod simple;
 
-pub use dot::{Q8Block, RowDot, quantize_activations};
-#[cfg(feature = "matmul")]
-pub use matmul::{MatPart, matmul};
+pub use simple::{unpack4, unpack5};
 
 use half::f16;
 
@@ -41,9 +34,10 @@ pub const QK: usize = 32;
 /// Values per super-block of the K types.
 pub const QK_K: usize = 256;
 
-/// One ggml block type: its block (values, bytes) and its kernels. The one
-/// table of what a block type is here; a new ggml type is an entry (and
-/// its kernels), and a test fails while a quantized `DType` has none.
+/// One ggml block type: its block (values, bytes), its codes and its
+/// reference quantizer. The one table of what a block type's bytes are; a
+/// new ggml type is an entry here (its compute kernels are gkq-kernels'
+/// table), and a test fails while a quantized `DType` has none.
 pub(crate) struct BlockType {
     /// The dtype.
     pub(crate) dtype: DType,
@@ -58,9 +52,6 @@ pub(crate) struct BlockType {
     pub(crate) fallback: Option<DType>,
     dequant: Dequant,
     quant: Quantize,
-    /// The dot product of a row with quantized activations (the 32-value
-    /// types; the K types are multiplied by candle's kernels).
-    pub(crate) dot: Option<dot::Dot>,
 }
 
 /// A block's dequantization kernel: its bytes into its values.
@@ -73,7 +64,6 @@ const fn entry(
     (values, bytes): (usize, usize),
     fallback: Option<DType>,
     (dequant, quant): (Dequant, Quantize),
-    dot: Option<dot::Dot>,
 ) -> BlockType {
     BlockType {
         dtype,
@@ -83,7 +73,6 @@ const fn entry(
         fallback,
         dequant,
         quant,
-        dot,
     }
 }
 
@@ -93,61 +82,28 @@ pub(crate) const BLOCK_TYPES: [BlockType; 8] = {
     use k::*;
     use simple::*;
     [
-        entry(
-            (Q4_0, 2),
-            (QK, 18),
-            None,
-            (dequant_q4_0, quant_q4_0),
-            Some(dot::dot_q4_0),
-        ),
-        entry(
-            (Q4_1, 3),
-            (QK, 20),
-            None,
-            (dequant_q4_1, quant_q4_1),
-            Some(dot::dot_q4_1),
-        ),
-        entry(
-            (Q5_0, 6),
-            (QK, 22),
-            None,
-            (dequant_q5_0, quant_q5_0),
-            Some(dot::dot_q5_0),
-        ),
-        entry(
-            (Q5_1, 7),
-            (QK, 24),
-            None,
-            (dequant_q5_1, quant_q5_1),
-            Some(dot::dot_q5_1),
-        ),
-        entry(
-            (Q8_0, 8),
-            (QK, 34),
-            None,
-            (dequant_q8_0, quant_q8_0),
-            Some(dot::dot_q8_0),
-        ),
+        entry((Q4_0, 2), (QK, 18), None, (dequant_q4_0, quant_q4_0)),
+        entry((Q4_1, 3), (QK, 20), None, (dequant_q4_1, quant_q4_1)),
+        entry((Q5_0, 6), (QK, 22), None, (dequant_q5_0, quant_q5_0)),
+        entry((Q5_1, 7), (QK, 24), None, (dequant_q5_1, quant_q5_1)),
+        entry((Q8_0, 8), (QK, 34), None, (dequant_q8_0, quant_q8_0)),
         entry(
             (Q4_K, 12),
             (QK_K, 144),
             Some(Q5_0),
             (dequant_q4_k, quant_q4_k),
-            None,
         ),
         entry(
             (Q5_K, 13),
             (QK_K, 176),
             Some(Q5_1),
             (dequant_q5_k, quant_q5_k),
-            None,
         ),
         entry(
             (Q6_K, 14),
             (QK_K, 210),
             Some(Q8_0),
             (dequant_q6_k, quant_q6_k),
-            None,
         ),
     ]
 };
@@ -174,8 +130,8 @@ fn half(x: f32) -> [u8; 2] {
     f16::from_f32(x).to_le_bytes()
 }
 
-/// The f16 at `b` as f32 (exact).
-fn unhalf(b: [u8; 2]) -> f32 {
+/// The f16 at `b` (a block's scale or minimum) as f32 (exact).
+pub fn unhalf(b: [u8; 2]) -> f32 {
     f16::from_le_bytes(b).to_f32()
 }
 

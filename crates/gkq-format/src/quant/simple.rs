@@ -124,7 +124,7 @@ pub(super) fn quant_q8_0(x: &[f32], b: &mut [u8]) {
 }
 
 /// The 4-bit codes of a block's 16 packed bytes, value order.
-pub(super) fn unpack4(qs: &[u8]) -> [u8; QK] {
+pub fn unpack4(qs: &[u8]) -> [u8; QK] {
     let mut q = [0u8; QK];
     for j in 0..QK / 2 {
         q[j] = qs[j] & 0x0F;
@@ -134,7 +134,7 @@ pub(super) fn unpack4(qs: &[u8]) -> [u8; QK] {
 }
 
 /// The 5-bit codes of a block: the low nibbles and the bits of `qh`.
-pub(super) fn unpack5(qh: &[u8], qs: &[u8]) -> [u8; QK] {
+pub fn unpack5(qh: &[u8], qs: &[u8]) -> [u8; QK] {
     let h = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
     let mut q = unpack4(qs);
     for (j, v) in q.iter_mut().enumerate() {

@@ -464,3 +464,30 @@ fn every_input_file_is_a_bounded_regular_file() {
     assert!(!o.status.success());
     assert!(err.contains("refs/main") && err.contains("a FIFO"), "{err}");
 }
+
+/// Issue 56: the type names `--help` lists are the tables' (the block
+/// types of gkq-format, llama-quantize's file types of the presets), so a
+/// type added to a table and not to the help fails here.
+#[test]
+fn help_lists_the_types_of_the_tables() {
+    let r = run(&["--help"]);
+    let help = String::from_utf8_lossy(&r.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let between = |from: &str, to: &str| -> Vec<String> {
+        let at = help
+            .find(from)
+            .unwrap_or_else(|| panic!("{from:?} in --help:\n{help}"))
+            + from.len();
+        let rest = &help[at..];
+        rest[..rest.find(to).expect("end")]
+            .split(',')
+            .map(|n| n.trim().to_owned())
+            .collect()
+    };
+    let blocks = between("block types (FORMAT.md 3.5): ", ";");
+    assert_eq!(blocks.join(", "), gkq_format::DType::quantized_names());
+    let presets = between("file types (case-insensitive): ", ", with");
+    assert_eq!(presets, gkq_pack::preset_names());
+}

@@ -431,7 +431,7 @@ fn bad_quantization_input_fails_cleanly() {
     assert_eq!(r.status.code(), Some(2));
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(
-        err.contains("\"q3_k\" is not a quantized type: one of q8_0, q4_0"),
+        err.contains("\"q3_k\" is not a quantized type: one of q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k"),
         "{err}"
     );
     assert!(!out.exists());

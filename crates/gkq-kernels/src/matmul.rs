@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use super::dot::{Q8Block, RowDot};
+use crate::{Q8Block, RowDot};
 
 /// Tokens that meet a row while it is in cache.
 const TOKEN_TILE: usize = 32;

@@ -3,72 +3,32 @@
 //! products with the activations summed in pairs by `maddubs`, then `madd`
 //! to eight i32, scaled in f32 and accumulated with FMA.
 //!
-//! The only unsafe code of the crate: loads of 16 or 32 bytes from slices
-//! that are indexed to that length first, and calls of these functions
-//! once the CPU is known to have AVX2, FMA and F16C.
+//! The unsafe code of the crate: loads of 16 or 32 bytes from slices that
+//! are indexed to that length first, and calls of these functions once the
+//! CPU is known to have AVX2, FMA and F16C.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::*;
 
-use super::dot::{Dot, Dot4, Q8Block};
-use crate::dtype::DType;
+use crate::types::{Codes, Ty};
+use crate::{Dot, Dot4, Q8Block};
 
-/// The AVX2 kernels of `dtype` (one token, four tokens) when this CPU
-/// has AVX2, FMA and F16C.
-pub(super) fn kernels(dtype: DType) -> Option<(Dot, Dot4)> {
-    if !(is_x86_feature_detected!("avx2")
+/// Whether this CPU has AVX2, FMA and F16C: the kernels below may run.
+pub(crate) fn available() -> bool {
+    is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
-        && is_x86_feature_detected!("f16c"))
-    {
-        return None;
-    }
-    // SAFETY (each call): the CPU has AVX2, FMA and F16C, checked above
-    Some(match dtype {
-        DType::Q4_0 => (
-            |w, a| unsafe { dot::<Q4_0>(w, a) },
-            |w, a| unsafe { dot4::<Q4_0>(w, a) },
-        ),
-        DType::Q4_1 => (
-            |w, a| unsafe { dot::<Q4_1>(w, a) },
-            |w, a| unsafe { dot4::<Q4_1>(w, a) },
-        ),
-        DType::Q5_0 => (
-            |w, a| unsafe { dot::<Q5_0>(w, a) },
-            |w, a| unsafe { dot4::<Q5_0>(w, a) },
-        ),
-        DType::Q5_1 => (
-            |w, a| unsafe { dot::<Q5_1>(w, a) },
-            |w, a| unsafe { dot4::<Q5_1>(w, a) },
-        ),
-        DType::Q8_0 => (
-            |w, a| unsafe { dot::<Q8_0>(w, a) },
-            |w, a| unsafe { dot4::<Q8_0>(w, a) },
-        ),
-        _ => return None,
-    })
+        && is_x86_feature_detected!("f16c")
 }
 
-// The block types, as const parameters of the kernels below.
-const Q4_0: u8 = 0;
-const Q4_1: u8 = 1;
-const Q5_0: u8 = 2;
-const Q5_1: u8 = 3;
-const Q8_0: u8 = 4;
-
-/// Bytes of a block of type `T`.
-const fn block_bytes(t: u8) -> usize {
-    match t {
-        Q4_0 => 18,
-        Q4_1 => 20,
-        Q5_0 => 22,
-        Q5_1 => 24,
-        _ => 34,
-    }
-}
-
-/// Whether type `t` has a minimum (its codes are then unsigned).
-const fn has_min(t: u8) -> bool {
-    matches!(t, Q4_1 | Q5_1)
+/// The one-token and four-token kernels of type `T`, callable once
+/// [`available`] said yes (the only caller, `RowDot::of`, asks first).
+pub(crate) const fn kernels<T: Ty>() -> (Dot, Dot4) {
+    // SAFETY (each call): `RowDot::of` hands these out only when
+    // `available()`: the CPU has AVX2, FMA and F16C
+    (
+        |w, a| unsafe { dot::<T>(w, a) },
+        |w, a| unsafe { dot4::<T>(w, a) },
+    )
 }
 
 /// 32 bytes of `b` (which is indexed to them first).
@@ -161,40 +121,36 @@ fn minimum(b: &[u8]) -> f32 {
 /// The 32 codes of block `b` of type `T`: signed bytes (`q - 8`,
 /// `q - 16`, Q8_0's), or unsigned for the types with a minimum.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn codes<const T: u8>(b: &[u8]) -> __m256i {
-    match T {
-        Q4_0 => _mm256_sub_epi8(nibbles(&b[2..]), _mm256_set1_epi8(8)),
-        Q4_1 => nibbles(&b[4..]),
+fn codes<T: Ty>(b: &[u8]) -> __m256i {
+    match T::CODES {
+        Codes::Nib4 { qs, minus8: true } => _mm256_sub_epi8(nibbles(&b[qs..]), _mm256_set1_epi8(8)),
+        Codes::Nib4 { qs, minus8: false } => nibbles(&b[qs..]),
         // code - 16: the nibble with 0xF0 where the fifth bit is clear
-        Q5_0 => _mm256_or_si256(
-            nibbles(&b[6..]),
-            _mm256_andnot_si256(bits(&b[2..]), _mm256_set1_epi8(0xF0_u8 as i8)),
+        Codes::Nib5 {
+            qh,
+            qs,
+            signed: true,
+        } => _mm256_or_si256(
+            nibbles(&b[qs..]),
+            _mm256_andnot_si256(bits(&b[qh..]), _mm256_set1_epi8(0xF0_u8 as i8)),
         ),
-        Q5_1 => _mm256_or_si256(
-            nibbles(&b[8..]),
-            _mm256_and_si256(bits(&b[4..]), _mm256_set1_epi8(0x10)),
+        Codes::Nib5 {
+            qh,
+            qs,
+            signed: false,
+        } => _mm256_or_si256(
+            nibbles(&b[qs..]),
+            _mm256_and_si256(bits(&b[qh..]), _mm256_set1_epi8(0x10)),
         ),
-        _ => load32(&b[2..]),
+        Codes::Int8 { qs } => load32(&b[qs..]),
     }
-}
-
-/// Whether type `t` is summed in candle 0.11's AVX2 order (eight f32
-/// lanes, `fmadd(d_w·d_a, Σ, acc)`, added up at the end: Q4_0, Q8_0) or
-/// in its scalar order (a block's exact integer sum, then
-/// `sum += Σ·d_w·d_a (+ m_w·s_a)` in f32: Q4_1, Q5_0, Q5_1, which candle
-/// has no AVX2 kernel for). Either way the f32 results equal candle's, bit
-/// for bit: activation quantization turns a last-bit difference into a
-/// different 8-bit code in the next layer, and the logits of a 270M model
-/// moved by 2 % of the largest when the order changed.
-const fn lanes(t: u8) -> bool {
-    matches!(t, Q4_0 | Q8_0)
 }
 
 /// The integer products of block `b` (codes `q`, their magnitudes `aq`)
 /// with activations `y`, in eight lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn products<const T: u8>(q: __m256i, aq: __m256i, y: &Q8Block) -> __m256i {
-    if has_min(T) {
+fn products<T: Ty>(q: __m256i, aq: __m256i, y: &Q8Block) -> __m256i {
+    if T::MIN {
         mul_sum_us8(q, acts(y))
     } else {
         mul_sum_us8(aq, _mm256_sign_epi8(acts(y), q))
@@ -203,18 +159,18 @@ fn products<const T: u8>(q: __m256i, aq: __m256i, y: &Q8Block) -> __m256i {
 
 /// One block's term in candle's scalar order.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn term<const T: u8>(b: &[u8], dw: f32, y: &Q8Block, p: __m256i) -> f32 {
+fn term<T: Ty>(b: &[u8], dw: f32, y: &Q8Block, p: __m256i) -> f32 {
     let v = hsum_i32(p) as f32 * dw * y.d;
-    if has_min(T) { v + minimum(b) * y.s } else { v }
+    if T::MIN { v + minimum(b) * y.s } else { v }
 }
 
 /// `w · a`, one block of type `T` at a time: in scalar order four
 /// blocks' terms are the lanes of one vector (each lane the same f32
 /// operations as [`term`]), added to the sum in block order.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot<const T: u8>(w: &[u8], a: &[Q8Block]) -> f32 {
-    let bb = block_bytes(T);
-    if lanes(T) {
+fn dot<T: Ty>(w: &[u8], a: &[Q8Block]) -> f32 {
+    let bb = T::BYTES;
+    if T::LANES {
         let mut acc = _mm256_setzero_ps();
         for (b, y) in w.chunks_exact(bb).zip(a) {
             let q = codes::<T>(b);
@@ -244,7 +200,7 @@ fn dot<const T: u8>(w: &[u8], a: &[Q8Block]) -> f32 {
         let dw = _mm_movelh_ps(h01, h23);
         let da = _mm_set_ps(y4[3].d, y4[2].d, y4[1].d, y4[0].d);
         let mut v = _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(hsum4_i32(p)), dw), da);
-        if has_min(T) {
+        if T::MIN {
             let m = _mm_movehl_ps(h23, h01);
             let sa = _mm_set_ps(y4[3].s, y4[2].s, y4[1].s, y4[0].s);
             v = _mm_add_ps(v, _mm_mul_ps(m, sa));
@@ -282,12 +238,12 @@ fn hsum4_i32(p: [__m256i; 4]) -> __m128i {
 /// the four tokens' terms are the lanes of one vector, each lane the same
 /// f32 operations as [`term`].
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
+fn dot4<T: Ty>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut sum = _mm_setzero_ps();
-    let n = w.len() / block_bytes(T);
+    let n = w.len() / T::BYTES;
     let a = [&a[0][..n], &a[1][..n], &a[2][..n], &a[3][..n]];
-    for (i, b) in w.chunks_exact(block_bytes(T)).enumerate() {
+    for (i, b) in w.chunks_exact(T::BYTES).enumerate() {
         let q = codes::<T>(b);
         // the signed codes' magnitudes, once; their signs go to each token's
         let aq = _mm256_sign_epi8(q, q);
@@ -297,7 +253,7 @@ fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
         for t in 0..4 {
             p[t] = products::<T>(q, aq, y[t]);
         }
-        if lanes(T) {
+        if T::LANES {
             for t in 0..4 {
                 let d = _mm256_set1_ps(dw * y[t].d);
                 acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[t]), acc[t]);
@@ -307,13 +263,13 @@ fn dot4<const T: u8>(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
         let da = _mm_set_ps(y[3].d, y[2].d, y[1].d, y[0].d);
         let dots = _mm_cvtepi32_ps(hsum4_i32(p));
         let mut v = _mm_mul_ps(_mm_mul_ps(dots, _mm_set1_ps(dw)), da);
-        if has_min(T) {
+        if T::MIN {
             let sa = _mm_set_ps(y[3].s, y[2].s, y[1].s, y[0].s);
             v = _mm_add_ps(v, _mm_mul_ps(_mm_set1_ps(minimum(b)), sa));
         }
         sum = _mm_add_ps(sum, v);
     }
-    if lanes(T) {
+    if T::LANES {
         let mut out = [0f32; 4];
         for t in 0..4 {
             out[t] = hsum(acc[t]);
