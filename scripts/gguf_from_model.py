@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
-from gguf import GGUFWriter, quants
+from gguf import GGUFWriter, RopeScalingType, quants
 
 
 def read_safetensors(path: Path) -> dict:
@@ -97,6 +97,16 @@ def main() -> None:
     w.add_token_list([f"<t{i}>" for i in range(vocab)])
     w.add_token_types([1] * vocab)
     w.add_token_merges([])
+    # rope scaling as convert_hf_to_gguf.py writes it: Llama 3's as the
+    # per-dimension factors rope_freqs.weight, another as its type and factor
+    scaling = cfg.get("rope_scaling") or {}
+    kind_of = scaling.get("rope_type", scaling.get("type"))
+    if kind_of == "llama3":
+        head_dim = cfg["hidden_size"] // heads
+        w.add_tensor("rope_freqs.weight", np.ones(head_dim // 2, dtype=np.float32))
+    elif kind_of is not None:
+        w.add_rope_scaling_type(RopeScalingType(kind_of))
+        w.add_rope_scaling_factor(scaling.get("factor", 1.0))
     qtype = {"f32": T.F32, "f16": T.F16, "q8_0": T.Q8_0, "q4_0": T.Q4_0}[kind]
     for hf in sorted(tensors):
         a = tensors[hf]

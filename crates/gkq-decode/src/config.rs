@@ -2,25 +2,18 @@
 //! (a companion file the knot pins by digest, docs/FORMAT.md 3.1), and its
 //! architecture from the one table of them (`gkq_format::arch`).
 
-use gkq_format::arch::{self, Arch, Part};
+use gkq_format::arch::{self, Activation, Arch, Decoder, EmbedScale, Norm, Part};
 use serde::Deserialize;
 
 use crate::error::{DecodeError, Result};
-
-/// The feed-forward's gate activation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// SiLU (SwiGLU): Llama, Qwen2, Mistral.
-    Silu,
-    /// GELU, tanh approximation (GeGLU): Gemma.
-    GeluTanh,
-}
 
 /// What the forward pass needs to know.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Architecture.
     pub arch: &'static Arch,
+    /// How it computes (its row's).
+    pub decoder: &'static Decoder,
     /// Width of the residual stream.
     pub hidden: usize,
     /// MLP width.
@@ -97,42 +90,41 @@ fn config_err<T>(m: impl std::fmt::Display) -> Result<T> {
     Err(DecodeError::Config(format!("config.json: {m}")))
 }
 
-/// The architecture `config.json` names, or why it is not one this crate runs.
-fn arch_of(bytes: &[u8]) -> Result<&'static Arch> {
+/// The architecture `config.json` names, or why it is not one this crate
+/// runs; and the activation it asks for, checked against the row with its
+/// `rope_scaling`.
+fn arch_of(bytes: &[u8]) -> Result<(&'static Arch, &'static Decoder, Activation)> {
     // the architecture first: another model's config lacks our fields,
     // and "missing field hidden_size" would hide the real cause
-    #[derive(Deserialize)]
-    struct Kind {
-        model_type: Option<String>,
-    }
-    let kind: Kind = serde_json::from_slice(bytes)
+    let v: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| DecodeError::Config(format!("config.json: {e}")))?;
     let supported = supported();
-    match kind.model_type.as_deref() {
-        Some(t) => arch::by_hf(t).map_or_else(
-            || {
-                let encoder = ["bert", "roberta", "distilbert", "xlm-roberta", "electra", "mpnet"];
-                let why = if encoder.contains(&t) {
-                    ": an encoder-only model has no LM head to decode with"
-                } else {
-                    ""
-                };
-                config_err(format!(
-                    "model_type {t:?} is not an architecture gkq-decode runs (it runs {supported}){why}"
-                ))
-            },
-            Ok,
-        ),
-        None => Err(DecodeError::Config(format!(
+    let Some(t) = v.get("model_type").and_then(serde_json::Value::as_str) else {
+        return Err(DecodeError::Config(format!(
             "config.json has no model_type: gkq-decode runs {supported}"
-        ))),
-    }
+        )));
+    };
+    let arch = arch::by_hf(t);
+    let Some((arch, decoder)) = arch.and_then(|a| Some((a, a.decoder?))) else {
+        let why = if arch.is_some_and(|a| a.encoder) {
+            ": an encoder-only model has no LM head to decode with"
+        } else {
+            ""
+        };
+        return config_err(format!(
+            "model_type {t:?} is not an architecture gkq-decode runs (it runs {supported}){why}"
+        ));
+    };
+    let activation = decoder
+        .check_config(&v)
+        .map_err(|u| DecodeError::Config(format!("config.json: {u}")))?;
+    Ok((arch, decoder, activation))
 }
 
 impl Config {
     /// Parses `config.json`.
     pub fn from_json(bytes: &[u8]) -> Result<Config> {
-        let arch = arch_of(bytes)?;
+        let (arch, decoder, activation) = arch_of(bytes)?;
         let raw: Raw = serde_json::from_slice(bytes)
             .map_err(|e| DecodeError::Config(format!("config.json: {e}")))?;
         let heads = raw.num_attention_heads;
@@ -156,17 +148,19 @@ impl Config {
         if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return config_err(format!("head_dim {head_dim} must be even and non-zero"));
         }
-        let gemma = arch.name == "gemma3";
         let gguf = raw.gguf_architecture.is_some();
-        let sliding = match (gemma, raw.sliding_window) {
-            (true, Some(w)) if w > 0 => Some((
+        let sliding = match (decoder.sliding, raw.sliding_window) {
+            (Some(s), Some(w)) if w > 0 => Some((
                 w,
-                raw.sliding_window_pattern.unwrap_or(6).max(1),
-                raw.rope_local_base_freq.unwrap_or(10_000.0),
+                raw.sliding_window_pattern.unwrap_or(s.pattern).max(1),
+                raw.rope_local_base_freq.unwrap_or(s.local_base),
             )),
             _ => None,
         };
-        let scalar = raw.query_pre_attn_scalar.unwrap_or(head_dim as f64);
+        let scalar = raw
+            .query_pre_attn_scalar
+            .filter(|_| decoder.gemma_scales)
+            .unwrap_or(head_dim as f64);
         if !finite(scalar) || sliding.is_some_and(|s| !finite(s.2)) {
             return config_err(
                 "query_pre_attn_scalar and rope_local_base_freq must be finite and positive",
@@ -174,6 +168,7 @@ impl Config {
         }
         Ok(Config {
             arch,
+            decoder,
             hidden: raw.hidden_size,
             intermediate: raw.intermediate_size,
             layers: raw.num_hidden_layers,
@@ -187,25 +182,25 @@ impl Config {
             gguf,
             sliding,
             attn_scale: 1.0 / scalar.sqrt(),
-            embed_scale: gemma.then(|| (raw.hidden_size as f64).sqrt()),
-            norm_offset: if arch.norm_plus_one && !gguf {
-                1.0
-            } else {
-                0.0
+            embed_scale: match decoder.embed_scale {
+                EmbedScale::None => None,
+                EmbedScale::SqrtHidden => Some((raw.hidden_size as f64).sqrt()),
             },
-            activation: if gemma {
-                Activation::GeluTanh
-            } else {
-                Activation::Silu
+            norm_offset: match decoder.norm {
+                Norm::OnePlusW if !gguf => 1.0,
+                Norm::OnePlusW | Norm::W => 0.0,
             },
-            logit_softcap: raw.final_logit_softcapping.filter(|&c| finite(c)),
+            activation,
+            logit_softcap: raw
+                .final_logit_softcapping
+                .filter(|&c| decoder.gemma_scales && finite(c)),
         })
     }
 
     /// Whether rotary pairs are adjacent dimensions (llama.cpp's Llama
     /// layout) rather than halves (Hugging Face's "rotate half").
     pub fn rope_interleaved(&self) -> bool {
-        self.gguf && self.arch.gguf_rope_pairs
+        self.gguf && self.decoder.gguf_rope_pairs
     }
 
     /// The window and rope base of layer `l`: a local layer's, or `None`
@@ -311,5 +306,49 @@ impl Config {
         self.max_positions
             .unwrap_or(DEFAULT_MAX_POSITIONS)
             .min(MAX_POSITIONS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Result<Config> {
+        Config::from_json(
+            format!(
+                r#"{{"model_type":"llama","hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4{extra}}}"#
+            )
+            .as_bytes(),
+        )
+    }
+
+    /// The row decides; a value it does not implement is refused by its key.
+    #[test]
+    fn the_row_decides_and_refuses_what_it_lacks() {
+        let c = config("").expect("llama");
+        assert_eq!(c.activation, Activation::Silu);
+        assert_eq!((c.embed_scale, c.norm_offset, c.sliding), (None, 0.0, None));
+        let e = |extra: &str| config(extra).expect_err(extra).to_string();
+        let relu = e(r#","hidden_act":"relu""#);
+        assert!(
+            relu.contains(r#"config.json: hidden_act is "relu""#),
+            "{relu}"
+        );
+        let yarn = e(r#","rope_scaling":{"rope_type":"yarn","factor":4}"#);
+        assert!(
+            yarn.contains("rope_scaling is {") && yarn.contains("default, none"),
+            "{yarn}"
+        );
+        let llama3 = e(r#","rope_scaling":{"type":"llama3","factor":8}"#);
+        assert!(llama3.contains("llama3"), "{llama3}");
+        config(r#","rope_scaling":null,"hidden_act":"silu""#).expect("no scaling");
+        // Gemma 3 reads its own key, and scales as its row says
+        let g = Config::from_json(
+            br#"{"model_type":"gemma3_text","hidden_size":4,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":1,"head_dim":4,"vocab_size":4,"sliding_window":2,"query_pre_attn_scalar":16,"hidden_act":"relu"}"#,
+        )
+        .expect("gemma3: hidden_act is not its key");
+        assert_eq!(g.activation, Activation::GeluTanh);
+        assert_eq!((g.embed_scale, g.norm_offset), (Some(2.0), 1.0));
+        assert_eq!((g.sliding, g.attn_scale), (Some((2, 6, 10_000.0)), 0.25));
     }
 }

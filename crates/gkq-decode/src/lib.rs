@@ -25,7 +25,7 @@ mod stage;
 
 use serde::Serialize;
 
-pub use config::{Activation, Config, DEFAULT_MAX_POSITIONS, supported};
+pub use config::{Config, DEFAULT_MAX_POSITIONS, supported};
 pub use error::{DecodeError, Result};
 pub use generate::{DEFAULT_UBATCH, GenOptions, Generation, Sampling, generate, generate_with};
 pub use stage::Stage;

@@ -12,8 +12,9 @@ use candle_core::{D, DType as CDType, Device, Tensor};
 use gkq_format::DType;
 use gkq_format::arch::Part;
 
-use crate::config::{Activation, Config};
+use crate::config::Config;
 use crate::error::{DecodeError, Result};
+use gkq_format::arch::Activation;
 
 /// `[..]` f32 weights from a block's bytes (f16/bf16 widened exactly).
 pub(crate) fn tensor_from_block(bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Tensor> {

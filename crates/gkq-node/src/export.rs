@@ -17,6 +17,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use gkq_format::arch::{self, Arch, Part};
 use gkq_format::gguf::{self, Gguf, GgufTensorOut, GgufValue};
 use gkq_format::{Block, DType, Encoding};
 use gkq_reader::{PullPlan, Pulled, Reader};
@@ -86,22 +87,40 @@ fn permute_rows(bytes: &[u8], rows: usize, heads: usize) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The GGUF metadata of a knot packed from safetensors: the
-/// hyper-parameters gguf-py writes for llama and qwen2.
 /// A GGUF's key/value pairs.
 type Kv = Vec<(String, GgufValue)>;
 
-fn derived_kv(
-    config: &serde_json::Value,
-) -> Result<(&'static gkq_format::arch::Arch, Kv), NodeError> {
+/// The architectures an export maps, as `llama and qwen2 (and mistral,
+/// as llama)`: those llama.cpp names as they are, then the others.
+fn exported_names() -> String {
+    let exported = arch::ARCHS
+        .iter()
+        .filter(|a| a.decoder.is_some_and(|d| d.export));
+    let (mut same, mut other): (Vec<&Arch>, Vec<&Arch>) =
+        exported.partition(|a| a.gguf == Some(a.name));
+    same.sort_by_key(|a| a.name);
+    other.sort_by_key(|a| a.name);
+    let same: Vec<&str> = same.iter().map(|a| a.name).collect();
+    let mut text = same.join(" and ");
+    for a in other {
+        text += &format!(" (and {}, as {})", a.name, a.gguf.unwrap_or("?"));
+    }
+    text
+}
+
+/// The GGUF metadata of a knot packed from safetensors: the
+/// hyper-parameters gguf-py writes for llama and qwen2.
+fn derived_kv(config: &serde_json::Value) -> Result<(&'static Arch, Kv), NodeError> {
     let model_type = config["model_type"].as_str().unwrap_or_default();
-    let table = gkq_format::arch::by_hf(model_type).filter(|a| !a.norm_plus_one);
-    let Some(table) = table else {
+    let exported = |a: &Arch| a.decoder.is_some_and(|d| d.export);
+    let table = arch::by_hf(model_type).filter(|a| exported(a));
+    let (Some(table), Some(arch)) = (table, table.and_then(|a| a.gguf)) else {
         return Err(NodeError::Unsupported(format!(
-            "the knot came from safetensors of model_type {model_type:?}: gkq-export maps llama and qwen2 (and mistral, as llama) to llama.cpp's names (and any knot packed from a GGUF back to it)"
+            "the knot came from safetensors of model_type {model_type:?}: gkq-export maps {} to llama.cpp's names (and any knot packed from a GGUF back to it)",
+            exported_names()
         )));
     };
-    let arch = table.gguf.to_owned();
+    let arch = arch.to_owned();
     let u = |k: &str| config[k].as_u64().map(|v| GgufValue::U32(v as u32));
     let f = |k: &str, d: f64| GgufValue::F32(config[k].as_f64().unwrap_or(d) as f32);
     let need =
@@ -193,9 +212,10 @@ fn plan(r: &Reader) -> Result<(Gguf, Vec<Planned>, String), NodeError> {
         let name = arch.gguf_name(&b.name).ok_or_else(|| {
             NodeError::Unsupported(format!("tensor {:?} has no llama.cpp name", b.name))
         })?;
-        let permute_heads = match (arch.gguf_rope_pairs, b.name.rsplit('.').nth(1)) {
-            (true, Some("q_proj")) => Some(heads),
-            (true, Some("k_proj")) => Some(kv_heads),
+        let pairs = arch.decoder.is_some_and(|d| d.gguf_rope_pairs);
+        let permute_heads = match arch.layer_part(&b.name) {
+            Some((_, Part::Q)) if pairs => Some(heads),
+            Some((_, Part::K)) if pairs => Some(kv_heads),
             _ => None,
         };
         tensors.push(Planned {

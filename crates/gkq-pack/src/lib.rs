@@ -102,7 +102,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         opts.embed_tensor.as_deref(),
         opts.lm_head_tensor.as_deref(),
     )?;
-    let types = types::decide(&opts.quant, &src, &roles)?;
+    let types = types::decide(&opts.quant, &src, &roles, cfg.arch)?;
     let mut companions = find_companions(&located.dir)?;
     companions::gguf_companions(&src, &roles, &mut companions)?;
     let factored = spectral::factor_all(&src, &roles, &opts.spectral)?;

@@ -86,7 +86,8 @@ fn identical(src: &SourceModel, a: &SourceTensor, b: &SourceTensor) -> Result<bo
     Ok(true)
 }
 
-/// The token embedding: the override, else the first of the family's names.
+/// The token embedding: the override, else the first of the architecture's
+/// names.
 fn find_embed<'s>(
     cfg: &ModelConfig,
     src: &'s SourceModel,
@@ -107,25 +108,20 @@ fn find_embed<'s>(
         candidates: candidates(src, vocab),
         flag: "embed-tensor",
     };
-    let family = cfg.family.ok_or_else(|| {
+    let roles = cfg.roles.ok_or_else(|| {
         undecided(format!(
-            "model_type {:?} / architecture {:?} is not a family the packer knows",
+            "model_type {:?} / architecture {:?} is not an architecture the packer knows",
             cfg.model_type, cfg.architecture
         ))
     })?;
-    family
-        .embed_names()
+    roles
+        .embed
         .iter()
         .find_map(|n| src.tensor(n))
-        .ok_or_else(|| {
-            undecided(format!(
-                "none of {:?} is in the model",
-                family.embed_names()
-            ))
-        })
+        .ok_or_else(|| undecided(format!("none of {:?} is in the model", roles.embed)))
 }
 
-/// Decides the roles from the config's family (or the overrides).
+/// Decides the roles from the config's architecture (or the overrides).
 pub(crate) fn decide(
     cfg: &ModelConfig,
     src: &SourceModel,
@@ -134,9 +130,7 @@ pub(crate) fn decide(
 ) -> Result<RolePlan> {
     let embed = find_embed(cfg, src, embed_override)?;
     check_shape(cfg, src, embed, Role::TokenEmbd)?;
-    let lm_names: &[&str] = cfg
-        .family
-        .map_or(&["lm_head.weight"], |f| f.lm_head_names());
+    let lm_names: &[&str] = cfg.roles.map_or(&["lm_head.weight"], |r| r.lm_head);
     let lm_head = match lm_head_override {
         Some(name) => Some(src.tensor(name).ok_or_else(|| PackError::UnknownTensor {
             flag: "lm-head-tensor",

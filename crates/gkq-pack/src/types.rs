@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 
 use gkq_format::DType;
+use gkq_format::arch::{self, Arch};
 use gkq_source::{SourceModel, SourceTensor};
 use serde::Serialize;
 
@@ -126,17 +127,23 @@ fn fit(tensor: &str, asked: DType, cols: u64, explicit: bool) -> Result<(DType, 
 }
 
 /// llama.cpp's layer count for its mixes: the layers the names number.
-fn layer_count(src: &SourceModel) -> usize {
+fn layer_count(src: &SourceModel, arch: Option<&Arch>) -> usize {
     src.tensors
         .iter()
-        .filter_map(|t| gkq_format::arch::layer_part(&t.name))
+        .filter_map(|t| arch::layer_part(arch, &t.name))
         .map(|(l, _)| l + 1)
         .max()
         .unwrap_or(0)
 }
 
 /// Decides the types of every tensor the options touch.
-pub(crate) fn decide(q: &QuantOptions, src: &SourceModel, roles: &RolePlan) -> Result<TypePlan> {
+/// `arch` names the layers' parts (llama.cpp's mixes give some more bits).
+pub(crate) fn decide(
+    q: &QuantOptions,
+    src: &SourceModel,
+    roles: &RolePlan,
+    arch: Option<&Arch>,
+) -> Result<TypePlan> {
     let mut plan = TypePlan::default();
     if !q.any() {
         return Ok(plan);
@@ -159,7 +166,7 @@ pub(crate) fn decide(q: &QuantOptions, src: &SourceModel, roles: &RolePlan) -> R
     } else {
         q.token_embedding.or(q.weights)
     };
-    let layers = layer_count(src);
+    let layers = layer_count(src, arch);
     for t in &src.tensors {
         let is_output = output.is_some_and(|o| o.name == t.name);
         let explicit = (t.name == roles.embed
@@ -171,7 +178,7 @@ pub(crate) fn decide(q: &QuantOptions, src: &SourceModel, roles: &RolePlan) -> R
             q.output
                 .or_else(|| q.weights.map(|w| default_output(w, t.shape[1])))
         } else if is_weight_matrix(t) {
-            let part = gkq_format::arch::layer_part(&t.name);
+            let part = arch::layer_part(arch, &t.name);
             q.weights
                 .map(|w| crate::presets::mixed(w, q.mix, part, layers))
         } else {

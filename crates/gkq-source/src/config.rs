@@ -6,57 +6,7 @@ use serde_json::Value;
 
 use crate::error::{Result, SourceError};
 
-/// Model families whose tensor names the packer knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Family {
-    /// Llama-style decoders: Qwen2/3, Llama, Mistral, Mixtral, Phi-3, Gemma 1-3.
-    Decoder,
-    /// GPT-2.
-    Gpt2,
-    /// BERT.
-    Bert,
-    /// RoBERTa.
-    Roberta,
-    /// A GGUF file: llama.cpp's tensor names, whatever the architecture.
-    Gguf,
-}
-
-impl Family {
-    /// Known embedding tensor names, most likely first.
-    pub fn embed_names(self) -> &'static [&'static str] {
-        match self {
-            Family::Decoder => &["model.embed_tokens.weight", "embed_tokens.weight"],
-            Family::Gpt2 => &["transformer.wte.weight", "wte.weight"],
-            Family::Bert => &[
-                "bert.embeddings.word_embeddings.weight",
-                "embeddings.word_embeddings.weight",
-            ],
-            Family::Roberta => &[
-                "roberta.embeddings.word_embeddings.weight",
-                "embeddings.word_embeddings.weight",
-            ],
-            Family::Gguf => &["token_embd.weight"],
-        }
-    }
-
-    /// Known lm_head tensor names.
-    pub fn lm_head_names(self) -> &'static [&'static str] {
-        match self {
-            Family::Decoder | Family::Gpt2 => &["lm_head.weight"],
-            Family::Bert => &["cls.predictions.decoder.weight"],
-            Family::Roberta => &["lm_head.decoder.weight"],
-            Family::Gguf => &["output.weight"],
-        }
-    }
-
-    /// `tie_word_embeddings` when the config does not say.
-    fn default_tied(self, model_type: &str) -> bool {
-        match self {
-            Family::Gpt2 | Family::Bert | Family::Roberta | Family::Gguf => true,
-            Family::Decoder => model_type.starts_with("gemma"),
-        }
-    }
-}
+use gkq_format::arch::{self, Arch, Roles};
 
 /// What packing reads from `config.json`.
 #[derive(Clone, Debug)]
@@ -67,13 +17,18 @@ pub struct ModelConfig {
     pub architecture: String,
     /// `model_type`.
     pub model_type: String,
-    /// The family, if known.
-    pub family: Option<Family>,
+    /// The architecture, when the table knows it (`gkq_format::arch`).
+    pub arch: Option<&'static Arch>,
+    /// Where its embedding and lm_head are: the architecture's names, or
+    /// llama.cpp's for a GGUF; `None` when neither is known.
+    pub roles: Option<Roles>,
+    /// Whether it was derived from a GGUF (a llama.cpp language model).
+    pub from_gguf: bool,
     /// `vocab_size`.
     pub vocab_size: u64,
     /// `hidden_size` / `n_embd` / `d_model`, when present.
     pub hidden_size: Option<u64>,
-    /// `tie_word_embeddings`, or the family's default.
+    /// `tie_word_embeddings`, or the architecture's default.
     pub tie_word_embeddings: bool,
 }
 
@@ -93,36 +48,10 @@ impl ModelConfig {
     pub fn has_lm_head(&self) -> bool {
         // a GGUF is a llama.cpp language model: its output is output.weight,
         // or the embedding when there is none
-        self.family == Some(Family::Gguf)
+        self.from_gguf
             || HEAD_ARCHITECTURES
                 .iter()
                 .any(|s| self.architecture.ends_with(s))
-    }
-}
-
-fn family_of(model_type: &str, architecture: &str) -> Option<Family> {
-    let mt = model_type.to_ascii_lowercase();
-    match mt.as_str() {
-        "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe" | "llama" | "mistral" | "mixtral"
-        | "phi3" | "gemma" | "gemma2" | "gemma3_text" => Some(Family::Decoder),
-        "gpt2" => Some(Family::Gpt2),
-        "bert" => Some(Family::Bert),
-        "roberta" => Some(Family::Roberta),
-        _ => {
-            let a = architecture.to_ascii_lowercase();
-            if a.starts_with("gpt2") {
-                Some(Family::Gpt2)
-            } else if a.starts_with("bert") {
-                Some(Family::Bert)
-            } else if ["qwen", "llama", "mistral", "phi3", "gemma"]
-                .iter()
-                .any(|p| a.starts_with(p))
-            {
-                Some(Family::Decoder)
-            } else {
-                None
-            }
-        }
     }
 }
 
@@ -178,17 +107,25 @@ impl ModelConfig {
         let hidden_size = ["hidden_size", "n_embd", "d_model"]
             .iter()
             .find_map(|k| v[*k].as_u64());
-        let family = family_of(&model_type, &architecture);
+        let arch = arch::of_config(&model_type, &architecture);
+        if let Some(decoder) = arch.and_then(|a| a.decoder) {
+            decoder
+                .check_config(&v)
+                .map_err(|u| err(format!("{u}: a package of it would decode wrong text")))?;
+        }
+        let roles = arch.map(|a| a.roles);
         let tie_word_embeddings = match &v["tie_word_embeddings"] {
             Value::Bool(b) => *b,
-            Value::Null => family.is_some_and(|f| f.default_tied(&model_type)),
+            Value::Null => roles.is_some_and(|r| r.tied_default),
             other => return Err(err(format!("tie_word_embeddings is {other}, not a bool"))),
         };
         Ok(ModelConfig {
             path,
             architecture,
             model_type,
-            family,
+            arch,
+            roles,
+            from_gguf: false,
             vocab_size,
             hidden_size,
             tie_word_embeddings,
@@ -210,7 +147,7 @@ mod tests {
     fn families_ties_and_heads() {
         let q = read(r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","vocab_size":8,"hidden_size":4,"tie_word_embeddings":true}"#)
             .expect("qwen2");
-        assert_eq!(q.family, Some(Family::Decoder));
+        assert_eq!(q.arch.map(|a| a.name), Some("qwen2"));
         assert!(q.tie_word_embeddings && q.has_lm_head());
         assert_eq!((q.vocab_size, q.hidden_size), (8, Some(4)));
         // GPT-2: n_vocab/n_embd spellings, tied by the family's default
@@ -218,7 +155,7 @@ mod tests {
             r#"{"architectures":["GPT2LMHeadModel"],"model_type":"gpt2","n_vocab":8,"n_embd":4}"#,
         )
         .expect("gpt2");
-        assert_eq!(g.family, Some(Family::Gpt2));
+        assert_eq!(g.arch.map(|a| a.name), Some("gpt2"));
         assert!(g.tie_word_embeddings && g.has_lm_head());
         // a bare encoder has no lm_head
         let b = read(r#"{"architectures":["BertModel"],"model_type":"bert","vocab_size":8}"#)
@@ -250,6 +187,26 @@ mod tests {
             e(r#"{"model_type":"llama","vocab_size":8,"tie_word_embeddings":"yes"}"#)
                 .contains("not a bool")
         );
+        // what the decoder's row does not implement, named by its key
+        let llama = r#"{"model_type":"llama","vocab_size":8,"#;
+        let relu = e(&format!(r#"{llama}"hidden_act":"relu"}}"#));
+        assert!(
+            relu.contains(r#"hidden_act is "relu""#) && relu.contains("silu"),
+            "{relu}"
+        );
+        let yarn = e(&format!(
+            r#"{llama}"rope_scaling":{{"rope_type":"yarn","factor":4}}}}"#
+        ));
+        assert!(
+            yarn.contains("rope_scaling is {") && yarn.contains("yarn"),
+            "{yarn}"
+        );
+        read(&format!(
+            r#"{llama}"hidden_act":"silu","rope_scaling":null}}"#
+        ))
+        .expect("silu");
+        // an architecture only packed is not checked: gkq-decode does not run it
+        read(r#"{"model_type":"gpt2","vocab_size":8,"hidden_act":"gelu_new"}"#).expect("gpt2");
         let dir = tempfile::tempdir().expect("tmp");
         let missing = ModelConfig::read(dir.path()).expect_err("none").to_string();
         assert!(missing.contains("needs its config.json"), "{missing}");

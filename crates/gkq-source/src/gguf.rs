@@ -7,10 +7,11 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use gkq_format::arch::{self, Derived};
 use gkq_format::gguf::{Gguf, GgufValue};
 use serde_json::{Value, json};
 
-use crate::config::{Family, ModelConfig};
+use crate::config::ModelConfig;
 use crate::error::{IoContext, Result, SourceError};
 use crate::tensors::{SourceFile, SourceTensor};
 
@@ -230,13 +231,6 @@ pub(crate) fn check_splits(
     }
 }
 
-/// The Hugging Face `model_type` and class of a GGUF architecture gkq-decode
-/// runs (the architecture table, `gkq_format::arch`).
-fn hf_architecture(arch: &str) -> Option<(&'static str, &'static str)> {
-    let a = gkq_format::arch::by_gguf(arch)?;
-    Some((a.hf_model_types.first()?, a.hf_architecture))
-}
-
 impl GgufModel {
     /// The first file's header (the one with the model's metadata).
     pub fn first(&self) -> &Gguf {
@@ -265,10 +259,14 @@ impl GgufModel {
             .and_then(GgufValue::as_f64)
     }
 
-    /// The `config.json` gkq-decode needs, for llama and qwen2; `None`
-    /// for other architectures. `embed` is the token embedding's shape.
+    /// The `config.json` gkq-decode needs, for the architectures it runs
+    /// (the table's keys, `gkq_format::arch`); `None` for the others.
+    /// `embed` is the token embedding's shape.
     pub fn derived_config(&self, embed: &[u64], tied: bool) -> Result<Option<Value>> {
-        let Some((model_type, architecture)) = hf_architecture(self.architecture()) else {
+        let Some(arch) = arch::by_gguf(self.architecture()) else {
+            return Ok(None);
+        };
+        let Some(decoder) = arch.decoder else {
             return Ok(None);
         };
         let need = |key: &str| {
@@ -280,11 +278,12 @@ impl GgufModel {
                 ),
             })
         };
+        self.check_rope(decoder)?;
         let heads = need("attention.head_count")?;
         let hidden = need("embedding_length")?;
         let mut cfg = json!({
-            "architectures": [architecture],
-            "model_type": model_type,
+            "architectures": [arch.hf_class],
+            "model_type": arch.hf_model_types.first(),
             "hidden_size": hidden as u64,
             "intermediate_size": need("feed_forward_length")? as u64,
             "num_hidden_layers": need("block_count")? as u64,
@@ -300,34 +299,60 @@ impl GgufModel {
         if let Some(hd) = self.num("attention.key_length") {
             cfg["head_dim"] = json!(hd as u64);
         }
-        if model_type == "gemma3_text" {
-            // as llama.cpp's gemma3 reads them: a local layer but every
-            // sixth, the local rope base 10,000, queries scaled by the head width
-            let hd = self.num("attention.key_length").unwrap_or(hidden / heads);
-            cfg["sliding_window"] =
-                json!(self.num("attention.sliding_window").unwrap_or(0.0) as u64);
-            cfg["sliding_window_pattern"] = json!(6);
-            cfg["rope_local_base_freq"] = json!(self.num("rope.freq_base_swa").unwrap_or(10_000.0));
-            cfg["query_pre_attn_scalar"] = json!(hd);
-            cfg["hidden_activation"] = json!("gelu_pytorch_tanh");
-            if let Some(c) = self.num("final_logit_softcapping") {
-                cfg["final_logit_softcapping"] = json!(c);
-            }
+        for key in decoder.derived {
+            let value = match (self.num(key.gguf), key.default) {
+                (Some(v), _) | (None, Derived::Value(v)) => v,
+                (None, Derived::HeadDim) => hidden / heads,
+                (None, Derived::Omit) => continue,
+            };
+            cfg[key.config] = if key.integer {
+                json!(value as u64)
+            } else {
+                json!(value)
+            };
+        }
+        for (key, value) in decoder.derived_constants {
+            cfg[*key] = serde_json::from_str(value).expect("the table's constants are JSON");
         }
         Ok(Some(cfg))
+    }
+
+    /// Refuses a rope scaling the architecture's row does not implement:
+    /// `{arch}.rope.scaling.type`, or the per-dimension frequency factors
+    /// llama.cpp's converter stores as `rope_freqs.weight` for Llama 3's.
+    fn check_rope(&self, decoder: &arch::Decoder) -> Result<()> {
+        let key = format!("{}.rope.scaling.type", self.architecture());
+        let kind = self.first().get(&key).and_then(GgufValue::as_str);
+        let freqs = "rope_freqs.weight";
+        let checked = match kind {
+            Some(k) => decoder.check_rope_scaling(&key, k, &format!("{k:?}")),
+            None if self
+                .headers
+                .iter()
+                .any(|h| h.tensors.iter().any(|t| t.name == freqs)) =>
+            {
+                decoder.check_rope_scaling(freqs, "llama3", "present (Llama 3's rope scaling)")
+            }
+            None => Ok(()),
+        };
+        checked.map_err(|u| SourceError::Gguf {
+            path: PathBuf::from("metadata"),
+            reason: format!("{u}: a package of it would decode wrong text"),
+        })
     }
 
     /// What packing needs of a config: the roles come from llama.cpp's
     /// tensor names (`token_embd.weight`, `output.weight`).
     pub fn model_config(&self, path: &Path, embed: Option<&[u64]>, tied: bool) -> ModelConfig {
-        let arch = self.architecture();
-        let architecture =
-            hf_architecture(arch).map_or_else(|| format!("gguf:{arch}"), |(_, a)| a.to_owned());
+        let name = self.architecture();
+        let arch = arch::by_gguf(name);
         ModelConfig {
             path: path.to_path_buf(),
-            architecture,
-            model_type: arch.to_owned(),
-            family: Some(Family::Gguf),
+            architecture: arch.map_or_else(|| format!("gguf:{name}"), |a| a.hf_class.to_owned()),
+            model_type: name.to_owned(),
+            arch,
+            roles: Some(arch::GGUF_ROLES),
+            from_gguf: true,
             vocab_size: embed.and_then(|s| s.first()).copied().unwrap_or(0),
             hidden_size: embed.and_then(|s| s.get(1)).copied(),
             tie_word_embeddings: tied,

@@ -46,7 +46,7 @@ pub(crate) fn tokenizer(o: &RunOptions, stage: &Stage) -> Result<Tokenizer> {
     let listed = r.knot().header().header().package_file_names();
     let read = |name: &str| r.package_file(name).map(|b| b.to_vec());
     let t = Tokenizer::of_package(o.tokenizer.as_deref(), listed, read, vocab)?;
-    Ok(t.or_template(stage.config().arch.chat_template))
+    Ok(t.or_template(stage.config().decoder.chat_template))
 }
 
 /// The prompt of `o`, for the chain whose first stage is `stage`.

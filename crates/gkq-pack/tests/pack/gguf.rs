@@ -387,3 +387,46 @@ fn a_zero_row_embedding_is_refused_by_name() {
     );
     assert!(!e.contains("--dtype"), "{e}");
 }
+
+/// A rope scaling or an activation the architecture's row does not
+/// implement (issue 56) is refused, naming the key, from safetensors and
+/// from a GGUF, and nothing is written: a node would decode wrong text.
+#[test]
+fn a_rope_scaling_or_activation_gkq_decode_lacks_is_refused() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("out");
+    let set = |src: &Path, key: &str, value: serde_json::Value| {
+        let path = src.join("config.json");
+        let mut cfg: serde_json::Value =
+            serde_json::from_slice(&fs::read(&path).expect("config")).expect("json");
+        cfg[key] = value;
+        fs::write(&path, serde_json::to_vec(&cfg).expect("json")).expect("write");
+    };
+    let src = model(tmp.path(), "llama-tiny-f32");
+    set(&src, "hidden_act", serde_json::json!("relu"));
+    fails(
+        &src,
+        &out,
+        &[],
+        &["config.json", r#"hidden_act is "relu""#, "silu"],
+    );
+    set(&src, "hidden_act", serde_json::json!("silu"));
+    let yarn = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
+    set(&src, "rope_scaling", yarn);
+    fails(&src, &out, &[], &["rope_scaling is {", "yarn"]);
+    // the GGUFs llama.cpp's converter writes of such configs
+    let gguf_of = |name: &str| {
+        let file = tmp.path().join(format!("{name}.gguf"));
+        fixtures::gguf::write(&src, &file, "f32", None).expect("gguf-py");
+        file
+    };
+    let file = gguf_of("yarn");
+    fails(&file, &out, &[], &["llama.rope.scaling.type", "\"yarn\""]);
+    let llama3 = serde_json::json!({"rope_type": "llama3", "factor": 8.0});
+    set(&src, "rope_scaling", llama3);
+    let file = gguf_of("llama3");
+    fails(&file, &out, &[], &["rope_freqs.weight", "Llama 3"]);
+    // no scaling, by either spelling, packs
+    set(&src, "rope_scaling", serde_json::json!({"type": "default"}));
+    packs(&src, &out, &["--quiet"], "rope_type default");
+}
