@@ -26,108 +26,27 @@ use super::common::{bench_dir, median, release_bin};
 use crate::common::run_cmd;
 use fixtures::workspace::root;
 
-const SDIST: &str = "llama-cpp-python==0.3.36";
+/// The sdist's directory (scripts/build-llama-cpp.sh fetches and builds it).
 const SDIST_DIR: &str = "llama_cpp_python-0.3.36";
-/// The sdist's file on PyPI, and its SHA-256 (PyPI's simple index).
-const SDIST_URL: &str = "https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz";
-const SDIST_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
-/// This machine's CPU reports AMX but traps on it.
-const NO_AMX: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
 const ROUNDS: usize = 5;
 const THREADS: &str = "2";
 const NEW_TOKENS: &str = "64";
 
-/// The llama.cpp tree, built (libllama, llama-quantize), and the driver.
+/// The llama.cpp tree, built (libllama, llama-quantize, llama-tokenize) by
+/// `scripts/build-llama-cpp.sh`, and the driver.
 fn llama_cpp() -> anyhow::Result<(PathBuf, PathBuf)> {
+    let top = bench_dir().join("llama-cpp");
     let src = match std::env::var_os("GKQ_LLAMA_CPP") {
         Some(d) => PathBuf::from(d),
-        None => bench_dir()
-            .join("llama-cpp")
-            .join(SDIST_DIR)
-            .join("vendor/llama.cpp"),
+        None => top.join(SDIST_DIR).join("vendor/llama.cpp"),
     };
-    let bin = src.join("build/bin");
-    if !bin.join("llama-quantize").exists() || !bin.join("llama-tokenize").exists() {
-        let top = bench_dir().join("llama-cpp");
-        std::fs::create_dir_all(&top)?;
-        eprintln!("bench: downloading the {SDIST} sdist from PyPI");
-        // the file itself: `pip download` of this sdist builds its metadata
-        // with cmake and scikit-build-core, which a fresh machine lacks
-        let tarball = top.join(format!("{SDIST_DIR}.tar.gz"));
-        run_cmd(
-            Command::new("curl")
-                .args(["-sSfL", "--retry", "3", "-o"])
-                .arg(&tarball)
-                .arg(SDIST_URL),
-        )?;
-        let sum = Command::new("sha256sum").arg(&tarball).output()?;
-        let sum = String::from_utf8_lossy(&sum.stdout);
-        if !sum.starts_with(SDIST_SHA256) {
-            bail!(
-                "{}: sha256 {sum}, expected {SDIST_SHA256}",
-                tarball.display()
-            );
-        }
-        run_cmd(
-            Command::new("tar")
-                .arg("xzf")
-                .arg(top.join(format!("{SDIST_DIR}.tar.gz")))
-                .arg("-C")
-                .arg(&top),
-        )?;
-        eprintln!("bench: building llama.cpp (about 10 minutes on 2 cores)");
-        run_cmd(
-            Command::new("cmake")
-                .arg("-S")
-                .arg(&src)
-                .arg("-B")
-                .arg(src.join("build"))
-                .args([
-                    "-DCMAKE_BUILD_TYPE=Release",
-                    "-DLLAMA_CURL=OFF",
-                    "-DLLAMA_OPENSSL=OFF",
-                    "-DGGML_NATIVE=ON",
-                    "-DLLAMA_BUILD_TESTS=OFF",
-                    "-DGGML_BUILD_TESTS=OFF",
-                ])
-                .arg(format!("-DCMAKE_C_FLAGS={NO_AMX}"))
-                .arg(format!("-DCMAKE_CXX_FLAGS={NO_AMX}")),
-        )?;
-        run_cmd(
-            Command::new("cmake")
-                .arg("--build")
-                .arg(src.join("build"))
-                .args([
-                    "-j",
-                    "2",
-                    "--target",
-                    "llama",
-                    "llama-quantize",
-                    "llama-tokenize",
-                ]),
-        )?;
-    }
-    let driver = src.join("build/gkq_llama_driver");
-    let script = root().join("scripts/llama_driver.cpp");
-    let stale = |d: &Path| -> bool {
-        let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        m(d).is_none() || m(d) < m(&script)
-    };
-    if stale(&driver) {
-        run_cmd(
-            Command::new("g++")
-                .args(["-O2", "-std=c++17"])
-                .arg(format!("-I{}", src.join("include").display()))
-                .arg(format!("-I{}", src.join("ggml/include").display()))
-                .arg(&script)
-                .arg(format!("-L{}", bin.display()))
-                .args(["-lllama", "-lggml", "-lggml-base"])
-                .arg(format!("-Wl,-rpath,{}", bin.display()))
-                .arg("-o")
-                .arg(&driver),
-        )?;
-    }
-    Ok((bin, driver))
+    run_cmd(
+        Command::new("bash")
+            .arg(root().join("scripts/build-llama-cpp.sh"))
+            .arg(&top)
+            .arg(&src),
+    )?;
+    Ok((src.join("build/bin"), src.join("build/gkq_llama_driver")))
 }
 
 fn json_of(cmd: &mut Command) -> anyhow::Result<Value> {

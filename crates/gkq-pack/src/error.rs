@@ -113,20 +113,11 @@ pub enum PackError {
     },
     /// A narrowing cast that would turn a finite value into an infinity.
     #[error(
-        "tensor {tensor:?}, row {row}, column {col}: value {value} rounds to infinity in {to} (pass --allow-lossy to accept infinities, or choose a wider --dtype)"
+        "{0}: value {v} rounds to infinity in {to} (pass --allow-lossy to accept infinities, or choose a wider --dtype)",
+        v = .0.value,
+        to = .0.to
     )]
-    CastOverflow {
-        /// The tensor.
-        tensor: String,
-        /// Row.
-        row: u64,
-        /// Column.
-        col: u64,
-        /// The value.
-        value: f32,
-        /// Target dtype.
-        to: String,
-    },
+    CastOverflow(BadValue),
     /// A tensor whose rows are not whole blocks of a type that has no
     /// fallback (the 32-value types).
     #[error(
@@ -156,20 +147,11 @@ pub enum PackError {
     },
     /// NaN or an infinity in a tensor being quantized.
     #[error(
-        "tensor {tensor:?}, row {row}, column {col}: the value is {value}, which {to} cannot hold (pass --allow-nonfinite to quantize it anyway)"
+        "{0}: the value is {v}, which {to} cannot hold (pass --allow-nonfinite to quantize it anyway)",
+        v = .0.value,
+        to = .0.to
     )]
-    NonFinite {
-        /// The tensor.
-        tensor: String,
-        /// Row.
-        row: u64,
-        /// Column.
-        col: u64,
-        /// The value.
-        value: f32,
-        /// The type.
-        to: String,
-    },
+    NonFinite(BadValue),
     /// The output directory is inside the model directory.
     #[error("--out {out} is inside the model directory {model}; choose a directory outside it")]
     OutInsideModel {
@@ -276,6 +258,54 @@ pub(crate) fn format_err(path: &Path, source: gkq_format::Error) -> PackError {
             path: path.to_owned(),
             error: Box::new(error),
         },
+    }
+}
+
+/// A value a cast or a quantization cannot hold: where it is and what.
+#[derive(Debug)]
+pub struct BadValue {
+    /// The tensor.
+    pub tensor: String,
+    /// Row.
+    pub row: u64,
+    /// Column.
+    pub col: u64,
+    /// The value.
+    pub value: f32,
+    /// The type asked for.
+    pub to: gkq_format::DType,
+}
+
+impl BadValue {
+    /// Value `idx` of `bytes` (rows of `cols` values in `dtype`, the first
+    /// of them row `first_row` of `tensor`), headed for `to`.
+    pub(crate) fn at(
+        tensor: &str,
+        (bytes, dtype): (&[u8], gkq_format::DType),
+        (first_row, cols): (u64, u64),
+        idx: u64,
+        to: gkq_format::DType,
+    ) -> BadValue {
+        let size = dtype.itemsize() as usize;
+        let i = idx as usize * size;
+        let mut v = Vec::new();
+        if let Some(b) = bytes.get(i..i + size) {
+            gkq_format::decode_f32(b, dtype, &mut v);
+        }
+        BadValue {
+            tensor: tensor.to_owned(),
+            row: first_row + idx / cols.max(1),
+            col: idx % cols.max(1),
+            value: v.first().copied().unwrap_or(f32::NAN),
+            to,
+        }
+    }
+}
+
+impl std::fmt::Display for BadValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (tensor, row, col) = (&self.tensor, self.row, self.col);
+        write!(f, "tensor {tensor:?}, row {row}, column {col}")
     }
 }
 

@@ -41,7 +41,7 @@ use gkq_source::{ModelConfig, SourceModel, hub};
 use rayon::prelude::*;
 
 pub use analyze::{AnalyzeReport, AtRank, ENERGIES, RANKS, TensorAnalysis, analyze};
-pub use error::{PackError, Result};
+pub use error::{BadValue, PackError, Result};
 pub use gkq_format::progress::{NoProgress, Progress};
 pub use options::WarmOptions;
 pub use options::{COMPANION_FILES, PackOptions, TOOL};

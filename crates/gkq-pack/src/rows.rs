@@ -139,27 +139,6 @@ pub(crate) fn cast_rows(src: &[u8], from: DType, to: DType, cols: usize) -> (Vec
     (bytes, report)
 }
 
-pub(crate) fn overflow_error(
-    tensor: &str,
-    src: &[u8],
-    from: DType,
-    to: DType,
-    first_row: u64,
-    cols: u64,
-    idx: usize,
-) -> PackError {
-    let size = from.itemsize() as usize;
-    let mut v = Vec::new();
-    gkq_format::decode_f32(&src[idx * size..(idx + 1) * size], from, &mut v);
-    PackError::CastOverflow {
-        tensor: tensor.to_owned(),
-        row: first_row + idx as u64 / cols,
-        col: idx as u64 % cols,
-        value: v.first().copied().unwrap_or(f32::NAN),
-        to: to.to_string(),
-    }
-}
-
 /// Closes a row file: writes its proof object (FORMAT.md 7a) and records
 /// digest, exactness flags and Merkle root in its descriptor. Returns its
 /// report (paths relative to the package, tensor and role left empty) and

@@ -13,14 +13,14 @@ use gkq_source::{SourceModel, SourceTensor};
 use sha2::{Digest, Sha256};
 
 use crate::Progress;
-use crate::error::{IoContext, PackError, Result, format_err};
+use crate::error::{BadValue, IoContext, PackError, Result, format_err};
 use crate::options::PackOptions;
 use crate::output::{Output, flush_file};
 use crate::prefetch;
 use crate::quantize::{Measure, convert_rows, figure};
 use crate::report::QuantReport;
 use crate::report::{CastSummary, ColumnarReport, FileReport};
-use crate::rows::{RoleOut, RowSink, cast_rows, finish_row_file, overflow_error, row_len};
+use crate::rows::{RoleOut, RowSink, cast_rows, finish_row_file, row_len};
 use crate::writeback::Writeback;
 
 /// Bytes of source read per step.
@@ -64,17 +64,6 @@ fn converts(header: &Header, index: Option<usize>, t: &SourceTensor) -> bool {
     })
 }
 
-/// Element `idx` of float bytes `bytes` (in `dtype`), for an error message.
-fn value_at(bytes: &[u8], dtype: DType, idx: u64) -> f32 {
-    let size = dtype.itemsize() as usize;
-    let i = idx as usize * size;
-    let mut v = Vec::new();
-    if let Some(b) = bytes.get(i..i + size) {
-        gkq_format::decode_f32(b, dtype, &mut v);
-    }
-    v.first().copied().unwrap_or(f32::NAN)
-}
-
 /// A cast's summary for the report.
 fn summary(tensor: &str, from: DType, to: DType, r: &CastReport) -> CastSummary {
     CastSummary {
@@ -96,9 +85,13 @@ fn check_overflow(
     first_row: u64,
 ) -> Result<()> {
     match r.first_overflow {
-        Some(idx) if !allow_lossy => Err(overflow_error(
-            &t.name, values, from, to, first_row, t.shape[1], idx,
-        )),
+        Some(idx) if !allow_lossy => Err(PackError::CastOverflow(BadValue::at(
+            &t.name,
+            (values, from),
+            (first_row, t.shape[1]),
+            idx as u64,
+            to,
+        ))),
         _ => Ok(()),
     }
 }
@@ -290,28 +283,16 @@ impl<'a> Run<'a> {
     ) -> Result<()> {
         let cols = t.shape[1];
         let first_row = at / (cols * t.dtype.itemsize()).max(1);
-        let value = |idx: u64| value_at(chunk, t.dtype, idx);
+        let bad = |idx: u64| BadValue::at(&t.name, (chunk, t.dtype), (first_row, cols), idx, to);
         let allow = self.opts.quant.allow_nonfinite;
         if let (Some(idx), true, false) = (m.first_nonfinite, to.is_quantized(), allow) {
-            return Err(PackError::NonFinite {
-                tensor: t.name.clone(),
-                row: first_row + idx / cols,
-                col: idx % cols,
-                value: value(idx),
-                to: to.to_string(),
-            });
+            return Err(PackError::NonFinite(bad(idx)));
         }
         // a value's block holding NaN or an infinity is not finite either:
         // accepted with the non-finite value
         let accepted = self.opts.allow_lossy || (allow && m.first_nonfinite.is_some());
         if let (Some(idx), false) = (m.first_overflow, accepted) {
-            return Err(PackError::CastOverflow {
-                tensor: t.name.clone(),
-                row: first_row + idx / cols,
-                col: idx % cols,
-                value: value(idx),
-                to: to.to_string(),
-            });
+            return Err(PackError::CastOverflow(bad(idx)));
         }
         let entry = self
             .figures
@@ -535,13 +516,9 @@ fn other_rows(
         let (bytes, fr) = if f.dtype.is_quantized() {
             let (bytes, m) = convert_rows(block_bytes, block_dtype, f.dtype, cols);
             if let (Some(i), false) = (m.first_nonfinite, opts.quant.allow_nonfinite) {
-                return Err(PackError::NonFinite {
-                    tensor: t.name.clone(),
-                    row: first_row + i / cols as u64,
-                    col: i % cols as u64,
-                    value: value_at(block_bytes, block_dtype, i),
-                    to: f.dtype.to_string(),
-                });
+                let at = (first_row, cols as u64);
+                let bad = BadValue::at(&t.name, blk, at, i, f.dtype);
+                return Err(PackError::NonFinite(bad));
             }
             let report = CastReport {
                 max_abs_error: m.max_abs,

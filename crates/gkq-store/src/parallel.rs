@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
+use futures_util::future::{Either, select};
 use futures_util::stream::FuturesUnordered;
 use sha2::{Digest, Sha256};
 
@@ -188,11 +189,18 @@ where
         {
             job = Some(hash_step(h, std::mem::take(&mut ready)));
         }
-        let finished = match (downloading, job.as_mut()) {
+        // the next part, or the hash step's end, whichever comes first
+        let event = match (downloading, job.as_mut()) {
             (false, None) => break,
-            (false, Some(j)) => Some(j.await.map_err(task_err)?),
-            (true, None) => {
-                let part = pending.next().await;
+            (false, Some(j)) => Either::Right(j.await),
+            (true, None) => Either::Left(pending.next().await),
+            (true, Some(j)) => match select(pending.next(), j).await {
+                Either::Left((part, _)) => Either::Left(part),
+                Either::Right((done, _)) => Either::Right(done),
+            },
+        };
+        let finished = match event {
+            Either::Left(part) => {
                 place(
                     part,
                     &mut waiting,
@@ -200,17 +208,7 @@ where
                 )?;
                 None
             }
-            (true, Some(j)) => match futures_util::future::select(pending.next(), j).await {
-                futures_util::future::Either::Left((part, _)) => {
-                    place(
-                        part,
-                        &mut waiting,
-                        (&mut next, &mut ready, &mut downloading),
-                    )?;
-                    None
-                }
-                futures_util::future::Either::Right((done, _)) => Some(done.map_err(task_err)?),
-            },
+            Either::Right(done) => Some(done.map_err(task_err)?),
         };
         if let Some((h, batch)) = finished {
             state = Some(h);
