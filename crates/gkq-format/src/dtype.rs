@@ -154,13 +154,6 @@ impl DType {
         if self.is_quantized() { 4 } else { 2 }
     }
 
-    /// The names of the block types, the table's (`q4_0, q4_1, …`), for
-    /// help and messages.
-    pub fn quantized_names() -> String {
-        let names: Vec<String> = crate::QUANTIZED.iter().map(|d| d.to_string()).collect();
-        names.join(", ")
-    }
-
     /// One of ggml's block types by name (`q4_0`, `Q4_K`, …), for flags.
     pub fn parse_quantized(s: &str) -> Result<DType, String> {
         match s.trim().parse::<DType>() {

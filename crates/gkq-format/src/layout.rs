@@ -64,3 +64,25 @@ pub(crate) fn row_number(s: &str) -> Option<u64> {
     }
     s.parse().ok()
 }
+
+/// Section 3.4's object-name rule: `[A-Za-z0-9._-]`, not starting with
+/// `.`, at most [`MAX_OBJECT_NAME_LEN`] bytes (so `NAME.proof` still fits
+/// in the 255 bytes a file system allows a name).
+pub(crate) fn valid_object_name(s: &str) -> std::result::Result<(), &'static str> {
+    if s.is_empty() {
+        return Err("empty");
+    }
+    if s.len() > MAX_OBJECT_NAME_LEN {
+        return Err("longer than 249 bytes (NAME.proof must fit in a 255-byte file name)");
+    }
+    if s.starts_with('.') {
+        return Err("must not start with '.'");
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("only [A-Za-z0-9._-] allowed");
+    }
+    Ok(())
+}

@@ -9,7 +9,7 @@ use crate::model::*;
 
 mod descriptor;
 mod warm_list;
-use descriptor::{derived_names, validate_descriptors};
+use descriptor::{derived_names, placement, validate_descriptors};
 
 fn expect_type(md: &Metadata, key: &str, tag: u8) -> Result<()> {
     match md.get(key) {
@@ -214,28 +214,6 @@ fn validate_package_files(h: &Header) -> Result<()> {
     Ok(())
 }
 
-/// Section 3.4's object-name rule: `[A-Za-z0-9._-]`, not starting with
-/// `.`, at most [`MAX_OBJECT_NAME_LEN`] bytes (so `NAME.proof` still fits
-/// in the 255 bytes a file system allows a name).
-pub(crate) fn valid_object_name(s: &str) -> std::result::Result<(), &'static str> {
-    if s.is_empty() {
-        return Err("empty");
-    }
-    if s.len() > MAX_OBJECT_NAME_LEN {
-        return Err("longer than 249 bytes (NAME.proof must fit in a 255-byte file name)");
-    }
-    if s.starts_with('.') {
-        return Err("must not start with '.'");
-    }
-    if !s
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        return Err("only [A-Za-z0-9._-] allowed");
-    }
-    Ok(())
-}
-
 fn spectral_len(m: u64, n: u64, k: u64, factor: DType, quant: Quant) -> Option<u64> {
     let f = factor.itemsize();
     let mk = m.checked_mul(k)?;
@@ -249,13 +227,6 @@ fn spectral_len(m: u64, n: u64, k: u64, factor: DType, quant: Quant) -> Option<u
             .checked_add(s)?
             .checked_add(kn)?
             .checked_add(k.checked_mul(8)?),
-    }
-}
-
-fn placement(b: &Block, reason: &'static str) -> Error {
-    Error::DescriptorPlacement {
-        block: b.name.clone(),
-        reason,
     }
 }
 

@@ -25,11 +25,11 @@ mod source;
 mod upload;
 
 pub use error::{Result, UploadError};
-pub use local::{knot_id, prepare};
+pub use local::{LocalObject, knot_id, prepare};
 pub use source::{Staged, stage};
 pub use upload::{
-    LocalObject, NoProgress, ObjectKind, ObjectReport, Progress, UPLOAD_RETRY, UploadOptions,
-    Uploader, part_size,
+    NoProgress, ObjectKind, ObjectReport, Progress, UPLOAD_RETRY, UploadOptions, Uploader,
+    part_size,
 };
 
 /// Runs the `gkq-verify --url` checks against the public URL of the

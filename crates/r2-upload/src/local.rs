@@ -5,10 +5,43 @@
 use std::path::{Path, PathBuf};
 
 use gkq_format::{Knot, hex};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::error::{BoxError, Result, UploadError};
-use crate::upload::{LocalObject, ObjectKind};
+use gkq_format::ObjectKind;
+
+/// One file to publish.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LocalObject {
+    /// Object key (prefix + file name).
+    pub key: String,
+    /// Local path.
+    pub path: PathBuf,
+    /// Length.
+    pub bytes: u64,
+    /// Hex SHA-256 of the file.
+    pub sha256: String,
+    /// Rows, companion or knot.
+    pub kind: ObjectKind,
+}
+
+impl LocalObject {
+    /// The `Content-Type` it is served with.
+    pub fn content_type(&self) -> &'static str {
+        let name = self.path.to_string_lossy();
+        if name.ends_with(".json") {
+            "application/json"
+        } else if name.ends_with(".txt") {
+            "text/plain; charset=utf-8"
+        } else {
+            CONTENT_TYPE
+        }
+    }
+}
+
+/// `Content-Type` of the knot and row files (JSON and text companion files get their own).
+pub(crate) const CONTENT_TYPE: &str = "application/octet-stream";
 
 /// Joins a prefix and a file name into a key (`prefix/name`, no double slash).
 pub(crate) fn key(prefix: &str, name: &str) -> String {

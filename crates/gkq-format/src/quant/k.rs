@@ -3,7 +3,10 @@
 //! `make_qx_quants`, operation for operation; the dequantizers its
 //! `dequantize_row_q{4,5,6}_K`.
 
-use super::{QK_K, half, unhalf};
+use super::simple::{half, unhalf};
+
+/// Values per super-block of the K types.
+pub const QK_K: usize = 256;
 
 /// ggml's `GROUP_MAX_EPS`: below it a group is all zero.
 const GROUP_MAX_EPS: f32 = 1e-15;

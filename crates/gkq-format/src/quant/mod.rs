@@ -23,16 +23,10 @@
 mod k;
 mod simple;
 
-pub use simple::{unpack4, unpack5};
-
-use half::f16;
+pub use k::QK_K;
+pub use simple::{QK, unhalf, unpack4, unpack5};
 
 use crate::dtype::DType;
-
-/// Values per block of the 32-element types.
-pub const QK: usize = 32;
-/// Values per super-block of the K types.
-pub const QK_K: usize = 256;
 
 /// One ggml block type: its block (values, bytes), its codes and its
 /// reference quantizer. The one table of what a block type's bytes are; a
@@ -125,16 +119,6 @@ pub(crate) fn layout(dtype: DType) -> Option<(usize, usize)> {
     block_type(dtype).map(|t| (t.values, t.bytes))
 }
 
-/// An f32 as the f16 ggml stores (round to nearest, ties to even).
-fn half(x: f32) -> [u8; 2] {
-    f16::from_f32(x).to_le_bytes()
-}
-
-/// The f16 at `b` (a block's scale or minimum) as f32 (exact).
-pub fn unhalf(b: [u8; 2]) -> f32 {
-    f16::from_le_bytes(b).to_f32()
-}
-
 /// Dequantizes whole blocks of `dtype` from `src` into `out` (cleared
 /// first). `false` when `dtype` is not a block type or `src` is not whole
 /// blocks.
@@ -196,6 +180,13 @@ impl DType {
     /// `(values, bytes)` of one block of a block type (section 3.5).
     pub fn block(self) -> Option<(u64, u64)> {
         layout(self).map(|(n, b)| (n as u64, b as u64))
+    }
+
+    /// The names of the block types, the table's (`q4_0, q4_1, …`), for
+    /// help and messages.
+    pub fn quantized_names() -> String {
+        let names: Vec<String> = QUANTIZED.iter().map(|d| d.to_string()).collect();
+        names.join(", ")
     }
 
     /// llama-quantize's fallback for rows a block type cannot fill (its

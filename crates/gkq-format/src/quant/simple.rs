@@ -3,7 +3,20 @@
 //! (values truncated then clipped to the type's range); each dequantizer
 //! its `dequantize_row_*`.
 
-use super::{QK, half, unhalf};
+use half::f16;
+
+/// Values per block of the 32-element types.
+pub const QK: usize = 32;
+
+/// An f32 as the f16 ggml stores (round to nearest, ties to even).
+pub(super) fn half(x: f32) -> [u8; 2] {
+    f16::from_f32(x).to_le_bytes()
+}
+
+/// The f16 at `b` (a block's scale or minimum) as f32 (exact).
+pub fn unhalf(b: [u8; 2]) -> f32 {
+    f16::from_le_bytes(b).to_f32()
+}
 
 /// The value of largest magnitude (the first of them), as ggml finds it.
 fn signed_max(x: &[f32]) -> f32 {

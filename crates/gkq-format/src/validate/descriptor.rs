@@ -8,7 +8,15 @@ use crate::error::{Error, Result};
 use crate::merkle::{MAX_PROOF_HEIGHT, ProofLayout, proof_object_name};
 use crate::model::*;
 
-use super::{placement, valid_object_name};
+use crate::layout::valid_object_name;
+
+/// A descriptor where none is allowed, or none where one is required.
+pub(super) fn placement(b: &Block, reason: &'static str) -> Error {
+    Error::DescriptorPlacement {
+        block: b.name.clone(),
+        reason,
+    }
+}
 
 /// Descriptors only on COLUMNAR_ELIGIBLE dense 2-D blocks with rows and
 /// columns; each one checked against the block.

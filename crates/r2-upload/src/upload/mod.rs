@@ -11,117 +11,24 @@
 //! and companion files first, the knot last, so a knot is never visible
 //! before what it names.
 
-use gkq_store::RetryPolicy;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::Serialize;
 
 use crate::error::{Result, UploadError};
+use crate::local::LocalObject;
 
 mod failure;
+mod options;
 mod send;
 
-use failure::SdkFailure;
 pub(crate) use failure::describe;
+pub use options::{UPLOAD_RETRY, UploadOptions, part_size};
 use send::Sent;
+pub use send::Uploader;
 
 pub use gkq_format::ObjectKind;
-
-/// One file to publish.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LocalObject {
-    /// Object key (prefix + file name).
-    pub key: String,
-    /// Local path.
-    pub path: PathBuf,
-    /// Length.
-    pub bytes: u64,
-    /// Hex SHA-256 of the file.
-    pub sha256: String,
-    /// Rows, companion or knot.
-    pub kind: ObjectKind,
-}
-
-impl LocalObject {
-    /// The `Content-Type` it is served with.
-    pub fn content_type(&self) -> &'static str {
-        let name = self.path.to_string_lossy();
-        if name.ends_with(".json") {
-            "application/json"
-        } else if name.ends_with(".txt") {
-            "text/plain; charset=utf-8"
-        } else {
-            CONTENT_TYPE
-        }
-    }
-}
-
-/// Smallest part R2 and S3 accept (all but the last).
-pub(crate) const MIN_PART: u64 = 5 << 20;
-/// Most parts per upload.
-pub(crate) const MAX_PARTS: u64 = 10_000;
-/// Largest part.
-pub(crate) const MAX_PART: u64 = 5 << 30;
-/// Part size when none is asked for.
-pub(crate) const DEFAULT_PART: u64 = 64 << 20;
-
-/// `Content-Type` of the knot and row files (JSON and text companion files get their own).
-pub(crate) const CONTENT_TYPE: &str = "application/octet-stream";
-/// `Cache-Control` of every object: objects are immutable under a versioned prefix.
-pub(crate) const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
-
-/// The part size for a file of `size` bytes: the requested size (default
-/// 64 MiB), at least 5 MiB, and large enough for at most 10,000 parts,
-/// rounded up to a whole MiB.
-pub fn part_size(size: u64, requested: Option<u64>) -> Result<u64> {
-    let mib = 1u64 << 20;
-    let need = size.div_ceil(MAX_PARTS).div_ceil(mib) * mib;
-    let p = requested.unwrap_or(DEFAULT_PART).max(MIN_PART).max(need);
-    if p > MAX_PART {
-        return Err(UploadError::Options(format!(
-            "{size} bytes need parts of {p} bytes, over the 5 GiB limit"
-        )));
-    }
-    Ok(p)
-}
-
-/// The uploader's retry policy by default: 3 attempts, backoff from 200 ms.
-pub const UPLOAD_RETRY: RetryPolicy = RetryPolicy {
-    attempts: 3,
-    backoff: std::time::Duration::from_millis(200),
-    hedge: gkq_store::retry::HEDGE,
-};
-
-/// Upload settings.
-#[derive(Clone, Debug)]
-pub struct UploadOptions {
-    /// Requested part size in bytes (adjusted by [`part_size`]); files
-    /// larger than the part size go up as multipart uploads.
-    pub part_size: Option<u64>,
-    /// Parts in flight at once.
-    pub concurrency: usize,
-    /// The retry policy of every request: the parts run under it (the
-    /// store's runner, the SDK's retries off for them); give the same value
-    /// to [`gkq_store::s3::client`] for the other operations.
-    pub retry: RetryPolicy,
-    /// Replace published objects whose content differs (`--replace`).
-    /// Without it, a published prefix is immutable: such an upload is
-    /// refused before anything is sent.
-    pub replace: bool,
-}
-
-impl Default for UploadOptions {
-    fn default() -> Self {
-        UploadOptions {
-            part_size: None,
-            concurrency: 4,
-            retry: UPLOAD_RETRY,
-            replace: false,
-        }
-    }
-}
 
 /// What happened to one object (`--json`).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -146,52 +53,7 @@ pub struct ObjectReport {
 
 pub use gkq_format::progress::{NoProgress, Progress};
 
-/// Publishes objects to one bucket.
-#[derive(Clone, Debug)]
-pub struct Uploader {
-    client: aws_sdk_s3::Client,
-    bucket: String,
-    endpoint: String,
-    opts: UploadOptions,
-}
-
 impl Uploader {
-    /// An uploader for `bucket` through `client` (`endpoint` only names the server in messages).
-    pub fn new(
-        client: aws_sdk_s3::Client,
-        bucket: &str,
-        endpoint: &str,
-        opts: UploadOptions,
-    ) -> Uploader {
-        Uploader {
-            client,
-            bucket: bucket.to_owned(),
-            endpoint: endpoint.to_owned(),
-            opts,
-        }
-    }
-
-    fn s3_err(&self, op: &'static str, key: &str, failure: SdkFailure) -> UploadError {
-        match failure {
-            SdkFailure::Denied => UploadError::AccessDenied {
-                op,
-                endpoint: self.endpoint.clone(),
-                bucket: self.bucket.clone(),
-            },
-            SdkFailure::Unreachable(reason) => UploadError::Unreachable {
-                endpoint: self.endpoint.clone(),
-                reason,
-            },
-            SdkFailure::Other(message) => UploadError::S3 {
-                op,
-                bucket: self.bucket.clone(),
-                key: key.to_owned(),
-                endpoint: self.endpoint.clone(),
-                message,
-            },
-        }
-    }
-
     /// Fails early when the endpoint is unreachable, the credentials are
     /// refused, or the bucket does not exist.
     pub async fn check_bucket(&self) -> Result<()> {
@@ -470,7 +332,7 @@ mod tests {
     fn obj(key: &str, kind: ObjectKind) -> LocalObject {
         LocalObject {
             key: key.into(),
-            path: PathBuf::from(key),
+            path: std::path::PathBuf::from(key),
             bytes: 1,
             sha256: String::new(),
             kind,
@@ -500,14 +362,5 @@ mod tests {
         for no in ["config.json", "v0/model.knot", "rows", "a.rows.bak"] {
             assert!(!is_package_object(no), "{no}");
         }
-    }
-
-    #[test]
-    fn part_sizes_respect_the_limits() {
-        assert_eq!(part_size(1 << 30, None).expect("valid"), DEFAULT_PART);
-        assert_eq!(part_size(1 << 30, Some(1)).expect("valid"), MIN_PART);
-        // 1 TB needs parts of at least 100 MiB (rounded up to whole MiB).
-        assert_eq!(part_size(1 << 40, None).expect("valid"), 105 << 20);
-        assert!(part_size(u64::MAX / 2, None).is_err());
     }
 }

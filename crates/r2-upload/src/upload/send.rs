@@ -17,9 +17,11 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::failure::{SdkFailure, describe, precondition_failed, transient};
-use super::{CACHE_CONTROL, LocalObject, Progress, Uploader};
+use super::options::UploadOptions;
 use crate::error::{Result, UploadError};
+use crate::local::LocalObject;
 use aws_sdk_s3::config::retry::RetryConfig;
+use gkq_format::progress::Progress;
 use gkq_store::retry::{Attempt, Outcome, Runner, Transient};
 
 /// How a conditional write ended.
@@ -49,6 +51,56 @@ async fn hash_part(mut whole: Sha256, bytes: Bytes) -> (Sha256, [u8; 32]) {
     })
     .await
     .expect("hashing does not panic")
+}
+
+/// `Cache-Control` of every object: objects are immutable under a versioned prefix.
+pub(crate) const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
+
+/// Publishes objects to one bucket.
+#[derive(Clone, Debug)]
+pub struct Uploader {
+    pub(super) client: aws_sdk_s3::Client,
+    pub(super) bucket: String,
+    pub(super) endpoint: String,
+    pub(super) opts: UploadOptions,
+}
+
+impl Uploader {
+    /// An uploader for `bucket` through `client` (`endpoint` only names the server in messages).
+    pub fn new(
+        client: aws_sdk_s3::Client,
+        bucket: &str,
+        endpoint: &str,
+        opts: UploadOptions,
+    ) -> Uploader {
+        Uploader {
+            client,
+            bucket: bucket.to_owned(),
+            endpoint: endpoint.to_owned(),
+            opts,
+        }
+    }
+
+    pub(super) fn s3_err(&self, op: &'static str, key: &str, failure: SdkFailure) -> UploadError {
+        match failure {
+            SdkFailure::Denied => UploadError::AccessDenied {
+                op,
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+            },
+            SdkFailure::Unreachable(reason) => UploadError::Unreachable {
+                endpoint: self.endpoint.clone(),
+                reason,
+            },
+            SdkFailure::Other(message) => UploadError::S3 {
+                op,
+                bucket: self.bucket.clone(),
+                key: key.to_owned(),
+                endpoint: self.endpoint.clone(),
+                message,
+            },
+        }
+    }
 }
 
 impl Uploader {
