@@ -40,8 +40,8 @@ const LLAMA: [(&str, &[&str], &str); 2] = [
     ("quant-llama-bf16", &["--dtype", "bf16"], "bf16, untied"),
     (
         "quant-llama-q4_k",
-        &["--quant", "q4_k"],
-        "--quant q4_k (embedding q4_k, lm_head q6_k: llama-quantize's default)",
+        &["--quant", "q4_k", "--pure", "--output-tensor-type", "q6_k"],
+        "--quant q4_k --pure --output-tensor-type q6_k (every matrix and the embedding q4_k, lm_head q6_k)",
     ),
 ];
 

@@ -74,10 +74,10 @@ pub(crate) struct Args {
     pub(crate) dtypes: Vec<DType>,
     /// Store every 2-D float weight matrix in TYPE, one of ggml's block
     /// types (FORMAT.md 3.5): q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k,
-    /// q6_k; or one of llama-quantize's file types (case-insensitive):
-    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K,
-    /// with its per-layer rules (Q4_K_M: attn_v and ffn_down of some layers
-    /// in q6_k). 1-D tensors (norms, biases) stay as they are. It also
+    /// q6_k; named as llama-quantize's file types (case-insensitive):
+    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K_S, Q4_K_M, Q4_K, Q5_K_S, Q5_K_M,
+    /// Q5_K, Q6_K, with their per-layer rules (Q4_K is Q4_K_M: attn_v and
+    /// ffn_down of some layers in q6_k; Q5_K is Q5_K_M; --pure for none). 1-D tensors (norms, biases) stay as they are. It also
     /// sets the two roles as llama-quantize does: the token embedding in
     /// TYPE, the lm_head in q6_k (q8_0 when TYPE is q8_0); a tied
     /// embedding is the lm_head, so q6_k. Rows that are not whole blocks
@@ -85,6 +85,10 @@ pub(crate) struct Args {
     /// / q8_0, then f16 (the report names each).
     #[arg(long, value_name = "TYPE", value_parser = gkq_pack::parse_quant, help_heading = "Quantization")]
     pub(crate) quant: Option<(DType, gkq_pack::Mix)>,
+    /// Every tensor --quant touches in its type, the lm_head too: no file
+    /// type's per-layer rules, no q6_k lm_head (llama-quantize's --pure).
+    #[arg(long, requires = "quant", help_heading = "Quantization")]
+    pub(crate) pure: bool,
     /// The token embedding's type: a block type or f32, f16, bf16.
     #[arg(long, value_name = "TYPE", value_parser = DType::parse_row, help_heading = "Quantization")]
     pub(crate) token_embedding_type: Option<DType>,
@@ -183,7 +187,11 @@ impl Args {
             dtypes: args.dtypes,
             quant: gkq_pack::QuantOptions {
                 weights: args.quant.map(|(d, _)| d),
-                mix: args.quant.map_or(gkq_pack::Mix::None, |(_, m)| m),
+                mix: match args.quant {
+                    _ if args.pure => gkq_pack::Mix::Pure,
+                    Some((_, m)) => m,
+                    None => gkq_pack::Mix::None,
+                },
                 token_embedding: args.token_embedding_type,
                 output: args.output_tensor_type,
                 allow_nonfinite: args.allow_nonfinite,

@@ -23,6 +23,9 @@ pub enum Mix {
     /// "use more bits" layers (the first and last eighth, every third
     /// between) in Q6_K.
     MediumK,
+    /// llama-quantize's `--pure`: every tensor a type is asked for, the
+    /// roles too, in the base type.
+    Pure,
 }
 
 /// llama-quantize's file types: name, base type, mix.
@@ -34,8 +37,11 @@ const PRESETS: &[(&str, DType, Mix)] = &[
     ("q8_0", DType::Q8_0, Mix::None),
     ("q4_k_s", DType::Q4_K, Mix::SmallK),
     ("q4_k_m", DType::Q4_K, Mix::MediumK),
+    // llama-quantize's aliases: Q4_K is Q4_K_M, Q5_K is Q5_K_M
+    ("q4_k", DType::Q4_K, Mix::MediumK),
     ("q5_k_s", DType::Q5_K, Mix::None),
     ("q5_k_m", DType::Q5_K, Mix::MediumK),
+    ("q5_k", DType::Q5_K, Mix::MediumK),
     ("q6_k", DType::Q6_K, Mix::None),
 ];
 
@@ -45,11 +51,47 @@ pub fn preset_names() -> Vec<String> {
     PRESETS.iter().map(|(n, _, _)| n.to_uppercase()).collect()
 }
 
+/// llama-quantize's types that gkq-pack does not write.
+const UNSUPPORTED: &[&str] = &[
+    "q2_k",
+    "q2_k_s",
+    "q3_k",
+    "q3_k_s",
+    "q3_k_m",
+    "q3_k_l",
+    "iq1_s",
+    "iq1_m",
+    "iq2_xxs",
+    "iq2_xs",
+    "iq2_s",
+    "iq2_m",
+    "iq3_xxs",
+    "iq3_xs",
+    "iq3_s",
+    "iq3_m",
+    "iq4_nl",
+    "iq4_xs",
+    "tq1_0",
+    "tq2_0",
+    "mxfp4_moe",
+];
+
 /// `--quant`: a preset (case-insensitive) or a single block type.
 pub fn parse_quant(s: &str) -> Result<(DType, Mix), String> {
     let lower = s.trim().to_ascii_lowercase();
     if let Some((_, d, m)) = PRESETS.iter().find(|(n, _, _)| *n == lower) {
         return Ok((*d, *m));
+    }
+    let supported = preset_names().join(", ");
+    if UNSUPPORTED.contains(&lower.as_str()) {
+        return Err(format!(
+            "{s} is one of llama-quantize's types that gkq-pack does not write (FORMAT.md 3.5 has no layout for it): give one of {supported}"
+        ));
+    }
+    if matches!(lower.as_str(), "f32" | "f16" | "bf16" | "copy") {
+        return Err(format!(
+            "{s} is not a quantized type: the float types are --dtype's (--dtype f16), and a tensor is copied as it is when no --quant is given"
+        ));
     }
     DType::parse_quantized(s)
         .map(|d| (d, Mix::None))
@@ -86,7 +128,24 @@ mod tests {
     fn presets_and_single_types() {
         assert_eq!(parse_quant("Q4_K_M"), Ok((DType::Q4_K, Mix::MediumK)));
         assert_eq!(parse_quant("q5_k_s"), Ok((DType::Q5_K, Mix::None)));
-        assert_eq!(parse_quant("q4_k"), Ok((DType::Q4_K, Mix::None)));
+        // llama-quantize's aliases
+        assert_eq!(parse_quant("q4_k"), Ok((DType::Q4_K, Mix::MediumK)));
+        assert_eq!(parse_quant("Q5_K"), Ok((DType::Q5_K, Mix::MediumK)));
+        let e = parse_quant("IQ4_XS").expect_err("unsupported");
+        assert!(
+            e.contains("IQ4_XS is one of llama-quantize's types that gkq-pack does not write"),
+            "{e}"
+        );
+        assert!(
+            parse_quant("Q2_K")
+                .expect_err("unsupported")
+                .contains("does not write")
+        );
+        assert!(
+            parse_quant("F16")
+                .expect_err("float")
+                .contains("--dtype f16")
+        );
         let e = parse_quant("Q3_K_M").expect_err("not offered");
         assert!(e.contains("Q4_K_M"), "{e}");
     }

@@ -95,6 +95,16 @@ fn default_output(weights: DType, cols: u64) -> DType {
     }
 }
 
+/// The lm_head's type for weights in `w`: the default, or `w` itself
+/// under `--pure`.
+fn output_type(q: &QuantOptions, w: DType, cols: u64) -> DType {
+    if q.mix == crate::Mix::Pure {
+        w
+    } else {
+        default_output(w, cols)
+    }
+}
+
 /// `asked` for a row of `cols` values, or its fallback (with the reason),
 /// as llama-quantize's `tensor_type_fallback`: a K type to its 32-value
 /// type, then f16; a 32-value type to f16. A type given explicitly for a
@@ -160,7 +170,7 @@ pub(crate) fn decide(
             }
             (a, b) => a.or(b).or_else(|| {
                 q.weights
-                    .map(|w| default_output(w, cols_of(src, &roles.embed)))
+                    .map(|w| output_type(q, w, cols_of(src, &roles.embed)))
             }),
         }
     } else {
@@ -176,7 +186,7 @@ pub(crate) fn decide(
             embed_type
         } else if is_output {
             q.output
-                .or_else(|| q.weights.map(|w| default_output(w, t.shape[1])))
+                .or_else(|| q.weights.map(|w| output_type(q, w, t.shape[1])))
         } else if is_weight_matrix(t) {
             let part = arch::layer_part(arch, &t.name);
             q.weights

@@ -489,5 +489,9 @@ fn help_lists_the_types_of_the_tables() {
     let blocks = between("block types (FORMAT.md 3.5): ", ";");
     assert_eq!(blocks.join(", "), gkq_format::DType::quantized_names());
     let presets = between("file types (case-insensitive): ", ", with");
+    assert!(
+        help.contains("Q4_K is Q4_K_M") && help.contains("--pure"),
+        "{help}"
+    );
     assert_eq!(presets, gkq_pack::preset_names());
 }

@@ -255,6 +255,33 @@ fn type_of(out: &Path, name: &str) -> DType {
         .1
 }
 
+/// Issue 58: `--quant` reads names as llama-quantize does (Q4_K is
+/// Q4_K_M), and `--pure` is its `--pure` (every tensor in the type, the
+/// lm_head too).
+#[test]
+fn q4_k_is_llama_quantizes_q4_k_m_and_pure_is_its_pure() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let k = model(tmp.path(), "llama-tiny-k");
+    let v1 = "model.layers.1.self_attn.v_proj.weight";
+    let pack = |name: &str, flags: &[&str]| {
+        let out = tmp.path().join(name);
+        packs(&k, &out, flags, name);
+        types_of(&out)
+    };
+    let m = pack("m", &["--quant", "Q4_K_M"]);
+    assert_eq!(pack("k", &["--quant", "Q4_K"]), m);
+    assert_eq!(pack("k-lower", &["--quant", "q4_k"]), m);
+    let in_m = |n: &str| m.iter().find(|(b, _)| b == n).expect("block").1;
+    // layer 1 of 2 is one of llama.cpp's "more bits" layers
+    assert_eq!(in_m(v1), DType::Q6_K);
+    assert_eq!(in_m("lm_head.weight"), DType::Q6_K);
+    let out = tmp.path().join("pure");
+    packs(&k, &out, &["--quant", "Q4_K", "--pure"], "pure");
+    assert_eq!(type_of(&out, v1), DType::Q4_K);
+    assert_eq!(type_of(&out, "lm_head.weight"), DType::Q4_K);
+    assert_eq!(type_of(&out, "model.embed_tokens.weight"), DType::Q4_K);
+}
+
 #[test]
 fn the_roles_follow_llama_quantize() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -431,7 +458,7 @@ fn bad_quantization_input_fails_cleanly() {
     assert_eq!(r.status.code(), Some(2));
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(
-        err.contains("\"q3_k\" is not a quantized type: one of q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k"),
+        err.contains("q3_k is one of llama-quantize's types that gkq-pack does not write"),
         "{err}"
     );
     assert!(!out.exists());
