@@ -138,6 +138,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     let knot_bytes = std::fs::metadata(&done.knot_path)
         .at(&done.knot_path)?
         .len();
+    let stale_signature = stale_signature(&mut out, &done.knot_id);
     out.commit()?;
     Ok(PackReport {
         knot_id: done.knot_id,
@@ -162,7 +163,16 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         revision,
         peak_rss_bytes: gkq_cli::peak_rss_bytes(),
         warm,
+        stale_signature,
     })
+}
+
+/// A `model.sig` in the directory a package replaces signs the old knot:
+/// it is not carried into the new package (a node would refuse the
+/// package), unless the new knot is the old one. Whether one was dropped.
+fn stale_signature(out: &mut output::Output, new_id: &str) -> bool {
+    let same = out.old_knot_id().is_some_and(|id| id.to_string() == new_id);
+    !same && out.leave_behind(gkq_format::sig::SIGNATURE_NAME)
 }
 
 /// The objects beside the row files that the plan lists: no runs objects

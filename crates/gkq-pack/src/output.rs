@@ -165,6 +165,33 @@ impl Output {
         Ok((path, BufWriter::with_capacity(1 << 20, f)))
     }
 
+    /// Leaves the old directory's `name` behind: it is not carried over
+    /// into the new package. Whether there was one.
+    pub(crate) fn leave_behind(&mut self, name: &str) -> bool {
+        self.files.push(name.to_owned());
+        self.dir.join(name).exists()
+    }
+
+    /// The old package's knot id, when the directory holds one whose
+    /// preamble and header checksum agree.
+    pub(crate) fn old_knot_id(&self) -> Option<gkq_format::KnotId> {
+        use std::io::Read;
+        let path = self.dir.join(KNOT_NAME);
+        let mut f = File::open(path).ok()?;
+        let mut bytes = Vec::new();
+        loop {
+            let total = match gkq_format::prefix_id(&bytes).ok()? {
+                Ok(id) => return Some(id),
+                Err(total) => total,
+            };
+            let have = bytes.len() as u64;
+            (&mut f).take(total - have).read_to_end(&mut bytes).ok()?;
+            if bytes.len() as u64 != total {
+                return None;
+            }
+        }
+    }
+
     /// Puts the package in place (the caller has synced every file).
     pub(crate) fn commit(mut self) -> Result<()> {
         sync_dir(&self.staging)?;

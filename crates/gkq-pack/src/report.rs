@@ -162,6 +162,9 @@ pub struct PackReport {
     /// The warm set (`--warm-set`, `--warm-corpus`, `--warm-ids`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warm: Option<WarmSetReport>,
+    /// The replaced package's `model.sig`, which signed another knot, was
+    /// removed: the package needs signing again.
+    pub stale_signature: bool,
 }
 
 /// The warm set written, for the report.

@@ -79,6 +79,12 @@ pub fn text(r: &PackReport) -> String {
     }
     let _ = writeln!(s, "  {}  {} bytes", r.knot.path.display(), r.knot.bytes);
     let _ = writeln!(s, "  knot id {} (pin it with --knot-id)", r.knot_id);
+    if r.stale_signature {
+        let _ = writeln!(
+            s,
+            "  removed the replaced package's model.sig, which signed another knot: re-sign with gkq-sign"
+        );
+    }
     if let Some(w) = &r.warm {
         let from = match w.from.as_str() {
             "corpus" => format!("the ids most of the corpus's {} sessions use", w.sessions),

@@ -31,6 +31,30 @@ fn existing_out_dir_needs_force_and_keeps_contents() {
     check_pack(&src, &out, &[DType::F32], true);
 }
 
+/// Issue 58: `--force` over a signed package. The same knot again keeps
+/// its model.sig; another knot removes it and says to re-sign (a kept one
+/// would make every node with --trust-key refuse the package).
+#[test]
+fn force_over_a_signed_package_removes_a_stale_signature() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "qwen2-tiny-bf16");
+    let out = tmp.path().join("out");
+    packs(&src, &out, &["--quiet"], "first");
+    let sig = out.join("model.sig");
+    fs::write(&sig, "a signature of this knot").expect("write");
+    let r = packs(&src, &out, &["--force", "--json"], "the same knot");
+    assert_eq!(json_report(&r)["stale_signature"], false);
+    assert!(sig.exists(), "the same knot keeps its signature");
+    let r = packs(&src, &out, &["--force", "--dtype", "bf16"], "another knot");
+    // the report's lines go to stderr, as cargo's do
+    let text = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        text.contains("removed the replaced package's model.sig, which signed another knot: re-sign with gkq-sign"),
+        "{text}"
+    );
+    assert!(!sig.exists(), "a stale signature is not carried over");
+}
+
 /// A proof object is part of the package (FORMAT.md 7a): repacking bf16
 /// as f32 leaves no bf16 proof object behind (issue 22, item 10).
 #[test]
