@@ -146,6 +146,41 @@ fn the_llama_cpp_flags_that_work() {
             .clone()
     };
     assert_eq!(sample("7"), sample("7"), "one seed, one sequence");
+    // --seed -1: a random seed, printed so the run can be repeated
+    let o = decode(&[
+        &knot,
+        "--prompt-ids",
+        "5,17,300",
+        "-n",
+        "24",
+        "--temp",
+        "5",
+        "--top-k",
+        "200",
+        "--top-p",
+        "0.99",
+        "--seed",
+        "-1",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let drawn = err
+        .split("the seed is ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no seed in {err}"));
+    assert_eq!(json(&o)["tokens"], sample(drawn), "{err}");
+    // llama.cpp's names of -n, and its -t -1 (the default)
+    for flags in [
+        &["--n-predict", "6"][..],
+        &["--predict", "6"],
+        &["--n_predict=6"],
+        &["-n", "6", "-t", "-1"],
+    ] {
+        let mut args = vec![knot.as_str(), "--prompt-ids", "5,17,300", "--json"];
+        args.extend_from_slice(flags);
+        assert_eq!(json(&decode(&args))["tokens"], base["tokens"], "{flags:?}");
+    }
     assert_ne!(sample("7"), sample("8"), "another seed, another sequence");
     // -n -1: until an end token or the context's end (the tiny model has
     // no end token and 128 positions: 125 new tokens after 3)

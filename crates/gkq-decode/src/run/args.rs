@@ -73,6 +73,8 @@ pub(crate) struct Args {
     #[arg(
         long = "max-new-tokens",
         short = 'n',
+        // llama.cpp's names of it
+        aliases = ["n-predict", "predict", "n_predict"],
         value_name = "N",
         allow_negative_numbers = true,
         value_parser = parse_max_new
@@ -97,24 +99,32 @@ pub(crate) struct Args {
     /// Draw from the most likely tokens whose probabilities add up to P.
     #[arg(long = "top-p", value_name = "P", value_parser = parse_top_p, help_heading = "Sampling")]
     top_p: Option<f64>,
-    /// The seed of the draw.
+    /// The seed of the draw; -1: a random one, printed so the run can be repeated.
     #[arg(
         long,
         short = 's',
         value_name = "N",
         default_value_t = 0,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i64).range(-1..),
         help_heading = "Sampling"
     )]
-    seed: u64,
+    seed: i64,
     /// Prompt tokens per forward pass of the prefill (llama.cpp's -ub): a long prompt goes through the layers this many at a time, its activations bounded by it.
     #[arg(long = "ubatch-size", value_name = "N", default_value_t = gkq_decode::DEFAULT_UBATCH, value_parser = parse_batch)]
     ubatch: usize,
     /// llama.cpp's logical batch: the prefill runs at most this many tokens at a time too.
     #[arg(long = "batch-size", short = 'b', value_name = "N", value_parser = parse_batch)]
     batch: Option<usize>,
-    /// Compute threads [default: the machine's cores].
-    #[arg(long, short = 't', value_name = "N")]
-    threads: Option<usize>,
+    /// Compute threads [default, and -1: the machine's cores].
+    #[arg(
+        long,
+        short = 't',
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i64).range(-1..)
+    )]
+    threads: Option<i64>,
     /// The roles of this stage: the whole model, or one stage of a pipeline (input: embedding and the first layers, writes --hidden-out; output: the last layers and lm_head, reads --hidden-in and prints the next token).
     #[arg(long, value_enum, default_value = "all", help_heading = "Pipeline")]
     roles: RolesArg,
@@ -266,6 +276,20 @@ fn prompt(a: &Args) -> Result<Prompt, DecodeError> {
     )
 }
 
+/// `--seed`: as given, or for -1 (llama.cpp's "random") one drawn from
+/// the clock, printed so that the run can be repeated.
+fn seed(asked: i64) -> u64 {
+    if let Ok(s) = u64::try_from(asked) {
+        return s;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let s = (now ^ u64::from(std::process::id())) % 1_000_000_000;
+    eprintln!("gkq-decode: note: --seed -1: the seed is {s} (give --seed {s} to repeat this run)");
+    s
+}
+
 fn options(
     a: Args,
     started: std::time::Instant,
@@ -288,7 +312,7 @@ fn options(
             temperature: a.temp,
             top_k: a.top_k,
             top_p: a.top_p,
-            seed: a.seed,
+            seed: seed(a.seed),
         },
         roles: match a.roles {
             RolesArg::All => StageRoles::All,
@@ -310,6 +334,8 @@ impl Args {
     /// The threads asked for (`-t`).
     pub(crate) fn threads(&self) -> Option<usize> {
         self.threads
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0)
     }
 
     /// The options of a run, validated; `started` is when the process
