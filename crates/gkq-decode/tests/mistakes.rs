@@ -106,3 +106,24 @@ fn a_split_beyond_the_layers_names_the_layer_count() {
 fn help_has_examples() {
     fixtures::assert_help_has_examples(env!("CARGO_BIN_EXE_gkq-decode"));
 }
+
+/// Issue 58: a GGUF given where a knot goes is named as a GGUF, with the
+/// command that makes a package of it.
+#[test]
+fn a_gguf_is_named_as_one_with_how_to_pack_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let gguf = tmp.path().join("model.gguf");
+    let mut bytes = b"GGUF\x03\0\0\0".to_vec();
+    bytes.resize(4096, 0);
+    std::fs::write(&gguf, bytes).expect("write");
+    let o = decode(&["-m", gguf.to_str().expect("utf-8"), "-p", "hi"]);
+    says(
+        &o,
+        1,
+        &[
+            "model.gguf",
+            "it is a GGUF file",
+            "gkq-pack MODEL.gguf --out DIR",
+        ],
+    );
+}

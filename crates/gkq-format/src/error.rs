@@ -15,7 +15,7 @@ pub enum Error {
         available: u64,
     },
     /// The first eight bytes are not `GKQKNOT\0`.
-    #[error("not a GKQ knot: magic bytes are {found:02x?}")]
+    #[error("not a GKQ knot: {}", what_it_is(found))]
     BadMagic {
         /// What was found.
         found: [u8; 8],
@@ -580,6 +580,22 @@ pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
         cur = next;
     }
     cur.to_string()
+}
+
+/// What a file that is not a knot looks like it is, from its first bytes.
+fn what_it_is(found: &[u8; 8]) -> String {
+    let shown = format!("magic bytes are {found:02x?}");
+    if found.starts_with(b"GGUF") {
+        format!(
+            "it is a GGUF file ({shown}, \"GGUF\"): pack it first (gkq-pack MODEL.gguf --out DIR), then give DIR or DIR/model.knot"
+        )
+    } else if found.starts_with(b"<") {
+        format!(
+            "it starts as an HTML page does ({shown}): is the URL a server's error or index page?"
+        )
+    } else {
+        shown
+    }
 }
 
 #[cfg(test)]

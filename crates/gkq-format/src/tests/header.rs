@@ -204,6 +204,13 @@ fn rule_magic_and_version() {
     let mut g = golden();
     g[0] = b'X';
     assert!(matches!(err(&g), Error::BadMagic { .. }));
+    let mut gguf = g.clone();
+    gguf[..8].copy_from_slice(b"GGUF\x03\0\0\0");
+    let m = err(&gguf).to_string();
+    assert!(
+        m.contains("it is a GGUF file") && m.contains("gkq-pack MODEL.gguf"),
+        "{m}"
+    );
     for v in [1u8, 5] {
         let mut g = golden();
         g[8] = v;
