@@ -58,6 +58,29 @@ pub struct PublicKey {
     hint: String,
 }
 
+/// What kind of public key a PEM holds that is not a P-256 one, from its
+/// SubjectPublicKeyInfo's algorithm (and, for EC, its curve).
+fn key_kind(pem: &str) -> Option<&'static str> {
+    use p256::pkcs8::der::{Decode, pem::PemLabel};
+    let (label, der) = p256::pkcs8::der::pem::decode_vec(pem.trim().as_bytes()).ok()?;
+    if label != p256::pkcs8::spki::SubjectPublicKeyInfoRef::PEM_LABEL {
+        return None;
+    }
+    let spki = p256::pkcs8::spki::SubjectPublicKeyInfoRef::from_der(&der).ok()?;
+    let curve = spki.algorithm.parameters_oid().ok().map(|o| o.to_string());
+    Some(
+        match (spki.algorithm.oid.to_string().as_str(), curve.as_deref()) {
+            ("1.2.840.113549.1.1.1", _) => "an RSA key",
+            ("1.3.101.112", _) => "an Ed25519 key",
+            ("1.2.840.10045.2.1", Some("1.3.132.0.34")) => "an EC key on P-384",
+            ("1.2.840.10045.2.1", Some("1.3.132.0.35")) => "an EC key on P-521",
+            ("1.2.840.10045.2.1", Some("1.3.132.0.10")) => "an EC key on secp256k1",
+            ("1.2.840.10045.2.1", _) => "an EC key on a curve other than P-256",
+            _ => "a key of another algorithm",
+        },
+    )
+}
+
 impl PublicKey {
     /// A key from its PEM text.
     pub fn from_pem(pem: &str) -> Result<PublicKey> {
@@ -69,7 +92,12 @@ impl PublicKey {
         }
         match VerifyingKey::from_public_key_pem(pem.trim()) {
             Ok(key) => Ok(PublicKey::from_key(key)),
-            Err(e) => fail(SigFailure::KeyFormat(e.to_string())),
+            Err(e) => fail(SigFailure::KeyFormat(match key_kind(pem) {
+                Some(kind) => format!(
+                    "this is {kind}; a package is signed with an ECDSA P-256 key (openssl ecparam -name prime256v1 -genkey -noout -out key.pem)"
+                ),
+                None => e.to_string(),
+            })),
         }
     }
 

@@ -343,3 +343,37 @@ fn a_null_package_name_is_malformed() {
     });
     assert_eq!(open(&b, &trusted()).expect("unnamed").package, None);
 }
+
+/// Issue 58: a key of another kind is named as that kind (an RSA key was
+/// reported as "unsupported OID 1.2.840.10045.2.1", the EC OID).
+#[test]
+fn a_key_of_another_kind_is_named() {
+    for (pem, kind) in [
+        (
+            r"-----BEGIN PUBLIC KEY-----
+MIGfMA0GCSqGSIb3DQEBAQUAA4GNADCBiQKBgQC/3EFSb9xqCHzk2kgLxLS8mF7B
+CV5DR+h4WpWVvQdYcuO22f3hm0eCZwcA0vjOr+2pc8VBcgVU7Lxktn5TPWcn9cTE
+BjUoBrz7RkyvV8TSTf3p+6Rpy1QF5p8pbCfzFeX31tSj/cvOBtqu3JfWfK0FVAlR
+YEbpxcMR0/LL/6GLHQIDAQAB
+-----END PUBLIC KEY-----",
+            "this is an RSA key",
+        ),
+        (
+            r"-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEAfANd7yQFzoSuPbQ2ojsxpvymdCzLsUEzfFh+T9hP3Z0=
+-----END PUBLIC KEY-----",
+            "this is an Ed25519 key",
+        ),
+        (
+            r"-----BEGIN PUBLIC KEY-----
+MHYwEAYHKoZIzj0CAQYFK4EEACIDYgAEf0wVKQrACoFjlavjnF2oDnHGLex51S3e
+2vZ3icPCzXC4u86lDd+gYFkD+yx9QIVImUD+3c5oZ/chsu5f9cvCJUGyPfbL9pcP
+WmSx7GuBnL3/CQq0hjrlajeE5HNXRBER
+-----END PUBLIC KEY-----",
+            "this is an EC key on P-384",
+        ),
+    ] {
+        let e = PublicKey::from_pem(pem).expect_err("not P-256").to_string();
+        assert!(e.contains(kind) && e.contains("prime256v1"), "{e}");
+    }
+}
