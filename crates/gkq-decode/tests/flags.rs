@@ -244,3 +244,35 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
             .contains("-c is a llama.cpp flag")
     );
 }
+
+/// Issue 58: a quiet console. The per-step digests only with --verbose
+/// (--json keeps them), and -n 0 gives no rates it did not measure.
+#[test]
+fn the_console_is_quiet_and_n_0_gives_no_rates() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (knot, _) = packed(tmp.path());
+    let text = |extra: &[&str]| {
+        let mut args = vec![knot.as_str(), "--prompt-ids", "5,17,300"];
+        args.extend_from_slice(extra);
+        let o = decode(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let quiet = text(&["-n", "3"]);
+    assert!(!quiet.contains("logits sha256"), "{quiet}");
+    assert!(quiet.contains("time to first token"), "{quiet}");
+    let verbose = text(&["-n", "3", "--verbose"]);
+    assert_eq!(verbose.matches("logits sha256").count(), 3, "{verbose}");
+    let none = text(&["-n", "0"]);
+    assert!(none.contains("no token asked for (-n 0)"), "{none}");
+    assert!(!none.contains("tokens/s"), "{none}");
+    let v = json(&decode(&[
+        &knot,
+        "--prompt-ids",
+        "5,17,300",
+        "-n",
+        "3",
+        "--json",
+    ]));
+    assert_eq!(v["logits_sha256"].as_array().map(Vec::len), Some(3), "{v}");
+}

@@ -151,6 +151,9 @@ pub(crate) struct Args {
     /// Write the first step's logits (f32 little-endian, one per vocabulary entry) to FILE.
     #[arg(long = "logits-out", value_name = "FILE")]
     logits_out: Option<PathBuf>,
+    /// The SHA-256 of each step's logits too, one line a step (in --json, always).
+    #[arg(long, short = 'v')]
+    verbose: bool,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -324,6 +327,7 @@ fn options(
         hidden_out: a.hidden_out,
         json: a.json,
         logits_out: a.logits_out,
+        verbose: a.verbose,
         threads,
         reader: ReaderConfig::try_from(a.node).map_err(DecodeError::Usage)?,
         started,

@@ -55,6 +55,8 @@ pub(crate) struct RunOptions {
     pub(crate) json: bool,
     /// Where the first step's logits go.
     pub(crate) logits_out: Option<PathBuf>,
+    /// The per-step logits' digests in the text report.
+    pub(crate) verbose: bool,
     /// The compute threads (reported; set by the binary before candle starts).
     pub(crate) threads: usize,
     /// The reader's configuration.

@@ -23,19 +23,29 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> DecodeError + '_
     }
 }
 
-/// The figures of `g` as lines of text.
-fn text_report(g: &Generation, from_start: f64) -> String {
-    let mut text = format!(
-        "tokens {:?}\ntime to first token {from_start:.1} ms from process start, {:.1} ms from open (load {:.1} ms, prefill {:.1} ms, {:.1} of them waiting for weights: {} tokens at {:.1} tokens/s), {:.2} tokens/s",
-        g.tokens,
-        g.time_to_first_token_ms,
-        g.load_ms,
-        g.prefill_ms,
-        g.prefill_wait_ms,
-        g.prompt_ids.len(),
-        g.prefill_tokens_per_second,
-        g.tokens_per_second,
-    );
+/// The figures of `g` as lines of text; the per-step digests when `verbose`.
+fn text_report(g: &Generation, from_start: f64, verbose: bool) -> String {
+    let mut text = if g.tokens.is_empty() && g.prefill_ms <= 0.0 {
+        // -n 0: nothing ran past the load, so there is no rate to give
+        format!(
+            "tokens []\nno token asked for (-n 0): loaded in {:.1} ms, {:.1} ms from process start; the prompt's {} tokens were not run",
+            g.load_ms,
+            from_start - g.time_to_first_token_ms + g.load_ms,
+            g.prompt_ids.len(),
+        )
+    } else {
+        format!(
+            "tokens {:?}\ntime to first token {from_start:.1} ms from process start, {:.1} ms from open (load {:.1} ms, prefill {:.1} ms, {:.1} of them waiting for weights: {} tokens at {:.1} tokens/s), {:.2} tokens/s",
+            g.tokens,
+            g.time_to_first_token_ms,
+            g.load_ms,
+            g.prefill_ms,
+            g.prefill_wait_ms,
+            g.prompt_ids.len(),
+            g.prefill_tokens_per_second,
+            g.tokens_per_second,
+        )
+    };
     text.push_str(&format!(
         "\nbytes: {} (total {})",
         bytes_line(g.bytes),
@@ -63,7 +73,7 @@ fn text_report(g: &Generation, from_start: f64) -> String {
             Some(why) => format!("\nwarm: the warm object is not used: {why}"),
         });
     }
-    for (i, d) in g.logits_sha256.iter().enumerate() {
+    for (i, d) in g.logits_sha256.iter().enumerate().filter(|_| verbose) {
         text.push_str(&format!("\nstep {i} logits sha256 {d}"));
     }
     text
@@ -106,7 +116,7 @@ pub(crate) fn generation(
         }
         return writeln!(out.stdout, "{v}").map_err(write_err);
     }
-    let text = text_report(&g, from_start);
+    let text = text_report(&g, from_start, o.verbose);
     let to: &mut dyn Write = if made.tokenizer.is_some() {
         &mut *out.stderr
     } else {
