@@ -45,6 +45,10 @@ impl Progress for Bar {
     }
     fn advance(&self, bytes: u64) {
         self.0.inc(bytes);
+        // a pull's bar goes once its last byte is verified
+        if self.0.length().is_some_and(|n| self.0.position() >= n) {
+            self.0.finish_and_clear();
+        }
     }
 }
 

@@ -107,6 +107,20 @@ pub struct NetArgs {
     /// Bound of the persistent cache; least recently used entries go first (suffixes K, M, G, T).
     #[arg(long = "cache-max-bytes", value_name = "BYTES", value_parser = parse_bytes, default_value_t = DEFAULT_CACHE_MAX_BYTES, help_heading = "Cache")]
     pub cache_max_bytes: u64,
+    /// No progress bar while the model is pulled (there is one only when stderr is a terminal and --json is not given).
+    #[arg(long = "no-progress")]
+    pub no_progress: bool,
+}
+
+/// The bar a pull reports to: on a terminal, unless `--no-progress` or
+/// `--json`.
+fn pull_bar(off: bool) -> Option<gkq_reader::PullProgress> {
+    use std::io::IsTerminal;
+    if off || crate::json_asked() || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = crate::Bar::new("pulling ", true);
+    Some(gkq_reader::PullProgress(std::sync::Arc::new(bar)))
 }
 
 /// `--package`: a package name as FORMAT.md 7c defines it.
@@ -173,6 +187,7 @@ impl TryFrom<NetArgs> for ReaderConfig {
                 max_bytes: a.cache_max_bytes,
                 explicit: a.cache_dir.is_some(),
             },
+            progress: pull_bar(a.no_progress),
             ..ReaderConfig::default()
         };
         c.store.timeout = a.timeout()?;

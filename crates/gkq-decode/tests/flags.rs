@@ -276,3 +276,29 @@ fn the_console_is_quiet_and_n_0_gives_no_rates() {
     ]));
     assert_eq!(v["logits_sha256"].as_array().map(Vec::len), Some(3), "{v}");
 }
+
+/// Issue 58: a progress bar while the model is pulled, on a terminal only
+/// (`script` gives the run one), never with --no-progress or on a pipe.
+#[test]
+fn a_pull_shows_a_bar_on_a_terminal_only() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (knot, _) = packed(tmp.path());
+    let bin = env!("CARGO_BIN_EXE_gkq-decode");
+    let on_tty = |extra: &str| {
+        let cmd = format!("{bin} {knot} --prompt-ids 5,17,300 -n 2 --no-cache {extra}");
+        let o = std::process::Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .output()
+            .expect("script (util-linux) runs the command on a terminal");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let shown = on_tty("");
+    assert!(
+        shown.contains("pulling ") && shown.contains("KiB"),
+        "{shown}"
+    );
+    assert!(!on_tty("--no-progress").contains("pulling "));
+    let piped = decode(&[&knot, "--prompt-ids", "5,17,300", "-n", "2", "--no-cache"]);
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains("pulling "));
+}

@@ -103,6 +103,19 @@ pub struct ReaderConfig {
     /// (`--warm`, FORMAT.md 7d: the publisher's warm rows in one range
     /// request); see `Embedding::warm`. Only when the input role is served.
     pub warm: bool,
+    /// Where a pull reports its bytes (a progress bar): the total when it
+    /// starts, then each item's bytes once they are verified.
+    pub progress: Option<PullProgress>,
+}
+
+/// The [`Progress`](gkq_format::progress::Progress) a pull reports to.
+#[derive(Clone)]
+pub struct PullProgress(pub std::sync::Arc<dyn gkq_format::progress::Progress>);
+
+impl std::fmt::Debug for PullProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PullProgress")
+    }
 }
 
 impl ReaderConfig {

@@ -101,7 +101,7 @@ pub use cache::{
 };
 pub use columnar::DEFAULT_CACHE_ROWS;
 pub use columnar::{CacheStats, ColumnarEmbedBackend, FetchConfig, WarmReport, WarmUnused};
-pub use config::{ReaderConfig, Serve, with_timeout};
+pub use config::{PullProgress, ReaderConfig, Serve, with_timeout};
 pub use error::{ReaderError, Result};
 pub use gkq_store::{NetStats, StoreConfig};
 pub use knot::{FIRST_FETCH, KnotHandle, Trusted, is_url};

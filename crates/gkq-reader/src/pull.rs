@@ -132,13 +132,18 @@ impl std::fmt::Debug for Pull {
 const UNIT: u64 = 1 << 20;
 
 async fn pull_item(inner: Arc<Inner>, item: PullItem) -> Result<Pulled> {
-    match item {
+    let len = item_len(&inner, &item);
+    let pulled = match item {
         PullItem::Block(name) => {
             let (block, bytes) = inner.block_values(&name).await?;
-            Ok(Pulled::Block { block, bytes })
+            Pulled::Block { block, bytes }
         }
-        PullItem::LmHead => Ok(Pulled::LmHead(inner.lm_head_matrix().await?)),
+        PullItem::LmHead => Pulled::LmHead(inner.lm_head_matrix().await?),
+    };
+    if let Some(p) = &inner.config.progress {
+        p.0.advance(len);
     }
+    Ok(pulled)
 }
 
 fn item_len(inner: &Inner, item: &PullItem) -> u64 {
@@ -201,6 +206,9 @@ impl Pull {
     pub(crate) fn start(inner: Arc<Inner>, plan: PullPlan) -> Pull {
         let (tx, rx) = mpsc::unbounded_channel();
         let units = usize::try_from(plan.budget.div_ceil(UNIT).max(1)).unwrap_or(usize::MAX >> 4);
+        if let Some(p) = &inner.config.progress {
+            p.0.start(plan.items.iter().map(|i| item_len(&inner, i)).sum());
+        }
         let schedule = tokio::spawn(async move {
             let budget = Arc::new(Semaphore::new(units));
             let need = |item: &PullItem| units_of(item_len(&inner, item), units);
