@@ -119,6 +119,9 @@ pub(crate) fn memory() -> anyhow::Result<()> {
                 file.as_os_str(),
                 "-n".as_ref(),
                 "1".as_ref(),
+                // the model's context, not llama-cli's default of 4096
+                "-c".as_ref(),
+                "0".as_ref(),
                 "--json".as_ref(),
             ],
         )?;

@@ -54,6 +54,9 @@ pub struct GenOptions {
     /// a long prompt goes through the layers this many at a time, so its
     /// activations are bounded by it, not by the prompt.
     pub ubatch: usize,
+    /// The positions a decode may use (llama.cpp's `-c`), within the
+    /// model's; `None`: the model's.
+    pub context: Option<usize>,
 }
 
 /// Prompt tokens per forward pass of the prefill by default (llama.cpp's).
@@ -66,6 +69,7 @@ impl Default for GenOptions {
             sampling: Sampling::default(),
             stop: BTreeSet::new(),
             ubatch: DEFAULT_UBATCH,
+            context: None,
         }
     }
 }
@@ -77,7 +81,8 @@ pub struct Generation {
     pub prompt_ids: Vec<u32>,
     /// The generated token ids (the end token included when it stopped there).
     pub tokens: Vec<u32>,
-    /// Why it stopped: `eos` (an end-of-generation token) or `length`.
+    /// Why it stopped: `eos` (an end-of-generation token), `length` (the
+    /// tokens asked for) or `context` (no position left).
     pub stop: &'static str,
     /// Hex SHA-256 of each step's logits (f32, little-endian): equal digests
     /// mean bit-identical logits.
@@ -257,17 +262,33 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
 }
 
 /// The positions a decode of `prompt` may add: `max_new`, checked against
-/// the model's, or what is left of them.
-fn budget(stages: &[Stage], prompt: &[u32], max_new: Option<usize>) -> Result<usize> {
-    let limit = stages[0].cfg.position_limit();
+/// the context (the model's positions, or fewer with `context`), or what is
+/// left of them.
+fn budget(
+    stages: &[Stage],
+    prompt: &[u32],
+    max_new: Option<usize>,
+    context: Option<usize>,
+) -> Result<usize> {
+    let model = stages[0].cfg.position_limit();
+    let (limit, what) = match context.filter(|&c| c < model) {
+        Some(c) => (
+            c,
+            format!("the context's {c} positions (-c; the model has {model})"),
+        ),
+        None => (
+            model,
+            format!("the model's {model} positions (max_position_embeddings)"),
+        ),
+    };
     match max_new {
         Some(n) if prompt.len().saturating_add(n) > limit => Err(DecodeError::Usage(format!(
-            "--max-new-tokens {n}: the prompt ({} tokens) and the new tokens must fit the model's {limit} positions (max_position_embeddings)",
+            "--max-new-tokens {n}: the prompt ({} tokens) and the new tokens must fit {what}",
             prompt.len()
         ))),
         Some(n) => Ok(n),
         None if prompt.len() >= limit => Err(DecodeError::Usage(format!(
-            "the prompt ({} tokens) fills the model's {limit} positions",
+            "the prompt ({} tokens) fills {what}",
             prompt.len()
         ))),
         None => Ok(limit - prompt.len()),
@@ -286,7 +307,7 @@ pub fn generate_with(
     if prompt.is_empty() {
         return Err(DecodeError::Stages("the prompt has no tokens".into()));
     }
-    let max_new = budget(stages, prompt, opts.max_new)?;
+    let max_new = budget(stages, prompt, opts.max_new, opts.context)?;
     // the positions this decode reaches (at most 1,024 past the prompt when
     // unbounded; the cache grows beyond)
     let reach = prompt.len().saturating_add(max_new.min(1 << 10));
@@ -303,7 +324,13 @@ pub fn generate_with(
     // grown as tokens come: max_position_embeddings is the publisher's word
     let mut tokens = Vec::with_capacity(max_new.min(1 << 12));
     let mut digests = Vec::with_capacity(max_new.min(1 << 12));
-    let (mut ttft, mut prefill, mut first_logits, mut stop) = (0.0, 0.0, Vec::new(), "length");
+    // unbounded, a decode that runs out of positions stops at the context
+    let end = if opts.max_new.is_some() {
+        "length"
+    } else {
+        "context"
+    };
+    let (mut ttft, mut prefill, mut first_logits, mut stop) = (0.0, 0.0, Vec::new(), end);
     let mut waited = 0.0;
     let mut ids = prompt.to_vec();
     for n in 0..max_new {

@@ -256,6 +256,8 @@ fn max_new_tokens_is_bounded_by_the_positions() {
         "5",
         "--max-new-tokens",
         "18446744073709551615",
+        "-c",
+        "0",
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -272,6 +274,8 @@ fn max_new_tokens_is_bounded_by_the_positions() {
         "5",
         "--max-new-tokens",
         "18446744073709551615",
+        "-c",
+        "0",
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");

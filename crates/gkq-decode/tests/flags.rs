@@ -194,20 +194,43 @@ fn the_llama_cpp_flags_that_work() {
     ]));
     let n = all["tokens"].as_array().expect("tokens").len();
     assert_eq!(n, 125, "{}", all["stop"]);
+    assert_eq!(all["stop"], "context");
+    // -c bounds the context (issue 58): 3 + 61 = 64 positions, a note in
+    // the text report, and -n beyond it refused naming -c
+    let c = json(&decode(&[
+        &knot,
+        "--prompt-ids",
+        "5,17,300",
+        "-n",
+        "-1",
+        "-c",
+        "64",
+        "--json",
+    ]));
+    assert_eq!(c["tokens"].as_array().map(Vec::len), Some(61), "{c}");
+    let o = decode(&[
+        &knot,
+        "--prompt-ids",
+        "5,17,300",
+        "-n",
+        "-1",
+        "--ctx-size=64",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("no position left in the context (-c N"),
+        "{text}"
+    );
+    usage(
+        &decode(&[&knot, "--prompt-ids", "5,17,300", "-n", "100", "-c", "64"]),
+        &["must fit the context's 64 positions (-c; the model has 128)"],
+    );
 }
 
 #[test]
 fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
     let tmp = tempfile::tempdir().expect("tmp");
     let (knot, _) = packed(tmp.path());
-    usage(
-        &decode(&[&knot, "--prompt-ids", "1", "-c", "2048"]),
-        &["-c is a llama.cpp flag", "-n N"],
-    );
-    usage(
-        &decode(&[&knot, "--prompt-ids", "1", "--ctx-size=2048"]),
-        &["--ctx-size is a llama.cpp flag"],
-    );
     for (flag, needle) in [
         ("-ngl", "on the CPU"),
         ("-tb", "give -t N"),
@@ -233,7 +256,7 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
         ],
     );
     // --json: one object on stderr, kind usage
-    let o = decode(&[&knot, "--prompt-ids", "1", "-c", "2048", "--json"]);
+    let o = decode(&[&knot, "--prompt-ids", "1", "-ngl", "99", "--json"]);
     assert_eq!(o.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&o.stderr).expect("one JSON object");
     assert_eq!(v["error"]["kind"], "usage", "{v}");
@@ -241,7 +264,7 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
         v["error"]["message"]
             .as_str()
             .expect("message")
-            .contains("-c is a llama.cpp flag")
+            .contains("-ngl is a llama.cpp flag")
     );
 }
 

@@ -234,8 +234,15 @@ fn a_long_prompt_holds_no_tokens_squared_scores() {
         .map(|i| ((i * 37 + 11) % 1000).to_string())
         .collect();
     let mut cmd = fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"));
-    cmd.arg(&pkg)
-        .args(["--prompt-ids", &ids.join(","), "-n", "1", "--json"]);
+    cmd.arg(&pkg).args([
+        "--prompt-ids",
+        &ids.join(","),
+        "-n",
+        "1",
+        "-c",
+        "0",
+        "--json",
+    ]);
     let (o, rss) = fixtures::output_and_peak_rss(&cmd, 300);
     assert!(o.status.success(), "{}", err(&o));
     println!("6,000 tokens: peak RSS {} MB", rss >> 20);

@@ -80,6 +80,14 @@ pub(crate) struct Args {
         value_parser = parse_max_new
     )]
     max_new_tokens: Option<MaxNew>,
+    /// The context: the positions the prompt and the new tokens may use, at most the model's (0: the model's).
+    #[arg(
+        long = "ctx-size",
+        short = 'c',
+        value_name = "N",
+        default_value_t = DEFAULT_CONTEXT
+    )]
+    ctx_size: usize,
     /// Generate past the model's end-of-generation tokens.
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
@@ -279,6 +287,9 @@ fn prompt(a: &Args) -> Result<Prompt, DecodeError> {
     )
 }
 
+/// The context when `-c` is not given: llama-cli's.
+const DEFAULT_CONTEXT: usize = 4096;
+
 /// `--seed`: as given, or for -1 (llama.cpp's "random") one drawn from
 /// the clock, printed so that the run can be repeated.
 fn seed(asked: i64) -> u64 {
@@ -311,6 +322,7 @@ fn options(
         max_new,
         ignore_eos: a.ignore_eos,
         ubatch: a.batch.map_or(a.ubatch, |b| b.min(a.ubatch)),
+        context: (a.ctx_size > 0).then_some(a.ctx_size),
         sampling: Sampling {
             temperature: a.temp,
             top_k: a.top_k,

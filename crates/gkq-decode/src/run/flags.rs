@@ -5,10 +5,6 @@
 /// `(flags, what to do instead)`.
 pub(crate) const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
     (
-        &["-c", "--ctx-size"],
-        "the context is the model's max_position_embeddings, and the KV cache grows as positions are used: bound the new tokens with -n N",
-    ),
-    (
         &[
             "-ngl",
             "--n-gpu-layers",
@@ -108,7 +104,7 @@ pub(crate) fn long_forms(args: impl IntoIterator<Item = String>) -> Vec<String> 
 }
 
 /// The message for `arg` when it is one of llama.cpp's flags that
-/// gkq-decode does not take (`--ctx-size=2048` too).
+/// gkq-decode does not take (`--n-gpu-layers=99` too).
 pub(crate) fn llama_cpp_flag(arg: &str) -> Option<String> {
     let flag = arg.split_once('=').map_or(arg, |(f, _)| f);
     LLAMA_CPP_FLAGS
@@ -131,7 +127,7 @@ mod tests {
                 assert!(m.starts_with(n) && m.contains(instead), "{m}");
             }
         }
-        assert!(llama_cpp_flag("--ctx-size=2048").is_some());
+        assert!(llama_cpp_flag("--n-gpu-layers=99").is_some());
         assert_eq!(llama_cpp_flag("-n"), None);
     }
 }

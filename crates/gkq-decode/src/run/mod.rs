@@ -57,6 +57,8 @@ pub(crate) struct RunOptions {
     pub(crate) logits_out: Option<PathBuf>,
     /// The per-step logits' digests in the text report.
     pub(crate) verbose: bool,
+    /// The context (`-c`); `None`: the model's.
+    pub(crate) context: Option<usize>,
     /// The compute threads (reported; set by the binary before candle starts).
     pub(crate) threads: usize,
     /// The reader's configuration.
@@ -147,6 +149,7 @@ fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> 
             _ => Default::default(),
         },
         ubatch: o.ubatch,
+        context: o.context,
     };
     let stream = made.tokenizer.as_ref().filter(|_| !o.json);
     let mut text = gkq_text::TextStream::default();

@@ -46,6 +46,11 @@ fn text_report(g: &Generation, from_start: f64, verbose: bool) -> String {
             g.tokens_per_second,
         )
     };
+    if g.stop == "context" {
+        text.push_str(
+            "\nstopped: no position left in the context (-c N for a longer one; -c 0: the model's)",
+        );
+    }
     text.push_str(&format!(
         "\nbytes: {} (total {})",
         bytes_line(g.bytes),
