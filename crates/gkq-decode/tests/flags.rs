@@ -95,6 +95,18 @@ fn the_llama_cpp_flags_that_work() {
         "--json",
     ]));
     assert_eq!(v["prompt_ids"], serde_json::json!([5, 17, 300]), "{v}");
+    let simple = json(&decode(&[
+        "-m",
+        &knot,
+        "--tokenizer",
+        &tok,
+        "-n",
+        "6",
+        "--json",
+        "hello world cat",
+    ]));
+    assert_eq!(simple["prompt_ids"], v["prompt_ids"], "{simple}");
+    assert_eq!(simple["tokens"], base["tokens"], "{simple}");
     assert_eq!(v["tokens"], base["tokens"], "{v}");
     assert_eq!(v["threads"], 2, "{v}");
     // -ub and -b (issue 57: the prompt in micro-batches): the same tokens
@@ -244,6 +256,16 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
             &[&format!("{flag} is a llama.cpp flag"), needle],
         );
     }
+    // --system without --chat (issue 58: it was dropped without a word)
+    usage(
+        &decode(&[&knot, "--prompt-ids", "1", "--system", "be terse"]),
+        &["--system is the system message of --chat TEXT"],
+    );
+    // llama-simple's positional prompt after -m, unless a prompt is given
+    usage(
+        &decode(&["-m", &knot, "--prompt-ids", "1", "hello"]),
+        &["the knot is given twice"],
+    );
     // -p @file: the file is not read as a prompt
     let prompt = tmp.path().join("prompt.txt");
     std::fs::write(&prompt, "hello").expect("write");

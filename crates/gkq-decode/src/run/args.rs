@@ -44,12 +44,8 @@ pub(crate) struct Args {
     #[arg(required_unless_present = "model")]
     knot: Option<String>,
     /// The knot, as llama.cpp's -m names the model.
-    #[arg(
-        short = 'm',
-        long = "model",
-        value_name = "KNOT",
-        conflicts_with = "knot"
-    )]
+    /// With -m, a positional argument is the prompt, as llama-simple takes it.
+    #[arg(short = 'm', long = "model", value_name = "KNOT")]
     model: Option<String>,
     /// A chat turn: rendered with the model's chat template, the assistant's turn after it.
     #[arg(long, value_name = "TEXT", group = "input")]
@@ -304,11 +300,38 @@ fn seed(asked: i64) -> u64 {
     s
 }
 
+/// `-m KNOT TEXT`: llama-simple's positional prompt, when no other
+/// prompt is given; `--system` only with `--chat`, whose system message it
+/// is (with raw text it was dropped without a word).
+fn llama_simple(mut a: Args) -> Result<Args, DecodeError> {
+    if a.system.is_some() && a.chat.is_none() {
+        return Err(DecodeError::Usage(
+            "--system is the system message of --chat TEXT; with -p, -f or --prompt-ids the prompt is raw, so write the system turn into it, or use --chat".into(),
+        ));
+    }
+    if let (Some(_), Some(text)) = (&a.model, &a.knot) {
+        let given = a.chat.is_some()
+            || a.prompt.is_some()
+            || a.file.is_some()
+            || a.prompt_ids.is_some()
+            || a.hidden_in.is_some();
+        if given {
+            return Err(DecodeError::Usage(format!(
+                "the knot is given twice: -m {} and {text:?}; give it once",
+                a.model.as_deref().unwrap_or_default()
+            )));
+        }
+        a.prompt = a.knot.take();
+    }
+    Ok(a)
+}
+
 fn options(
     a: Args,
     started: std::time::Instant,
     threads: usize,
 ) -> Result<RunOptions, DecodeError> {
+    let a = llama_simple(a)?;
     let max_new = match a.max_new_tokens {
         Some(MaxNew::Unbounded) => None,
         Some(MaxNew::Count(n)) => Some(n),
