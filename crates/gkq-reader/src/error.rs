@@ -91,14 +91,6 @@ pub enum ReaderError {
     /// A tensor or role the knot does not have.
     #[error("{0}")]
     Missing(String),
-    /// A URL that ends in `/` where a knot was expected.
-    #[error("{url} names a directory, not a knot: give the knot's URL, e.g. {knot}")]
-    DirectoryUrl {
-        /// The URL given.
-        url: String,
-        /// The knot URL it probably means.
-        knot: String,
-    },
     /// A companion file the knot does not list.
     #[error("{location}: the knot lists no package file {name:?} (package.files: {listed})")]
     NoPackageFile {

@@ -60,17 +60,18 @@ pub fn is_url(location: &str) -> bool {
 }
 
 /// The knot a location names: a package directory is read as its
-/// `model.knot`; a URL ending in `/` (a directory) is refused before any
-/// request, with the URL to use.
+/// `model.knot`, a local one and a URL alike (`…/v1/` or `…/v1`, whose last
+/// component has no `.`, as gkq-verify takes it), its query kept.
 pub(crate) fn knot_location(location: &str) -> Result<String> {
     if is_url(location) {
         gkq_store::url::refuse_credentials(location)?;
         let path = gkq_store::url::without_query(location);
-        if path.ends_with('/') {
-            return Err(ReaderError::DirectoryUrl {
-                url: location.to_owned(),
-                knot: format!("{path}{}", gkq_format::KNOT_NAME),
-            });
+        let query = &location[path.len()..];
+        let last = path.rsplit('/').next().unwrap_or_default();
+        let host_only = path.split("://").nth(1).is_some_and(|r| !r.contains('/'));
+        if path.ends_with('/') || (!last.contains('.') && !host_only) {
+            let dir = path.trim_end_matches('/');
+            return Ok(format!("{dir}/{}{query}", gkq_format::KNOT_NAME));
         }
         return Ok(location.to_owned());
     }
@@ -393,8 +394,21 @@ mod tests {
             "https://h/m/v1/config.json?x=1"
         );
         assert_eq!(sibling("out/v1/model.knot", "a.rows"), "out/v1/a.rows");
-        let e = knot_location("http://h/pkg/v1/").expect_err("directory URL");
-        assert!(e.to_string().contains("http://h/pkg/v1/model.knot"), "{e}");
+        // a package's directory URL, with or without its slash (issue 58)
+        for dir in ["http://h/pkg/v1/", "http://h/pkg/v1"] {
+            assert_eq!(
+                knot_location(dir).expect("dir"),
+                "http://h/pkg/v1/model.knot"
+            );
+        }
+        assert_eq!(
+            knot_location("https://h/v1/?X-Amz-Signature=1").expect("query kept"),
+            "https://h/v1/model.knot?X-Amz-Signature=1"
+        );
+        assert_eq!(
+            knot_location("http://h/a/m.knot").expect("knot"),
+            "http://h/a/m.knot"
+        );
         let tmp = tempfile::tempdir().expect("tmp");
         let dir = tmp.path().display().to_string();
         assert_eq!(
