@@ -162,7 +162,19 @@ fn verify_published(
         url: Some(copy.base.clone()),
         ..opts.clone()
     };
-    verify_with(&local, progress)
+    let mut report = verify_with(&local, progress)?;
+    // what the checks of the copy name, named by its URL: the temporary
+    // directory is gone when the report is read
+    let dir = format!("{}/", copy.dir.path().display());
+    let base = format!("{}/", copy.base);
+    for c in &mut report.checks {
+        for f in c.failures.iter_mut().chain(c.notes.iter_mut()) {
+            f.object = f.object.replace(&dir, &base);
+            f.message = f.message.replace(&dir, &base);
+        }
+        c.summary = c.summary.replace(&dir, &base);
+    }
+    Ok(report)
 }
 
 /// The report of a knot that does not parse: the `knot` check alone.

@@ -122,6 +122,16 @@ fn each_tampered_published_object_is_named() {
             &needles,
         );
     }
+    // a missing object is named by its URL, not by the temporary copy's
+    // path (issue 58)
+    let out = check_published(
+        &p,
+        Box::new(|d: &Path| fs::remove_file(d.join("config.json")).expect("rm")),
+        &[],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("/v1/config.json"), "{text}");
+    assert!(!text.contains("gkq-verify-"), "{text}");
 }
 
 #[test]
