@@ -84,7 +84,7 @@ pub enum StoreError {
     },
     /// The server answered a Range request with the whole object.
     #[error(
-        "{url}: the server ignored Range bytes={start}-{end} and answered HTTP 200 with the whole object (body not read)"
+        "{url}: the server ignored Range bytes={start}-{end} and answered HTTP 200 with the whole object (body not read); serve packages from a server that answers range requests with 206 (nginx, Caddy, an S3-compatible store; python3 -m http.server does not)"
     )]
     IgnoresRange {
         /// The URL.

@@ -23,13 +23,30 @@ fn io(path: &Path, error: std::io::Error) -> StoreError {
     if error.kind() == std::io::ErrorKind::NotFound {
         return StoreError::NotFound {
             url: path.display().to_string(),
-            how: "no such file".into(),
+            how: format!("no such file{}", url_hint(&path.display().to_string())),
         };
     }
     StoreError::Io {
         path: path.to_path_buf(),
         error,
     }
+}
+
+/// For a path that is not there and looks like a URL gone wrong, what was
+/// probably meant: a scheme with one slash (`http:/h/…`), or none
+/// (`127.0.0.1:8080/…`, `host.example/…`).
+fn url_hint(path: &str) -> String {
+    for scheme in ["http:/", "https:/", "s3:/"] {
+        if let Some(rest) = path.strip_prefix(scheme).filter(|r| !r.starts_with('/')) {
+            return format!("; a URL has two slashes after its scheme: {scheme}/{rest}");
+        }
+    }
+    let first = path.split('/').next().unwrap_or_default();
+    let host = first.contains(':') || (first.contains('.') && !first.starts_with('.'));
+    if path.contains('/') && host && !Path::new(first).exists() {
+        return format!("; for a URL, give its scheme: http://{path}");
+    }
+    String::new()
 }
 
 /// Opens `path` only if it is a regular file (a FIFO would block forever,
@@ -153,5 +170,29 @@ impl RangeRead for LocalStore {
 
     fn gate(&self) -> &Gate {
         &self.gate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::url_hint;
+
+    /// Issue 58: a URL missing a slash or a scheme is answered as such.
+    #[test]
+    fn a_path_that_is_a_url_gone_wrong_says_so() {
+        assert_eq!(
+            url_hint("http:/127.0.0.1:8080/m/v1/"),
+            "; a URL has two slashes after its scheme: http://127.0.0.1:8080/m/v1/"
+        );
+        assert_eq!(
+            url_hint("127.0.0.1:8080/m/v1/"),
+            "; for a URL, give its scheme: http://127.0.0.1:8080/m/v1/"
+        );
+        assert_eq!(
+            url_hint("models.example.com/m/v1/model.knot"),
+            "; for a URL, give its scheme: http://models.example.com/m/v1/model.knot"
+        );
+        assert_eq!(url_hint("out/v1/model.knot"), "");
+        assert_eq!(url_hint("model.knot"), "");
     }
 }
