@@ -167,6 +167,20 @@ pub struct PackReport {
     pub stale_signature: bool,
 }
 
+impl PackReport {
+    /// The bytes of the package's files: the knot, each row file with its
+    /// proof, runs and warm objects, and the companion files.
+    pub fn package_bytes(&self) -> u64 {
+        let objects = |c: &ColumnarReport| {
+            let extra = [&c.runs, &c.warm].into_iter().flatten();
+            c.bytes + c.proof.bytes + extra.map(|f| f.bytes).sum::<u64>()
+        };
+        self.knot.bytes
+            + self.columnar.iter().map(objects).sum::<u64>()
+            + self.companions.iter().map(|c| c.bytes).sum::<u64>()
+    }
+}
+
 /// The warm set written, for the report.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct WarmSetReport {

@@ -105,6 +105,13 @@ pub fn text(r: &PackReport) -> String {
         );
     }
     tensors(s, r);
+    let package = r.package_bytes();
+    let _ = writeln!(
+        s,
+        "package {package} bytes from {} source bytes ({:.2}x)",
+        r.source_bytes,
+        package as f64 / r.source_bytes.max(1) as f64
+    );
     std::mem::take(s)
 }
 

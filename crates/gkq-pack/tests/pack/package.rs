@@ -55,6 +55,26 @@ fn force_over_a_signed_package_removes_a_stale_signature() {
     assert!(!sig.exists(), "a stale signature is not carried over");
 }
 
+/// Issue 58: the report ends with the package's size against the input's.
+#[test]
+fn the_report_ends_with_the_package_size() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = model(tmp.path(), "qwen2-tiny-bf16");
+    let out = tmp.path().join("out");
+    let r = packs(&src, &out, &[], "pack");
+    let text = String::from_utf8_lossy(&r.stderr);
+    let last = text.lines().last().expect("a line");
+    let on_disk: u64 = fs::read_dir(&out)
+        .expect("out")
+        .map(|e| e.expect("entry").metadata().expect("meta").len())
+        .sum();
+    assert!(
+        last.starts_with(&format!("package {on_disk} bytes from ")),
+        "{last}"
+    );
+    assert!(last.ends_with("x)"), "{last}");
+}
+
 /// A proof object is part of the package (FORMAT.md 7a): repacking bf16
 /// as f32 leaves no bf16 proof object behind (issue 22, item 10).
 #[test]
