@@ -105,7 +105,7 @@ impl std::fmt::Display for SigFailure {
             ),
             SigFailure::OtherKnot { signed, knot } => write!(
                 f,
-                "the signature is for knot {signed}, not this knot {knot}: a signature of another package"
+                "the signature is for knot {signed}, not this knot {knot}: a signature of another package, or of this one before it was packed again (re-sign it with gkq-sign)"
             ),
             SigFailure::KeyFormat(why) => write!(
                 f,

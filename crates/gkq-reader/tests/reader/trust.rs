@@ -229,6 +229,8 @@ fn a_replayed_signature_and_a_swapped_knot_are_another_package() {
     let e = refusal(&s, "b", trusting(&[&a], None));
     assert!(matches!(failure(&e), SigFailure::OtherKnot { .. }), "{e}");
     assert!(e.to_string().contains("/b/model.sig"), "{e}");
+    // issue 58: the refusal says how to re-sign
+    assert!(e.to_string().contains("re-sign it with gkq-sign"), "{e}");
     // b's knot put in a's place, a's signature kept
     fs::copy(s.dir("b").join("model.knot"), s.dir("a").join("model.knot")).expect("copy");
     assert!(matches!(
