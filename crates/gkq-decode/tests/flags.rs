@@ -347,3 +347,32 @@ fn a_pull_shows_a_bar_on_a_terminal_only() {
     let piped = decode(&[&knot, "--prompt-ids", "5,17,300", "-n", "2", "--no-cache"]);
     assert!(!String::from_utf8_lossy(&piped.stderr).contains("pulling "));
 }
+
+/// Issue 58 (the README said so, and it was not true): a --columnar-embed
+/// that is not used is a warning, as in gkq-rows.
+#[test]
+fn an_unused_columnar_embed_is_a_warning() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (knot, _) = packed(tmp.path());
+    let pkg = format!("{}/", tmp.path().join("pkg").display());
+    let nowhere = format!("{}/", tmp.path().join("nowhere").display());
+    let run = |embed: &str| {
+        let o = decode(&[
+            &knot,
+            "--columnar-embed",
+            embed,
+            "--prompt-ids",
+            "1",
+            "-n",
+            "1",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = run(&nowhere);
+    assert!(
+        err.contains(&format!("warning: --columnar-embed {nowhere} is not used")),
+        "{err}"
+    );
+    assert!(!run(&pkg).contains("warning"));
+}

@@ -84,6 +84,27 @@ fn text_report(g: &Generation, from_start: f64, verbose: bool) -> String {
     text
 }
 
+/// `--columnar-embed` given but not used: a warning on stderr, as gkq-rows
+/// gives (the dense fallback downloads the whole matrix).
+fn columnar_unused(o: &RunOptions, g: &Generation, out: &mut Out<'_>) -> Result<()> {
+    let Some(url) = &o.reader.columnar_embed else {
+        return Ok(());
+    };
+    for r in g
+        .resolutions
+        .iter()
+        .filter(|r| r.role == "token_embd" && r.path != "columnar")
+    {
+        writeln!(
+            out.stderr,
+            "gkq-decode: warning: --columnar-embed {url} is not used: the embedding's path is {}, because {} (--require-columnar makes this an error)",
+            r.path, r.reason
+        )
+        .map_err(write_err)?;
+    }
+    Ok(())
+}
+
 /// Reports a decode: the JSON object, or the figures (after streamed text,
 /// on stderr; else on stdout).
 pub(crate) fn generation(
@@ -94,6 +115,7 @@ pub(crate) fn generation(
 ) -> Result<()> {
     let from_start = g.time_to_first_token_ms
         + g.opened.saturating_duration_since(o.started).as_secs_f64() * 1e3;
+    columnar_unused(o, &g, out)?;
     if let Some(path) = &o.logits_out {
         let bytes: Vec<u8> = g
             .first_logits
