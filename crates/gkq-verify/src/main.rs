@@ -1,9 +1,5 @@
-//! `gkq-verify`: flags in, checks out. Exit 0 when every check passed, 1 when
-//! one failed, 2 when verification could not run.
-//!
-//! Output on stdout is one line per check and one per failure, tab-separated:
-//! `CHECK<TAB>PASS|FAIL<TAB>detail`, then `result<TAB>PASS|FAIL<TAB>...`;
-//! or one JSON object with `--json`.
+//! `gkq-verify`: flags in, checks out (the output and the exit status are
+//! EXAMPLES' last lines).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,7 +19,7 @@ Examples:
   gkq-verify https://models.example/qwen/v1/model.knot --trust-key publisher.pub.pem
                                                     a published package in place, with no local copy
 
-Output: one tab-separated line per check, CHECK<TAB>PASS|FAIL|NOTE<TAB>detail, then result<TAB>PASS|FAIL; --json prints one object.
+Output: one tab-separated line per check, CHECK<TAB>PASS|FAIL|NOTE<TAB>detail (a check's first 8 NOTE lines, all with --verbose), then result<TAB>PASS|FAIL; --json prints one object.
 
 Exit status: 0 every check passed (NOTE lines are information, such as a lossy cast); 1 a check failed; 2 the checks could not run.";
 
@@ -91,14 +87,24 @@ struct Args {
     /// Print only failures (and no progress bar).
     #[arg(short, long, help_heading = "Output")]
     quiet: bool,
+    /// Every NOTE line (a check shows its first 8 and counts the rest).
+    #[arg(short, long, help_heading = "Output", conflicts_with = "quiet")]
+    verbose: bool,
 }
+
+/// NOTE lines a check shows without --verbose.
+const NOTES_SHOWN: usize = 8;
 
 /// `--package`: a package name as FORMAT.md 7c spells one.
 fn parse_package(s: &str) -> Result<String, String> {
     gkq_format::sig::check_package_name(s).map(|()| s.to_owned())
 }
 
-fn print_lines(out: &mut impl Write, r: &VerifyReport, quiet: bool) -> std::io::Result<()> {
+fn print_lines(
+    out: &mut impl Write,
+    r: &VerifyReport,
+    (quiet, verbose): (bool, bool),
+) -> std::io::Result<()> {
     for c in &r.checks {
         if !quiet || !c.passed {
             writeln!(
@@ -114,10 +120,17 @@ fn print_lines(out: &mut impl Write, r: &VerifyReport, quiet: bool) -> std::io::
         for f in &c.failures {
             writeln!(out, "{}\tFAIL\t{}: {}", c.name, f.object, f.message)?;
         }
-        if !quiet {
-            for n in &c.notes {
-                writeln!(out, "{}\tNOTE\t{}: {}", c.name, n.object, n.message)?;
-            }
+        let shown = if verbose { c.notes.len() } else { NOTES_SHOWN };
+        for n in c.notes.iter().take(shown).filter(|_| !quiet) {
+            writeln!(out, "{}\tNOTE\t{}: {}", c.name, n.object, n.message)?;
+        }
+        if !quiet && c.notes.len() > shown {
+            let more = c.notes.len() - shown;
+            writeln!(
+                out,
+                "{}\tNOTE\t{more} more notes (--verbose lists them)",
+                c.name
+            )?;
         }
     }
     if !quiet || !r.passed {
@@ -133,13 +146,13 @@ fn print_lines(out: &mut impl Write, r: &VerifyReport, quiet: bool) -> std::io::
 }
 
 /// Writes the report; a reader that went away (`| head -1`) is not an error.
-fn emit(report: &VerifyReport, json: bool, quiet: bool) -> Result<(), String> {
+fn emit(report: &VerifyReport, json: bool, detail: (bool, bool)) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
     let written = if json {
         let s = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
         writeln!(out, "{s}").and_then(|()| out.flush())
     } else {
-        print_lines(&mut out, report, quiet)
+        print_lines(&mut out, report, detail)
     };
     match written {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.to_string()),
@@ -170,7 +183,7 @@ fn main() -> ExitCode {
     bar.finish();
     match result {
         Ok(report) => {
-            if let Err(e) = emit(&report, args.json, args.quiet) {
+            if let Err(e) = emit(&report, args.json, (args.quiet, args.verbose)) {
                 eprintln!("gkq-verify: error: writing the report: {e}");
                 return ExitCode::from(2);
             }

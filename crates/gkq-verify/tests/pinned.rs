@@ -124,6 +124,11 @@ fn local_outputs_are_pinned() {
         "wrong-source.txt",
         &run(&[s(&out), "--source", s(&src2)], t),
     );
+    // issue 58: a check shows 8 NOTE lines and counts the rest; --verbose
+    // lists them all
+    let all = run(&[s(&out), "--source", s(&src2), "--verbose"], t);
+    assert_eq!(all.matches("\tNOTE\t").count(), 19, "{all}");
+    assert!(!all.contains("more notes"), "{all}");
     // a spectral block checked against its source
     let low = fixtures::Spec {
         low_rank: Some((16, 1e-4)),

@@ -22,7 +22,8 @@ fn packed_quantized() -> Packed {
 #[test]
 fn a_quantized_package_passes_and_its_figures_are_as_recorded() {
     let p = packed_quantized();
-    let out = verify(&[s(&p.out), "--source", s(&p.src)]);
+    // every NOTE line (without --verbose a check shows 8)
+    let out = verify(&[s(&p.out), "--source", s(&p.src), "--verbose"]);
     passes(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     // 2 layers x 7 matrices in q4_k, the embedding in q8_0, the lm_head in q6_k
