@@ -376,3 +376,31 @@ fn an_unused_columnar_embed_is_a_warning() {
     );
     assert!(!run(&pkg).contains("warning"));
 }
+
+/// Issue 58: a package file the tokenizer needs that cannot be read is
+/// named as that (the network, or damage), not as a tokenizer to replace.
+#[test]
+fn an_unreadable_tokenizer_file_is_named_as_such() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (_, tok) = packed(tmp.path());
+    let src = tmp.path().join("src");
+    std::fs::copy(&tok, src.join("tokenizer.json")).expect("copy");
+    let out = tmp.path().join("pkg2");
+    gkq_pack::pack(
+        &gkq_pack::PackOptions::new(&src, &out),
+        &gkq_pack::NoProgress,
+    )
+    .expect("pack");
+    std::fs::remove_file(out.join("tokenizer.json")).expect("rm");
+    let o = decode(&[out.to_str().expect("utf-8"), "-p", "hello world", "-n", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("reading the package's tokenizer.json"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("the tokenizer:") && !err.contains("--tokenizer FILE"),
+        "{err}"
+    );
+}

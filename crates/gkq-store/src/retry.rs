@@ -177,7 +177,11 @@ impl<'a> Runner<'a> {
         for n in 0..self.policy.attempts() {
             if n > 0 {
                 let wait = self.policy.wait(n, last.retry_after);
-                tracing::warn!(url, what, attempt = n + 1, wait_ms = wait.as_millis() as u64, reason = %last.message, "retrying a request");
+                if first_retry_of(url) {
+                    tracing::warn!(url, what, attempt = n + 1, wait_ms = wait.as_millis() as u64, reason = %last.message, "retrying a request (further retries of this source are logged at debug)");
+                } else {
+                    tracing::debug!(url, what, attempt = n + 1, wait_ms = wait.as_millis() as u64, reason = %last.message, "retrying a request");
+                }
                 tokio::time::sleep(wait).await;
             }
             let in_flight = self.counters.map(|c| c.begin(n > 0));
@@ -219,9 +223,36 @@ pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
     value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
+/// Whether this is the first retry of `url`'s source (scheme and host) in
+/// this process: one WARN line a source, not one an attempt (a server that
+/// stopped mid-pull gave 50).
+fn first_retry_of(url: &str) -> bool {
+    static WARNED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    let source = match url.split_once("://") {
+        Some((scheme, rest)) => {
+            format!("{scheme}://{}", rest.split('/').next().unwrap_or_default())
+        }
+        None => url.to_owned(),
+    };
+    crate::blocking::lock(WARNED.get_or_init(Default::default)).insert(source)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 58: one WARN line a source, whatever its retries.
+    #[test]
+    fn a_source_is_warned_of_once() {
+        assert!(first_retry_of("http://warn-once.test:81/m/v1/model.knot"));
+        assert!(!first_retry_of(
+            "http://warn-once.test:81/m/v1/token_embd.f32.rows"
+        ));
+        assert!(first_retry_of(
+            "http://warn-once-other.test/m/v1/model.knot"
+        ));
+    }
 
     #[test]
     fn backoff_doubles_and_is_capped() {

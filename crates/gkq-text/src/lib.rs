@@ -72,6 +72,10 @@ pub enum TextError {
     /// No workload files at all.
     #[error("no texts were given")]
     NoTexts,
+    /// A file of the package the tokenizer needs could not be read: the
+    /// network, or a damaged package; not the tokenizer itself.
+    #[error("{0}")]
+    PackageRead(String),
     /// The tokenizer cannot be loaded or fails on a text.
     #[error("the tokenizer: {0}")]
     Tokenizer(String),

@@ -147,7 +147,9 @@ impl Tokenizer {
         rows: u64,
     ) -> Result<Tokenizer> {
         let read = |n: &str| {
-            read(n).map_err(|e| TextError::Tokenizer(format!("{n}: {e} (give --tokenizer FILE)")))
+            // the file is listed, so this is the network or damage, not a
+            // package without a tokenizer
+            read(n).map_err(|e| TextError::PackageRead(format!("reading the package's {n}: {e}")))
         };
         let has = |n: &str| listed.iter().any(|f| f == n);
         let opt = |n: &str| -> Result<Option<Vec<u8>>> { has(n).then(|| read(n)).transpose() };
