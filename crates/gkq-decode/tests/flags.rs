@@ -320,6 +320,43 @@ fn the_console_is_quiet_and_n_0_gives_no_rates() {
         "--json",
     ]));
     assert_eq!(v["logits_sha256"].as_array().map(Vec::len), Some(3), "{v}");
+    // text in, text out: one short block on stderr after the text, as
+    // llama_perf_context_print's; how the roles were served with --verbose
+    let (_, tok) = packed(&tmp.path().join("t"));
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            knot.as_str(),
+            "--tokenizer",
+            &tok,
+            "-p",
+            "hello world cat",
+            "-n",
+            "4",
+        ];
+        args.extend_from_slice(extra);
+        let o = decode(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let block = run(&[]);
+    for line in [
+        "load: ",
+        "bytes pulled",
+        "prompt: 3 tokens in ",
+        "generation: 4 tokens at ",
+        "time to first token: ",
+    ] {
+        assert!(block.contains(line), "{line}: {block}");
+    }
+    assert!(
+        !block.contains("token_embd:") && !block.contains("logits sha256"),
+        "{block}"
+    );
+    let verbose = run(&["-v"]);
+    assert!(
+        verbose.contains("token_embd:") && verbose.contains("step 3 logits sha256"),
+        "{verbose}"
+    );
 }
 
 /// Issue 58: a progress bar while the model is pulled, on a terminal only

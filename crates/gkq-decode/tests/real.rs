@@ -153,6 +153,8 @@ fn smollm2_chats_in_english_from_a_cold_node() {
         err.contains("time to first token") && err.contains("tokens/s"),
         "{err}"
     );
+    // it stopped at the end token: llama-cli's line for it
+    assert!(err.starts_with("[end of text]\n"), "{err}");
     // -n bounds it, and nothing follows an end token
     let v = json(&decode(
         &s,

@@ -2,8 +2,6 @@
 //! with the prompt's ids, the tokens, their text and why the decode
 //! stopped), and the two halves of a two-process pipeline.
 
-use std::io::Write;
-
 use super::prompt::Made;
 use super::{Out, RunOptions, write_err};
 use gkq_decode::{DecodeError, Result};
@@ -69,14 +67,8 @@ fn text_report(g: &Generation, from_start: f64, verbose: bool) -> String {
     for r in &g.resolutions {
         text.push_str(&format!("\n{}: {}: {}", r.role, r.path, r.reason));
     }
-    if let Some(w) = &g.warm {
-        text.push_str(&match &w.unused {
-            None => format!(
-                "\nwarm: {} of {} warm rows seeded in {} requests, {} bytes",
-                w.seeded, w.listed, w.requests, w.bytes
-            ),
-            Some(why) => format!("\nwarm: the warm object is not used: {why}"),
-        });
+    if let Some(w) = warm_line(g) {
+        text.push_str(&w);
     }
     for (i, d) in g.logits_sha256.iter().enumerate().filter(|_| verbose) {
         text.push_str(&format!("\nstep {i} logits sha256 {d}"));
@@ -103,6 +95,65 @@ fn columnar_unused(o: &RunOptions, g: &Generation, out: &mut Out<'_>) -> Result<
         .map_err(write_err)?;
     }
     Ok(())
+}
+
+/// The warm object's line, when `--warm` was given.
+fn warm_line(g: &Generation) -> Option<String> {
+    let w = g.warm.as_ref()?;
+    Some(match &w.unused {
+        None => format!(
+            "\nwarm: {} of {} warm rows seeded in {} requests, {} bytes",
+            w.seeded, w.listed, w.requests, w.bytes
+        ),
+        Some(why) => format!("\nwarm: the warm object is not used: {why}"),
+    })
+}
+
+/// After streamed text, the figures in one short block on stderr, as
+/// llama.cpp's `llama_perf_context_print` gives them: the load and what it
+/// pulled, the prompt's and the generation's rates, the time to the first
+/// token; how each role was served, and the per-step digests, with
+/// `--verbose`.
+fn perf_block(g: &Generation, from_start: f64, verbose: bool) -> String {
+    if g.tokens.is_empty() && g.prefill_ms <= 0.0 {
+        return text_report(g, from_start, verbose);
+    }
+    let b = g.bytes;
+    let mut s = String::new();
+    if g.stop == "eos" {
+        s.push_str("[end of text]\n");
+    }
+    s.push_str(&format!(
+        "load: {:.1} ms, {} bytes pulled (embedding rows {}, lm_head {}, other blocks {}, knot header {})\nprompt: {} tokens in {:.1} ms ({:.1} tokens/s)\ngeneration: {} tokens at {:.2} tokens/s\ntime to first token: {from_start:.1} ms from process start",
+        g.load_ms,
+        b.total(),
+        b.embedding_rows,
+        b.lm_head,
+        b.other_blocks,
+        b.knot_header,
+        g.prompt_ids.len(),
+        g.prefill_ms,
+        g.prefill_tokens_per_second,
+        g.tokens.len(),
+        g.tokens_per_second,
+    ));
+    if g.stop == "context" {
+        s.push_str(
+            "\nstopped: no position left in the context (-c N for a longer one; -c 0: the model's)",
+        );
+    }
+    if let Some(w) = warm_line(g) {
+        s.push_str(&w);
+    }
+    if verbose {
+        for r in &g.resolutions {
+            s.push_str(&format!("\n{}: {}: {}", r.role, r.path, r.reason));
+        }
+        for (i, d) in g.logits_sha256.iter().enumerate() {
+            s.push_str(&format!("\nstep {i} logits sha256 {d}"));
+        }
+    }
+    s
 }
 
 /// Reports a decode: the JSON object, or the figures (after streamed text,
@@ -143,13 +194,13 @@ pub(crate) fn generation(
         }
         return writeln!(out.stdout, "{v}").map_err(write_err);
     }
+    if made.tokenizer.is_some() {
+        // text in, text out: the streamed text, then one short block
+        let block = perf_block(&g, from_start, o.verbose);
+        return writeln!(out.stderr, "{block}").map_err(write_err);
+    }
     let text = text_report(&g, from_start, o.verbose);
-    let to: &mut dyn Write = if made.tokenizer.is_some() {
-        &mut *out.stderr
-    } else {
-        &mut *out.stdout
-    };
-    writeln!(to, "{text}").map_err(write_err)
+    writeln!(out.stdout, "{text}").map_err(write_err)
 }
 
 /// An input stage: the prompt through its layers, the hidden states written.
