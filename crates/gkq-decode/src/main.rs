@@ -42,7 +42,9 @@ fn main() -> ExitCode {
     };
     // SAFETY: no other thread runs yet (nothing above starts one)
     let (threads, asked) = unsafe { run::set_threads(args.threads()) };
-    gkq_cli::init_logging();
+    if args.logging() {
+        gkq_cli::init_logging();
+    }
     if let Some(asked) = asked {
         eprintln!(
             "gkq-decode: note: {asked} threads asked for; this machine has {threads} cores, so {threads} are used"

@@ -188,6 +188,15 @@ fn the_llama_cpp_flags_that_work() {
         &["--predict", "6"],
         &["--n_predict=6"],
         &["-n", "6", "-t", "-1"],
+        // flags that change nothing here, taken so llama.cpp command lines run
+        &[
+            "-n",
+            "6",
+            "--jinja",
+            "--color",
+            "--no-display-prompt",
+            "--log-disable",
+        ],
     ] {
         let mut args = vec![knot.as_str(), "--prompt-ids", "5,17,300", "--json"];
         args.extend_from_slice(flags);

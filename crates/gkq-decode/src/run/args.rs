@@ -160,6 +160,21 @@ pub(crate) struct Args {
     verbose: bool,
     #[command(flatten)]
     node: NodeArgs,
+    /// llama.cpp's flags that change nothing here, taken so that its
+    /// command lines run: --jinja (templates are always rendered with a
+    /// Jinja engine), --color (no colours are written), --no-display-prompt
+    /// (the prompt is not echoed).
+    #[arg(
+        long = "jinja",
+        alias = "color",
+        alias = "no-display-prompt",
+        hide = true,
+        action = clap::ArgAction::Count
+    )]
+    llama_cpp_noop: u8,
+    /// No log lines on stderr (llama.cpp's --log-disable).
+    #[arg(long = "log-disable")]
+    log_disable: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -370,6 +385,11 @@ fn options(
 }
 
 impl Args {
+    /// Whether log lines are wanted (not `--log-disable`).
+    pub(crate) fn logging(&self) -> bool {
+        !self.log_disable
+    }
+
     /// The threads asked for (`-t`).
     pub(crate) fn threads(&self) -> Option<usize> {
         self.threads
