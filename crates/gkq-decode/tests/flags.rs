@@ -450,3 +450,40 @@ fn an_unreadable_tokenizer_file_is_named_as_such() {
         "{err}"
     );
 }
+
+/// Issue 58: --chat-template NAME|FILE, as llama.cpp takes it.
+#[test]
+fn a_chat_template_by_name_or_file() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (knot, tok) = packed(tmp.path());
+    let prompt = |template: &str| {
+        let v = json(&decode(&[
+            &knot,
+            "--tokenizer",
+            &tok,
+            "--chat",
+            "hello",
+            "--chat-template",
+            template,
+            "-n",
+            "1",
+            "--json",
+        ]));
+        v["prompt"].as_str().expect("rendered").to_owned()
+    };
+    assert_eq!(
+        prompt("chatml"),
+        "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let file = tmp.path().join("t.jinja");
+    std::fs::write(
+        &file,
+        "{% for m in messages %}[{{ m['content'] }}]{% endfor %}",
+    )
+    .expect("write");
+    assert_eq!(prompt(file.to_str().expect("utf-8")), "[hello]");
+    usage(
+        &decode(&[&knot, "--chat", "hi", "--chat-template", "nosuch"]),
+        &["--chat-template nosuch: neither a template this tool names (chatml, gemma) nor a file"],
+    );
+}

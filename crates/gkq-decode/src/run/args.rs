@@ -65,6 +65,9 @@ pub(crate) struct Args {
     /// A tokenizer.json instead of the package's tokenizer.
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
+    /// The chat template of --chat instead of the package's: a name (chatml, gemma) or a Jinja file.
+    #[arg(long = "chat-template", value_name = "NAME|FILE", requires = "chat")]
+    chat_template: Option<String>,
     /// Tokens to generate; -1: until an end token or the model's positions run out [default: -1 with --chat, else 16].
     #[arg(
         long = "max-new-tokens",
@@ -357,6 +360,11 @@ fn options(
         prompt: prompt(&a)?,
         knot: a.knot.or(a.model).unwrap_or_default(),
         tokenizer: a.tokenizer,
+        chat_template: a
+            .chat_template
+            .as_deref()
+            .map(super::prompt::chat_template)
+            .transpose()?,
         max_new,
         ignore_eos: a.ignore_eos,
         ubatch: a.batch.map_or(a.ubatch, |b| b.min(a.ubatch)),

@@ -34,6 +34,8 @@ pub(crate) struct RunOptions {
     pub(crate) prompt: Prompt,
     /// A tokenizer.json instead of the package's tokenizer.
     pub(crate) tokenizer: Option<PathBuf>,
+    /// The chat template instead of the package's (`--chat-template`).
+    pub(crate) chat_template: Option<String>,
     /// Tokens to generate at most (`None`: until an end token or the
     /// model's positions run out).
     pub(crate) max_new: Option<usize>,

@@ -46,7 +46,47 @@ pub(crate) fn tokenizer(o: &RunOptions, stage: &Stage) -> Result<Tokenizer> {
     let listed = r.knot().header().header().package_file_names();
     let read = |name: &str| r.package_file(name).map(|b| b.to_vec());
     let t = Tokenizer::of_package(o.tokenizer.as_deref(), listed, read, vocab)?;
+    let t = match &o.chat_template {
+        Some(template) => t.with_template(template.clone()),
+        None => t,
+    };
     Ok(t.or_template(stage.config().decoder.chat_template))
+}
+
+/// ChatML, as Hugging Face's templates and llama.cpp's `chatml` write it.
+const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// The templates `--chat-template` knows by name, as llama.cpp's do.
+const NAMED_TEMPLATES: &[(&str, &str)] = &[
+    ("chatml", CHATML),
+    ("gemma", gkq_format::arch::GEMMA3_CHAT_TEMPLATE),
+];
+
+/// Most bytes of a template file.
+const MAX_TEMPLATE_FILE: u64 = 1 << 20;
+
+/// `--chat-template NAME|FILE`: a named template, else a file's text.
+pub(crate) fn chat_template(given: &str) -> Result<String> {
+    if let Some((_, t)) = NAMED_TEMPLATES.iter().find(|(n, _)| *n == given) {
+        return Ok((*t).to_owned());
+    }
+    let path = std::path::Path::new(given);
+    if !path.exists() {
+        let names: Vec<&str> = NAMED_TEMPLATES.iter().map(|(n, _)| *n).collect();
+        return Err(DecodeError::Usage(format!(
+            "--chat-template {given}: neither a template this tool names ({}) nor a file",
+            names.join(", ")
+        )));
+    }
+    let bytes = gkq_files::read_bounded(
+        path,
+        MAX_TEMPLATE_FILE,
+        "chat template",
+        gkq_files::Follow::Yes,
+    )
+    .map_err(|e| DecodeError::Usage(e.to_string()))?;
+    String::from_utf8(bytes)
+        .map_err(|_| DecodeError::Usage(format!("--chat-template {given}: not UTF-8 text")))
 }
 
 /// The prompt of `o`, for the chain whose first stage is `stage`.

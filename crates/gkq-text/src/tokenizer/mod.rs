@@ -182,6 +182,13 @@ impl Tokenizer {
         }
     }
 
+    /// Uses `template` as the chat template, whatever the package carries
+    /// (`--chat-template`).
+    pub fn with_template(mut self, template: String) -> Tokenizer {
+        self.template = Some(template);
+        self
+    }
+
     /// Uses `template` when the package carries no chat template (an
     /// architecture's standard one; see gkq-decode's table).
     pub fn or_template(mut self, template: Option<&str>) -> Tokenizer {
