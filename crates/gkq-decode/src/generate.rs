@@ -82,7 +82,8 @@ pub struct Generation {
     /// The generated token ids (the end token included when it stopped there).
     pub tokens: Vec<u32>,
     /// Why it stopped: `eos` (an end-of-generation token), `length` (the
-    /// tokens asked for) or `context` (no position left).
+    /// tokens asked for), `context` (no position left) or `stop_text` (the
+    /// caller's stop text, `-r`).
     pub stop: &'static str,
     /// Hex SHA-256 of each step's logits (f32, little-endian): equal digests
     /// mean bit-identical logits.
@@ -258,7 +259,7 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
         max_new: Some(max_new),
         ..GenOptions::default()
     };
-    generate_with(stages, prompt, &opts, &mut |_| Ok(()))
+    generate_with(stages, prompt, &opts, &mut |_| Ok(false))
 }
 
 /// The positions a decode of `prompt` may add: `max_new`, checked against
@@ -296,12 +297,14 @@ fn budget(
 }
 
 /// Decoding after `prompt` as `opts` says, each token given to `on_token`
-/// as soon as it is picked (an end token too, which ends the decode).
+/// as soon as it is picked (an end token too, which ends the decode);
+/// `on_token` answering `true` ends it there too (stop `stop_text`: the
+/// caller saw a text it stops at, as llama.cpp's reverse prompt).
 pub fn generate_with(
     stages: &mut [Stage],
     prompt: &[u32],
     opts: &GenOptions,
-    on_token: &mut dyn FnMut(u32) -> Result<()>,
+    on_token: &mut dyn FnMut(u32) -> Result<bool>,
 ) -> Result<Generation> {
     check_chain(stages)?;
     if prompt.is_empty() {
@@ -351,7 +354,10 @@ pub fn generate_with(
             first_logits = logits;
         }
         tokens.push(next);
-        on_token(next)?;
+        if on_token(next)? {
+            stop = "stop_text";
+            break;
+        }
         if opts.stop.contains(&next) {
             stop = "eos";
             break;

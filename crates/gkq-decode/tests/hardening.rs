@@ -204,7 +204,7 @@ fn micro_batched_prefill_equals_one_pass() {
             std::slice::from_mut(&mut stage),
             &prompt,
             &opts,
-            &mut |_| Ok(()),
+            &mut |_| Ok(false),
         )
         .expect("generate");
         g.first_logits

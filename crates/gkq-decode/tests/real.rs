@@ -165,6 +165,18 @@ fn smollm2_chats_in_english_from_a_cold_node() {
         (v["stop"].as_str(), ids(&v, "tokens").len()),
         (Some("length"), 3)
     );
+    // -r stops at a text, as llama.cpp's reverse prompt (issue 58)
+    let v = json(&decode(
+        &s,
+        &["--chat", "What is 2+2?", "-n", "48", "-r", "4", "--json"],
+        true,
+    ));
+    let said = v["text"].as_str().expect("text");
+    assert_eq!(v["stop"], "stop_text", "{v}");
+    assert!(
+        said.ends_with('4') && said.len() < text.len(),
+        "{said:?} {text:?}"
+    );
     drop(s.tmp);
 }
 

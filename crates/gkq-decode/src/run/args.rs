@@ -87,6 +87,9 @@ pub(crate) struct Args {
         default_value_t = DEFAULT_CONTEXT
     )]
     ctx_size: usize,
+    /// Stop when the generated text ends with TEXT (repeatable; llama.cpp's reverse prompt).
+    #[arg(long = "reverse-prompt", short = 'r', value_name = "TEXT")]
+    reverse_prompt: Vec<String>,
     /// Generate past the model's end-of-generation tokens.
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
@@ -360,6 +363,7 @@ fn options(
         prompt: prompt(&a)?,
         knot: a.knot.or(a.model).unwrap_or_default(),
         tokenizer: a.tokenizer,
+        reverse_prompts: a.reverse_prompt,
         chat_template: a
             .chat_template
             .as_deref()

@@ -36,6 +36,8 @@ pub(crate) struct RunOptions {
     pub(crate) tokenizer: Option<PathBuf>,
     /// The chat template instead of the package's (`--chat-template`).
     pub(crate) chat_template: Option<String>,
+    /// Texts the generation stops at (`-r`).
+    pub(crate) reverse_prompts: Vec<String>,
     /// Tokens to generate at most (`None`: until an end token or the
     /// model's positions run out).
     pub(crate) max_new: Option<usize>,
@@ -153,18 +155,25 @@ fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> 
         ubatch: o.ubatch,
         context: o.context,
     };
-    let stream = made.tokenizer.as_ref().filter(|_| !o.json);
+    let stream = made.tokenizer.is_some() && !o.json;
     let mut text = gkq_text::TextStream::default();
-    let mut on_token = |id: u32| -> Result<()> {
-        if let Some(t) = stream {
-            let piece = text.push(t.piece(id));
+    let mut so_far = String::new();
+    let mut on_token = |id: u32| -> Result<bool> {
+        let Some(t) = &made.tokenizer else {
+            return Ok(false);
+        };
+        let piece = text.push(t.piece(id));
+        if stream {
             out.stdout.write_all(piece.as_bytes()).map_err(write_err)?;
             out.stdout.flush().map_err(write_err)?;
         }
-        Ok(())
+        so_far.push_str(&piece);
+        Ok(o.reverse_prompts
+            .iter()
+            .any(|r| !r.is_empty() && so_far.ends_with(r.as_str())))
     };
     let g = generate_with(chain, &made.ids, &opts, &mut on_token)?;
-    if stream.is_some() {
+    if stream {
         let rest = text.finish();
         writeln!(out.stdout, "{rest}").map_err(write_err)?;
     }
