@@ -138,8 +138,8 @@ fn the_llama_cpp_flags_that_work() {
         "--json",
     ]));
     assert_eq!(g["tokens"], base["tokens"]);
-    let sample = |seed: &str| {
-        json(&decode(&[
+    let sampled = |seed: &str| {
+        decode(&[
             &knot,
             "--prompt-ids",
             "5,17,300",
@@ -154,27 +154,12 @@ fn the_llama_cpp_flags_that_work() {
             "--seed",
             seed,
             "--json",
-        ]))["tokens"]
-            .clone()
+        ])
     };
+    let sample = |seed: &str| json(&sampled(seed))["tokens"].clone();
     assert_eq!(sample("7"), sample("7"), "one seed, one sequence");
     // --seed -1: a random seed, printed so the run can be repeated
-    let o = decode(&[
-        &knot,
-        "--prompt-ids",
-        "5,17,300",
-        "-n",
-        "24",
-        "--temp",
-        "5",
-        "--top-k",
-        "200",
-        "--top-p",
-        "0.99",
-        "--seed",
-        "-1",
-        "--json",
-    ]);
+    let o = sampled("-1");
     let err = String::from_utf8_lossy(&o.stderr);
     let drawn = err
         .split("the seed is ")
