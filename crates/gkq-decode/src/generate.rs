@@ -262,8 +262,9 @@ pub fn generate(stages: &mut [Stage], prompt: &[u32], max_new: usize) -> Result<
     generate_with(stages, prompt, &opts, &mut |_| Ok(false))
 }
 
-/// The positions a decode of `prompt` may add: `max_new`, checked against
-/// the context (the model's positions, or fewer with `context`), or what is
+/// The positions a decode of `prompt` may add after what the stages hold
+/// (earlier turns of a conversation): `max_new`, checked against the
+/// context (the model's positions, or fewer with `context`), or what is
 /// left of them.
 fn budget(
     stages: &[Stage],
@@ -282,17 +283,18 @@ fn budget(
             format!("the model's {model} positions (max_position_embeddings)"),
         ),
     };
+    let used = stages[0].position().saturating_add(prompt.len());
+    let prompt_is = match stages[0].position() {
+        0 => format!("the prompt ({used} tokens)"),
+        _ => format!("the conversation ({used} tokens)"),
+    };
     match max_new {
-        Some(n) if prompt.len().saturating_add(n) > limit => Err(DecodeError::Usage(format!(
-            "--max-new-tokens {n}: the prompt ({} tokens) and the new tokens must fit {what}",
-            prompt.len()
+        Some(n) if used.saturating_add(n) > limit => Err(DecodeError::Usage(format!(
+            "--max-new-tokens {n}: {prompt_is} and the new tokens must fit {what}"
         ))),
         Some(n) => Ok(n),
-        None if prompt.len() >= limit => Err(DecodeError::Usage(format!(
-            "the prompt ({} tokens) fills {what}",
-            prompt.len()
-        ))),
-        None => Ok(limit - prompt.len()),
+        None if used >= limit => Err(DecodeError::Usage(format!("{prompt_is} fills {what}"))),
+        None => Ok(limit - used),
     }
 }
 
@@ -313,7 +315,7 @@ pub fn generate_with(
     let max_new = budget(stages, prompt, opts.max_new, opts.context)?;
     // the positions this decode reaches (at most 1,024 past the prompt when
     // unbounded; the cache grows beyond)
-    let reach = prompt.len().saturating_add(max_new.min(1 << 10));
+    let reach = (stages[0].position() + prompt.len()).saturating_add(max_new.min(1 << 10));
     for s in stages.iter_mut() {
         s.reserve(reach);
     }

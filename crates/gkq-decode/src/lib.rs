@@ -20,6 +20,7 @@ mod config;
 mod error;
 mod generate;
 mod load;
+pub mod local;
 mod model;
 mod stage;
 

@@ -51,9 +51,17 @@ fn main() -> ExitCode {
         );
     }
     let (stdout, stderr) = (&mut std::io::stdout(), &mut std::io::stderr());
-    let result = args
-        .options(started, threads)
-        .and_then(|o| run::run(&o, &mut Out { stdout, stderr }));
+    let stdin = &mut std::io::BufReader::new(std::io::stdin());
+    let result = args.options(started, threads).and_then(|o| {
+        run::run(
+            &o,
+            &mut Out {
+                stdin,
+                stdout,
+                stderr,
+            },
+        )
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(DecodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::BrokenPipe => {

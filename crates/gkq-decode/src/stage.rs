@@ -133,6 +133,12 @@ impl Stage {
         self.base = self.total_bytes();
     }
 
+    /// The positions the KV caches hold (the earlier turns of a
+    /// conversation; 0 after [`Stage::open`] and [`Stage::reset`]).
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
     /// The model's hyper-parameters.
     pub fn config(&self) -> &Config {
         &self.cfg

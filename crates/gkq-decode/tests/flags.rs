@@ -236,12 +236,12 @@ fn the_llama_cpp_flags_that_work() {
 #[test]
 fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let (knot, _) = packed(tmp.path());
+    let (knot, tok) = packed(tmp.path());
     for (flag, needle) in [
         ("-ngl", "on the CPU"),
         ("-tb", "give -t N"),
         ("--repeat-penalty", "--temp, --top-k, --top-p and --seed"),
-        ("-cnv", "--chat TEXT"),
+        ("-sys", "--system TEXT"),
         ("-hf", "nothing is downloaded"),
         ("--mlock", "nothing to map or lock"),
     ] {
@@ -250,6 +250,11 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
             &[&format!("{flag} is a llama.cpp flag"), needle],
         );
     }
+    // -cnv renders the chat template: a package without one is told so
+    usage(
+        &decode(&[&knot, "-cnv", "--tokenizer", &tok]),
+        &["a conversation (-cnv) renders its turns with the model's chat template"],
+    );
     // --system without --chat (issue 58: it was dropped without a word)
     usage(
         &decode(&[&knot, "--prompt-ids", "1", "--system", "be terse"]),
@@ -330,9 +335,15 @@ fn the_console_is_quiet_and_n_0_gives_no_rates() {
         args.extend_from_slice(extra);
         let o = decode(&args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stderr).into_owned()
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        (out, String::from_utf8_lossy(&o.stderr).into_owned())
     };
-    let block = run(&[]);
+    let (out, block) = run(&[]);
+    // the raw prompt echoed before its continuation, as llama.cpp's tools
+    // do, unless --no-display-prompt
+    assert!(out.starts_with("hello world cat"), "{out:?}");
+    let (quiet, _) = run(&["--no-display-prompt"]);
+    assert_eq!(out.strip_prefix("hello world cat"), Some(quiet.as_str()));
     for line in [
         "load: ",
         "bytes pulled",
@@ -346,7 +357,7 @@ fn the_console_is_quiet_and_n_0_gives_no_rates() {
         !block.contains("token_embd:") && !block.contains("logits sha256"),
         "{block}"
     );
-    let verbose = run(&["-v"]);
+    let (_, verbose) = run(&["-v"]);
     assert!(
         verbose.contains("token_embd:") && verbose.contains("step 3 logits sha256"),
         "{verbose}"

@@ -107,23 +107,75 @@ fn help_has_examples() {
     fixtures::assert_help_has_examples(env!("CARGO_BIN_EXE_gkq-decode"));
 }
 
-/// Issue 58: a GGUF given where a knot goes is named as a GGUF, with the
-/// command that makes a package of it.
+/// Issue 58: a GGUF given where a knot goes is named as a GGUF: a `.gguf`
+/// runs as it is (packed on the fly: a broken one is named with what the
+/// packer says), any other name gets the command that makes a package.
 #[test]
 fn a_gguf_is_named_as_one_with_how_to_pack_it() {
     let tmp = tempfile::tempdir().expect("tmp");
     let gguf = tmp.path().join("model.gguf");
     let mut bytes = b"GGUF\x03\0\0\0".to_vec();
     bytes.resize(4096, 0);
-    std::fs::write(&gguf, bytes).expect("write");
+    std::fs::write(&gguf, &bytes).expect("write");
     let o = decode(&["-m", gguf.to_str().expect("utf-8"), "-p", "hi"]);
     says(
         &o,
         1,
         &[
             "model.gguf",
+            "is a model, not a GKQ package",
+            "packing it failed",
+        ],
+    );
+    let renamed = tmp.path().join("model.bin");
+    std::fs::write(&renamed, &bytes).expect("write");
+    let o = decode(&["-m", renamed.to_str().expect("utf-8"), "-p", "hi"]);
+    says(
+        &o,
+        1,
+        &[
+            "model.bin",
             "it is a GGUF file",
             "gkq-pack MODEL.gguf --out DIR",
         ],
     );
+}
+
+/// Issue 58: a server that stops in the middle of a pull. The run ends
+/// (the retry policy's bounded wait), exit 1, naming the network failure
+/// and the URL, not the tokenizer; one WARN line for its one source, not
+/// one per attempt.
+#[test]
+fn a_server_stopped_mid_pull_is_named_as_the_network() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let pkg = pack(tmp.path(), "llama-tiny-k");
+    let www = tmp.path().join("www");
+    std::fs::create_dir_all(&www).expect("mkdir");
+    std::fs::rename(&pkg, www.join("m")).expect("move");
+    // the knot's header at once, then 16 KiB/s a connection: a pull of
+    // seconds, stopped after one
+    let opts = fixtures::servers::NginxOptions {
+        extra: "limit_rate_after 64k; limit_rate 16k;".into(),
+        ..Default::default()
+    };
+    let nginx =
+        fixtures::servers::Nginx::start(&www, &tmp.path().join("nginx"), &opts).expect("nginx");
+    let url = format!("{}/m/model.knot", nginx.url());
+    let mut c = fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"));
+    c.args([&url, "--prompt-ids", "1,2,3", "-n", "2", "--no-cache"]);
+    let stop = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        drop(nginx);
+    });
+    let started = std::time::Instant::now();
+    let o = fixtures::output_within(&mut c, 120);
+    stop.join().expect("stopped");
+    assert!(
+        started.elapsed().as_secs_f64() > 1.0,
+        "the pull outlived the server"
+    );
+    let err = says(&o, 1, &["127.0.0.1", "onnect"]);
+    assert!(!err.contains("tokenizer"), "{err}");
+    let warns = err.lines().filter(|l| l.contains("WARN")).count();
+    assert!(warns <= 1, "{warns} WARN lines: {err}");
 }

@@ -286,3 +286,114 @@ fn batched_prefill_equals_token_by_token_prefill() {
         "Pearson {r}, largest difference {rel}"
     );
 }
+
+/// Issue 58: `gkq-decode -m model.gguf` runs the GGUF as it is: packed into
+/// the cache on the first run (and reused on the next), with one line on
+/// how to publish it, generating the tokens its published package does.
+#[test]
+fn a_gguf_runs_as_it_is_with_the_tokens_of_its_package() {
+    let gguf = fixtures::smollm2();
+    let s = served(&gguf);
+    let args = ["-p", "The capital of France is", "-n", "8", "--json"];
+    let published = json(&decode(&s, &args, false));
+    let cache = s.tmp.path().join("cache");
+    for (run, said) in [(1, "packed it into"), (2, "(packed before)")] {
+        let o = fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"))
+            .arg("-m")
+            .arg(&gguf)
+            .args(args)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .output()
+            .expect("gkq-decode");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "run {run}: {err}");
+        assert!(
+            err.contains(said) && err.contains("to publish it: gkq-pack"),
+            "run {run}: {err}"
+        );
+        assert_eq!(err.matches("gkq-pack").count(), 1, "one line: {err}");
+        let local = json(&o);
+        assert_eq!(
+            ids(&local, "tokens"),
+            ids(&published, "tokens"),
+            "run {run}"
+        );
+        assert_eq!(local["text"], published["text"]);
+    }
+}
+
+/// Issue 58: `-cnv` holds a conversation through a pipe, as llama-cli's:
+/// the second and third turns prefill only what they add to the chat (the
+/// KV cache holds the rest), and each answer is the one a fresh decode of
+/// the whole chat gives (every weight dequantized, token for token).
+#[test]
+fn a_conversation_prefills_only_each_new_turn() {
+    let s = served(&fixtures::smollm2());
+    let turns = "What is the capital of France?\nAnd of Italy?\n\nThanks!\n/exit\nnot read\n";
+    let run = |args: &[&str]| {
+        let mut c = fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"));
+        c.arg(s.knot()).args(["-cnv", "-n", "10", "--no-cache"]);
+        c.args(args).env("CANDLE_DEQUANTIZE_ALL", "1");
+        let o = fixtures::run_with_stdin(&mut c, turns.as_bytes());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    let o = run(&["--json"]);
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one object per turn"))
+        .collect();
+    assert_eq!(lines.len(), 3, "three turns, then /exit");
+    let mut held: Vec<u64> = Vec::new();
+    for (i, v) in lines.iter().enumerate() {
+        let (prompt, tokens) = (ids(v, "prompt_ids"), ids(v, "tokens"));
+        assert_eq!(v["turn"], i + 1);
+        assert_eq!(
+            v["position"],
+            held.len(),
+            "the cache holds the turns before"
+        );
+        let rendered = v["prompt"].as_str().expect("the turn's text");
+        if i > 0 {
+            // the end of the reply before, then this turn: nothing earlier
+            assert!(
+                rendered.starts_with("<|im_end|>\n<|im_start|>user\n"),
+                "{rendered:?}"
+            );
+            assert!(
+                prompt.len() < 20 && !rendered.contains("France"),
+                "{rendered:?}"
+            );
+        }
+        let whole: Vec<String> = held.iter().chain(&prompt).map(u64::to_string).collect();
+        let n = tokens.len().to_string();
+        let fresh = json(&decode(
+            &s,
+            &[
+                "--prompt-ids",
+                &whole.join(","),
+                "-n",
+                &n,
+                "--json",
+                "--ignore-eos",
+            ],
+            true,
+        ));
+        assert_eq!(ids(&fresh, "tokens"), tokens, "turn {}", i + 1);
+        held.extend(prompt.iter().chain(&tokens[..tokens.len() - 1]));
+    }
+    // as text: llama-cli's "> " before each turn read, one block at the end
+    let o = run(&[]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    // three turns, the blank line and /exit each read after one
+    assert_eq!(out.matches("\n> ").count(), 5, "{out}");
+    assert!(out.contains("> The capital of Italy is Rome.\n"), "{out}");
+    assert!(
+        err.contains("conversation: 3 turns\n") && err.contains("prompt: "),
+        "{err}"
+    );
+}

@@ -50,9 +50,20 @@ pub(crate) struct Args {
     /// A chat turn: rendered with the model's chat template, the assistant's turn after it.
     #[arg(long, value_name = "TEXT", group = "input")]
     chat: Option<String>,
-    /// The system message of --chat.
-    #[arg(long, value_name = "TEXT", requires = "chat")]
+    /// The system message of --chat or of a conversation.
+    #[arg(long, value_name = "TEXT")]
     system: Option<String>,
+    /// Conversation mode, as llama-cli's: turns read from stdin, one line each, answered with the model's chat template, the KV cache kept between turns (a turn prefills only its own tokens); ends at the end of the input or /exit. --chat TEXT is the first turn; -p TEXT, -f FILE or --system TEXT the system message.
+    #[arg(
+        long = "conversation",
+        short = 'i',
+        visible_aliases = ["interactive", "interactive-first"],
+        conflicts_with_all = ["prompt_ids", "hidden_in", "split"]
+    )]
+    conversation: bool,
+    /// llama.cpp's -no-cnv: one turn per run, which is the default here.
+    #[arg(long = "no-conversation", hide = true, conflicts_with = "conversation")]
+    no_conversation: bool,
     /// The prompt as raw text (special-token strings in it are parsed).
     #[arg(long, short = 'p', value_name = "TEXT", group = "input")]
     prompt: Option<String>,
@@ -60,13 +71,13 @@ pub(crate) struct Args {
     #[arg(long, short = 'f', value_name = "FILE", group = "input")]
     file: Option<PathBuf>,
     /// The prompt as token ids, separated by commas or spaces (ids out; no end token).
-    #[arg(long = "prompt-ids", short = 'i', value_name = "IDS", value_parser = parse_ids, group = "input")]
+    #[arg(long = "prompt-ids", value_name = "IDS", value_parser = parse_ids, group = "input")]
     prompt_ids: Option<Ids>,
     /// A tokenizer.json instead of the package's tokenizer.
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
-    /// The chat template of --chat instead of the package's: a name (chatml, gemma) or a Jinja file.
-    #[arg(long = "chat-template", value_name = "NAME|FILE", requires = "chat")]
+    /// The chat template of --chat or -cnv instead of the package's: a name (chatml, gemma) or a Jinja file.
+    #[arg(long = "chat-template", value_name = "NAME|FILE")]
     chat_template: Option<String>,
     /// Tokens to generate; -1: until an end token or the model's positions run out [default: -1 with --chat, else 16].
     #[arg(
@@ -168,16 +179,17 @@ pub(crate) struct Args {
     node: NodeArgs,
     /// llama.cpp's flags that change nothing here, taken so that its
     /// command lines run: --jinja (templates are always rendered with a
-    /// Jinja engine), --color (no colours are written), --no-display-prompt
-    /// (the prompt is not echoed).
+    /// Jinja engine), --color (no colours are written).
     #[arg(
         long = "jinja",
         alias = "color",
-        alias = "no-display-prompt",
         hide = true,
         action = clap::ArgAction::Count
     )]
     llama_cpp_noop: u8,
+    /// Do not echo a raw prompt (-p, -f) before its continuation, as llama.cpp's flag.
+    #[arg(long = "no-display-prompt")]
+    no_display_prompt: bool,
     /// No log lines on stderr (llama.cpp's --log-disable).
     #[arg(long = "log-disable")]
     log_disable: bool,
@@ -284,6 +296,16 @@ fn prompt(a: &Args) -> Result<Prompt, DecodeError> {
         )
         .map_err(|e| usage(format!("-f {e}")))
     };
+    if a.conversation {
+        let system = match (&a.system, &a.prompt, &a.file) {
+            (Some(s), ..) => Some(s.clone()),
+            (_, Some(p), _) => Some(p.clone()),
+            (_, _, Some(f)) => Some(read(f)?),
+            _ => None,
+        };
+        let first = a.chat.clone();
+        return Ok(Prompt::Conversation { system, first });
+    }
     Ok(
         match (&a.chat, &a.prompt, &a.file, &a.prompt_ids, &a.hidden_in) {
             (Some(c), ..) => Prompt::Chat {
@@ -325,13 +347,20 @@ fn seed(asked: i64) -> u64 {
 /// prompt is given; `--system` only with `--chat`, whose system message it
 /// is (with raw text it was dropped without a word).
 fn llama_simple(mut a: Args) -> Result<Args, DecodeError> {
-    if a.system.is_some() && a.chat.is_none() {
+    let chat = a.chat.is_some() || a.conversation;
+    if a.chat_template.is_some() && !chat {
+        return Err(DecodeError::Usage(
+            "--chat-template renders --chat TEXT or a conversation (-cnv); -p, -f and --prompt-ids are raw".into(),
+        ));
+    }
+    if a.system.is_some() && !chat {
         return Err(DecodeError::Usage(
             "--system is the system message of --chat TEXT; with -p, -f or --prompt-ids the prompt is raw, so write the system turn into it, or use --chat".into(),
         ));
     }
     if let (Some(_), Some(text)) = (&a.model, &a.knot) {
         let given = a.chat.is_some()
+            || a.conversation
             || a.prompt.is_some()
             || a.file.is_some()
             || a.prompt_ids.is_some()
@@ -390,6 +419,7 @@ fn options(
         json: a.json,
         logits_out: a.logits_out,
         verbose: a.verbose,
+        display_prompt: !a.no_display_prompt,
         threads,
         reader: ReaderConfig::try_from(a.node).map_err(DecodeError::Usage)?,
         started,

@@ -34,18 +34,6 @@ pub(crate) const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
         "sampling is --temp, --top-k, --top-p and --seed (greedy when --temp is 0, the default)",
     ),
     (
-        &[
-            "-cnv",
-            "--conversation",
-            "-if",
-            "--interactive-first",
-            "--interactive",
-            "-no-cnv",
-            "--no-conversation",
-        ],
-        "gkq-decode answers one turn per run, not interactively: --chat TEXT (with --system TEXT) renders the model's chat template, --prompt TEXT sends raw text",
-    ),
-    (
         &["-sys", "--system-prompt"],
         "give the system message with --system TEXT, beside --chat TEXT",
     ),
@@ -80,7 +68,12 @@ pub(crate) const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
 
 /// llama.cpp's multi-letter single-dash flags that gkq-decode takes, and
 /// their long names (clap reads `-ub` as `-u b`).
-pub(crate) const LLAMA_CPP_SHORTS: &[(&str, &str)] = &[("-ub", "--ubatch-size")];
+pub(crate) const LLAMA_CPP_SHORTS: &[(&str, &str)] = &[
+    ("-ub", "--ubatch-size"),
+    ("-cnv", "--conversation"),
+    ("-if", "--interactive-first"),
+    ("-no-cnv", "--no-conversation"),
+];
 
 /// `args` with llama.cpp's multi-letter single-dash flags that gkq-decode
 /// takes written as their long names (`-ub 64` as `--ubatch-size 64`), up

@@ -7,6 +7,7 @@
 //! the writers given.
 
 mod args;
+mod conversation;
 pub(crate) mod flags;
 mod prompt;
 mod report;
@@ -22,8 +23,9 @@ pub(crate) use args::Args;
 pub(crate) use flags::{llama_cpp_flag, long_forms};
 pub(crate) use prompt::Prompt;
 
-use gkq_decode::{DecodeError, Result};
-use gkq_decode::{GenOptions, Sampling, Stage, StageRoles, generate_with};
+use gkq_decode::{DecodeError, Result, local};
+use gkq_decode::{GenOptions, Generation, Sampling, Stage, StageRoles, generate_with};
+use gkq_text::Tokenizer;
 
 /// Everything a run needs (the binary's flags, validated).
 #[derive(Debug)]
@@ -61,6 +63,9 @@ pub(crate) struct RunOptions {
     pub(crate) logits_out: Option<PathBuf>,
     /// The per-step logits' digests in the text report.
     pub(crate) verbose: bool,
+    /// A raw prompt echoed before its continuation (not
+    /// `--no-display-prompt`), as llama.cpp's tools echo it.
+    pub(crate) display_prompt: bool,
     /// The context (`-c`); `None`: the model's.
     pub(crate) context: Option<usize>,
     /// The compute threads (reported; set by the binary before candle starts).
@@ -71,8 +76,10 @@ pub(crate) struct RunOptions {
     pub(crate) started: Instant,
 }
 
-/// The writers a run reports to.
+/// The writers a run reports to, and the reader of a conversation's turns.
 pub(crate) struct Out<'a> {
+    /// The user's turns (`-cnv`).
+    pub(crate) stdin: &'a mut (dyn std::io::BufRead + Send),
     /// What a user reads: the text, the report or the JSON.
     pub(crate) stdout: &'a mut (dyn Write + Send),
     /// The figures after streamed text.
@@ -96,19 +103,50 @@ pub(crate) fn run(o: &RunOptions, out: &mut Out<'_>) -> Result<()> {
         .thread_name(|i| format!("gkq-compute-{i}"))
         .build()
         .map_err(|e| DecodeError::Stages(format!("the compute threads: {e}")))?;
-    pool.install(|| run_in_pool(o, out))
+    let packed = packed(o, out)?;
+    let knot = packed
+        .as_ref()
+        .map_or_else(|| o.knot.clone(), |p| p.dir.display().to_string());
+    pool.install(|| run_in_pool(o, &knot, out))
 }
 
-fn run_in_pool(o: &RunOptions, out: &mut Out<'_>) -> Result<()> {
+/// A GGUF or a Hugging Face directory given for the knot: packed (into
+/// the cache, see `gkq_decode::local`), with one line saying so and how to
+/// publish it.
+fn packed(o: &RunOptions, out: &mut Out<'_>) -> Result<Option<local::Packed>> {
+    let Some(source) = local::source_of(&o.knot) else {
+        return Ok(None);
+    };
+    let bar = gkq_cli::Bar::new("packing ", o.reader.progress.is_some());
+    let p = local::pack(&source, o.reader.cache.dir.as_deref(), &bar)?;
+    bar.finish();
+    let how = match p.took {
+        Some(t) => format!(
+            "packed it into {} in {:.1} s",
+            p.dir.display(),
+            t.as_secs_f64()
+        ),
+        None => format!("running its package in {} (packed before)", p.dir.display()),
+    };
+    writeln!(
+        out.stderr,
+        "gkq-decode: note: {src} is a model, not a GKQ package: {how}; to publish it: gkq-pack {src} --out DIR, gkq-verify DIR, then serve DIR and give its URL",
+        src = source.display()
+    )
+    .map_err(write_err)?;
+    Ok(Some(p))
+}
+
+fn run_in_pool(o: &RunOptions, knot: &str, out: &mut Out<'_>) -> Result<()> {
     if let Some(l) = o.split {
         if o.roles != StageRoles::All {
             return Err(DecodeError::Usage(
                 "--split makes both stages: use it with --roles all".into(),
             ));
         }
-        return split(o, l, out);
+        return split(o, knot, l, out);
     }
-    let mut stage = Stage::open(&o.knot, o.reader.clone(), o.roles, o.layers.clone())?;
+    let mut stage = Stage::open(knot, o.reader.clone(), o.roles, o.layers.clone())?;
     match o.roles {
         StageRoles::All => decode(o, std::slice::from_mut(&mut stage), out),
         StageRoles::Input => report::input_stage(o, stage, out),
@@ -117,14 +155,14 @@ fn run_in_pool(o: &RunOptions, out: &mut Out<'_>) -> Result<()> {
 }
 
 /// A two-node pipeline in this process.
-fn split(o: &RunOptions, l: usize, out: &mut Out<'_>) -> Result<()> {
+fn split(o: &RunOptions, knot: &str, l: usize, out: &mut Out<'_>) -> Result<()> {
     let beyond = |layers: usize| {
         DecodeError::Usage(format!(
             "--split {l}: the model has {layers} layers; split at 1 to {}",
             layers.saturating_sub(1)
         ))
     };
-    let input = match Stage::open(&o.knot, o.reader.clone(), StageRoles::Input, Some(0..l)) {
+    let input = match Stage::open(knot, o.reader.clone(), StageRoles::Input, Some(0..l)) {
         Err(DecodeError::Layers { layers, .. }) => return Err(beyond(layers)),
         other => other?,
     };
@@ -132,34 +170,55 @@ fn split(o: &RunOptions, l: usize, out: &mut Out<'_>) -> Result<()> {
     if l == 0 || l >= layers {
         return Err(beyond(layers));
     }
-    let output = Stage::open(
-        &o.knot,
-        o.reader.clone(),
-        StageRoles::Output,
-        Some(l..layers),
-    )?;
+    let output = Stage::open(knot, o.reader.clone(), StageRoles::Output, Some(l..layers))?;
     decode(o, &mut [input, output], out)
 }
 
 /// Decodes through `chain`: text streamed as it comes when the prompt is
-/// text, then the report.
+/// text, then the report; a conversation turn after turn.
 fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> {
+    if let Prompt::Conversation { system, first } = &o.prompt {
+        return conversation::converse(o, chain, (system.as_deref(), first.as_deref()), out);
+    }
     let made = prompt::make(o, &chain[0])?;
+    if let (Prompt::Text(p), Some(_), false, true) =
+        (&o.prompt, &made.tokenizer, o.json, o.display_prompt)
+    {
+        out.stdout.write_all(p.as_bytes()).map_err(write_err)?;
+    }
+    let g = stream(o, chain, made.tokenizer.as_ref(), &made.ids, out)?;
+    report::generation(
+        o,
+        (made.tokenizer.as_ref(), made.rendered.as_deref()),
+        g,
+        out,
+    )
+}
+
+/// The decode of `ids` through `chain`, its text written to stdout as it
+/// comes (with a tokenizer, without `--json`), a newline after it.
+fn stream(
+    o: &RunOptions,
+    chain: &mut [Stage],
+    tokenizer: Option<&Tokenizer>,
+    ids: &[u32],
+    out: &mut Out<'_>,
+) -> Result<Generation> {
     let opts = GenOptions {
         max_new: o.max_new,
         sampling: o.sampling,
-        stop: match (&made.tokenizer, o.ignore_eos) {
+        stop: match (tokenizer, o.ignore_eos) {
             (Some(t), false) => t.eog().into_iter().collect(),
             _ => Default::default(),
         },
         ubatch: o.ubatch,
         context: o.context,
     };
-    let stream = made.tokenizer.is_some() && !o.json;
+    let stream = tokenizer.is_some() && !o.json;
     let mut text = gkq_text::TextStream::default();
     let mut so_far = String::new();
     let mut on_token = |id: u32| -> Result<bool> {
-        let Some(t) = &made.tokenizer else {
+        let Some(t) = tokenizer else {
             return Ok(false);
         };
         let piece = text.push(t.piece(id));
@@ -172,12 +231,12 @@ fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> 
             .iter()
             .any(|r| !r.is_empty() && so_far.ends_with(r.as_str())))
     };
-    let g = generate_with(chain, &made.ids, &opts, &mut on_token)?;
+    let g = generate_with(chain, ids, &opts, &mut on_token)?;
     if stream {
         let rest = text.finish();
         writeln!(out.stdout, "{rest}").map_err(write_err)?;
     }
-    report::generation(o, &made, g, out)
+    Ok(g)
 }
 
 /// The compute threads: `n`, else `CANDLE_NUM_THREADS` or

@@ -29,6 +29,14 @@ pub(crate) enum Prompt {
     },
     /// Hidden states an input stage wrote (`--roles output --hidden-in`).
     HiddenIn(PathBuf),
+    /// Conversation mode (`-cnv`): the turns come from stdin.
+    Conversation {
+        /// The system message (`--system`, or `-p`/`-f` as llama-cli takes
+        /// them in conversation mode).
+        system: Option<String>,
+        /// The first turn (`--chat`), before the ones read.
+        first: Option<String>,
+    },
 }
 
 /// A prompt made: its ids, the tokenizer (text in or out), the rendered chat.
@@ -122,6 +130,9 @@ pub(crate) fn make(o: &RunOptions, stage: &Stage) -> Result<Made> {
         }
         Prompt::HiddenIn(_) => Err(DecodeError::Usage(
             "--hidden-in is read by an output stage (--roles output)".into(),
+        )),
+        Prompt::Conversation { .. } => Err(DecodeError::Usage(
+            "a conversation (-cnv) runs the whole model: --roles all, without --hidden-out".into(),
         )),
     }
 }

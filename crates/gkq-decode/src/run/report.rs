@@ -2,10 +2,10 @@
 //! with the prompt's ids, the tokens, their text and why the decode
 //! stopped), and the two halves of a two-process pipeline.
 
-use super::prompt::Made;
 use super::{Out, RunOptions, write_err};
 use gkq_decode::{DecodeError, Result};
 use gkq_decode::{Generation, RoleBytes, Stage};
+use gkq_text::Tokenizer;
 
 fn bytes_line(b: RoleBytes) -> String {
     format!(
@@ -114,7 +114,7 @@ fn warm_line(g: &Generation) -> Option<String> {
 /// pulled, the prompt's and the generation's rates, the time to the first
 /// token; how each role was served, and the per-step digests, with
 /// `--verbose`.
-fn perf_block(g: &Generation, from_start: f64, verbose: bool) -> String {
+pub(crate) fn perf_block(g: &Generation, from_start: f64, verbose: bool) -> String {
     if g.tokens.is_empty() && g.prefill_ms <= 0.0 {
         return text_report(g, from_start, verbose);
     }
@@ -156,16 +156,48 @@ fn perf_block(g: &Generation, from_start: f64, verbose: bool) -> String {
     s
 }
 
+/// The time to first token from the process's start, in ms.
+pub(crate) fn from_start(o: &RunOptions, g: &Generation) -> f64 {
+    g.time_to_first_token_ms + g.opened.saturating_duration_since(o.started).as_secs_f64() * 1e3
+}
+
+/// The JSON object of a decode: `g`, the text of its tokens (an end token
+/// left out) and the rendered chat when there is one.
+pub(crate) fn json(
+    o: &RunOptions,
+    (tokenizer, rendered): (Option<&Tokenizer>, Option<&str>),
+    g: &Generation,
+) -> Result<serde_json::Value> {
+    let mut v = serde_json::to_value(g).map_err(|e| DecodeError::Usage(e.to_string()))?;
+    v["time_to_first_token_from_start_ms"] = serde_json::json!(from_start(o, g));
+    v["peak_rss_bytes"] = serde_json::json!(gkq_cli::peak_rss_bytes());
+    v["threads"] = serde_json::json!(o.threads);
+    v["process_threads"] = serde_json::json!(gkq_cli::thread_count());
+    if let Some(t) = tokenizer {
+        v["text"] = serde_json::json!(t.decode(shown(g)));
+    }
+    if let Some(r) = rendered {
+        v["prompt"] = serde_json::json!(r);
+    }
+    Ok(v)
+}
+
+/// The generated tokens that are text: an end token left out.
+pub(crate) fn shown(g: &Generation) -> &[u32] {
+    match (g.stop, g.tokens.split_last()) {
+        ("eos", Some((_, rest))) => rest,
+        _ => &g.tokens,
+    }
+}
+
 /// Reports a decode: the JSON object, or the figures (after streamed text,
 /// on stderr; else on stdout).
 pub(crate) fn generation(
     o: &RunOptions,
-    made: &Made,
+    (tokenizer, rendered): (Option<&Tokenizer>, Option<&str>),
     g: Generation,
     out: &mut Out<'_>,
 ) -> Result<()> {
-    let from_start = g.time_to_first_token_ms
-        + g.opened.saturating_duration_since(o.started).as_secs_f64() * 1e3;
     columnar_unused(o, &g, out)?;
     if let Some(path) = &o.logits_out {
         let bytes: Vec<u8> = g
@@ -176,30 +208,15 @@ pub(crate) fn generation(
         std::fs::write(path, bytes).map_err(io(path))?;
     }
     if o.json {
-        let mut v = serde_json::to_value(&g).map_err(|e| DecodeError::Usage(e.to_string()))?;
-        v["time_to_first_token_from_start_ms"] = serde_json::json!(from_start);
-        v["peak_rss_bytes"] = serde_json::json!(gkq_cli::peak_rss_bytes());
-        v["threads"] = serde_json::json!(o.threads);
-        v["process_threads"] = serde_json::json!(gkq_cli::thread_count());
-        if let Some(t) = &made.tokenizer {
-            // the text of the tokens, an end token left out
-            let shown: &[u32] = match (g.stop, g.tokens.split_last()) {
-                ("eos", Some((_, rest))) => rest,
-                _ => &g.tokens,
-            };
-            v["text"] = serde_json::json!(t.decode(shown));
-        }
-        if let Some(r) = &made.rendered {
-            v["prompt"] = serde_json::json!(r);
-        }
+        let v = json(o, (tokenizer, rendered), &g)?;
         return writeln!(out.stdout, "{v}").map_err(write_err);
     }
-    if made.tokenizer.is_some() {
+    if tokenizer.is_some() {
         // text in, text out: the streamed text, then one short block
-        let block = perf_block(&g, from_start, o.verbose);
+        let block = perf_block(&g, from_start(o, &g), o.verbose);
         return writeln!(out.stderr, "{block}").map_err(write_err);
     }
-    let text = text_report(&g, from_start, o.verbose);
+    let text = text_report(&g, from_start(o, &g), o.verbose);
     writeln!(out.stdout, "{text}").map_err(write_err)
 }
 

@@ -241,6 +241,49 @@ impl Tokenizer {
         add_generation_prompt: bool,
         positions: usize,
     ) -> Result<(String, Vec<u32>)> {
+        let text = self.render(messages, add_generation_prompt, positions)?;
+        self.encode_rendered(text, positions)
+    }
+
+    /// What the last message of a chat adds to a decoder that answered the
+    /// one before it, and its ids (specials parsed, nothing added; bounded
+    /// as [`Tokenizer::encode_chat`]'s). Such a decoder holds the chat
+    /// before its reply rendered with the assistant's prompt, then the
+    /// reply's tokens (not the end token it stopped at); what it lacks is
+    /// `messages` rendered with the assistant's prompt, less that. `None`
+    /// when that is not where the rendering begins (a template that trims
+    /// a reply or rewrites an earlier turn), or when the message before the
+    /// last is not the assistant's: the caller renders the whole chat
+    /// again.
+    pub fn encode_chat_turn(
+        &self,
+        messages: &[ChatMessage],
+        positions: usize,
+    ) -> Result<Option<(String, Vec<u32>)>> {
+        let Some((reply, before)) = messages
+            .len()
+            .checked_sub(2)
+            .map(|i| (&messages[i], &messages[..i]))
+            .filter(|(r, _)| r.role == "assistant")
+        else {
+            return Ok(None);
+        };
+        let held = self.render(before, true, positions)? + &reply.content;
+        let all = self.render(messages, true, positions)?;
+        match all.strip_prefix(held.as_str()) {
+            Some(turn) => Ok(Some(self.encode_rendered(turn.to_owned(), positions)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// `messages` rendered with the model's chat template, bounded by
+    /// `positions` × the longest token's bytes.
+    fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        positions: usize,
+    ) -> Result<String> {
         let template = self.template.as_deref().ok_or_else(|| {
             TextError::Template(
                 "the package carries no chat template (tokenizer.chat_template, or chat_template in tokenizer_config.json): give the prompt as raw text".into(),
@@ -248,13 +291,17 @@ impl Tokenizer {
         })?;
         let v = &self.vocab;
         let max = positions.saturating_mul(v.longest().max(1));
-        let text = chat::render(
+        chat::render(
             template,
             messages,
             add_generation_prompt,
             (&v.bos_text, &v.eos_text),
             max,
-        )?;
+        )
+    }
+
+    /// The ids of a rendered chat, at most `positions` of them.
+    fn encode_rendered(&self, text: String, positions: usize) -> Result<(String, Vec<u32>)> {
         let ids = self.encode_with(&text, false)?;
         if ids.len() > positions {
             return Err(TextError::Template(format!(
