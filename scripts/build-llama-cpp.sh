@@ -3,7 +3,8 @@
 # PyPI (its vendor/llama.cpp; the file itself, checked by its SHA-256, since
 # `pip download` of this sdist builds its metadata with cmake and
 # scikit-build-core), then scripts/llama_driver.cpp against its libllama.
-# usage: scripts/build-llama-cpp.sh TOP SRC
+# usage: scripts/build-llama-cpp.sh TOP SRC (libllama, llama-quantize,
+# llama-tokenize, llama-cli for its --help, llama-perplexity)
 #   TOP: where the sdist is unpacked; SRC: the llama.cpp tree (TOP's
 #   vendor/llama.cpp, or one already built in SRC/build)
 # Prints nothing on stdout; the build takes about 10 minutes on 2 cores.
@@ -23,18 +24,25 @@ if ! command -v cmake >/dev/null; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends cmake >/dev/null
 fi
-if [ ! -e "$bin/llama-quantize" ] || [ ! -e "$bin/llama-tokenize" ]; then
+targets="llama llama-quantize llama-tokenize llama-cli llama-perplexity"
+missing=""
+for t in $targets; do
+    [ "$t" = llama ] || [ -e "$bin/$t" ] || missing=1
+done
+if [ -n "$missing" ]; then
     mkdir -p "$top"
+    if [ ! -d "$src" ]; then
     echo "bench: downloading the $sdist sdist from PyPI" >&2
     curl -sSfL --retry 3 -o "$top/$sdist.tar.gz" "$url"
     echo "$sha  $top/$sdist.tar.gz" | sha256sum -c --quiet - >&2
     tar xzf "$top/$sdist.tar.gz" -C "$top"
+    fi
     echo "bench: building llama.cpp (about 10 minutes on 2 cores)" >&2
     cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
         -DLLAMA_BUILD_TESTS=OFF -DGGML_BUILD_TESTS=OFF \
         -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" >&2
-    cmake --build "$src/build" -j 2 --target llama llama-quantize llama-tokenize >&2
+    cmake --build "$src/build" -j 2 --target $targets >&2
 fi
 driver=$src/build/gkq_llama_driver
 if [ ! -e "$driver" ] || [ "$here/llama_driver.cpp" -nt "$driver" ]; then

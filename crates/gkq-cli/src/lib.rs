@@ -40,7 +40,9 @@ impl Bar {
 }
 
 impl Progress for Bar {
+    /// A new phase (a copy, then its checks): the bar starts again.
     fn start(&self, total: u64) {
+        self.0.reset();
         self.0.set_length(total);
     }
     fn advance(&self, bytes: u64) {

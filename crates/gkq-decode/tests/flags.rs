@@ -370,15 +370,17 @@ fn the_console_is_quiet_and_n_0_gives_no_rates() {
 fn a_pull_shows_a_bar_on_a_terminal_only() {
     let tmp = tempfile::tempdir().expect("tmp");
     let (knot, _) = packed(tmp.path());
-    let bin = env!("CARGO_BIN_EXE_gkq-decode");
     let on_tty = |extra: &str| {
-        let cmd = format!("{bin} {knot} --prompt-ids 5,17,300 -n 2 --no-cache {extra}");
-        let o = std::process::Command::new("script")
-            .args(["-qec", &cmd, "/dev/null"])
-            .output()
-            .expect("script (util-linux) runs the command on a terminal");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        let args = [
+            knot.as_str(),
+            "--prompt-ids",
+            "5,17,300",
+            "-n",
+            "2",
+            "--no-cache",
+            extra,
+        ];
+        fixtures::on_terminal(env!("CARGO_BIN_EXE_gkq-decode"), &args)
     };
     let shown = on_tty("");
     assert!(

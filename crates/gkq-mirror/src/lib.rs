@@ -22,6 +22,7 @@
 
 use std::path::{Path, PathBuf};
 
+use gkq_format::progress::{NoProgress, Progress};
 use gkq_format::sig::{self, SIGNATURE_NAME};
 use gkq_format::{KNOT_NAME, KnotId};
 use gkq_reader::{Reader, ReaderConfig, Serve, Trusted};
@@ -208,8 +209,9 @@ async fn fetch(
     url: &str,
     (len, want): (u64, Option<[u8; 32]>),
     path: &Path,
+    progress: &dyn Progress,
 ) -> Result<u64> {
-    match gkq_store::copy_to_file(store, url, (len, want), path).await {
+    match gkq_store::copy_to_file(store, url, (len, want), path, progress).await {
         Err(StoreError::Digest {
             url,
             expected,
@@ -245,12 +247,16 @@ async fn stage(
     (base, dir, staging): (&str, &Path, &Path),
     w: &Wanted,
     this_package: bool,
+    progress: &dyn Progress,
 ) -> Result<MirroredObject> {
     let staged = staging.join(&w.name);
-    let kept = |bytes| MirroredObject {
-        name: w.name.clone(),
-        bytes,
-        status: "kept",
+    let kept = |bytes| {
+        progress.advance(bytes);
+        MirroredObject {
+            name: w.name.clone(),
+            bytes,
+            status: "kept",
+        }
     };
     if holds(&staged, w) {
         return Ok(kept(std::fs::metadata(&staged).map_or(0, |m| m.len())));
@@ -261,7 +267,7 @@ async fn stage(
         return Ok(kept(std::fs::metadata(&staged).map_or(0, |m| m.len())));
     }
     let url = gkq_store::url::sibling(base, &w.name);
-    let bytes = fetch(store, &url, (w.len, w.sha256), &staged).await?;
+    let bytes = fetch(store, &url, (w.len, w.sha256), &staged, progress).await?;
     Ok(MirroredObject {
         name: w.name.clone(),
         bytes,
@@ -307,6 +313,8 @@ pub fn mirror(
     opts: MirrorOptions,
 ) -> Result<MirrorReport> {
     let store_config = config.store.clone();
+    // the bar of the copy (the reader pulls nothing here)
+    let progress = config.progress.clone();
     let reader = Reader::open(url, config, Serve::NONE)?;
     let base = reader.knot().location().to_owned();
     let id = reader.knot().id();
@@ -324,11 +332,13 @@ pub fn mirror(
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
     let rt = Runtime::new("gkq_mirror::mirror", "an async caller")?;
     let store = Store::new(store_config)?;
+    let progress: &dyn Progress = progress.as_ref().map_or(&NoProgress, |p| &*p.0);
+    progress.start(wanted.iter().map(|w| w.len).sum());
     let objects = rt.block_on("gkq_mirror::mirror", "an async caller", async {
         let mut objects = Vec::new();
         for w in &wanted {
             let places = (base.as_str(), dir, staging.as_path());
-            objects.push(stage(&store, places, w, this_package).await?);
+            objects.push(stage(&store, places, w, this_package, progress).await?);
         }
         if let Some(s) = stage_signature(&store, &base, &staging, id).await? {
             objects.push(s);

@@ -579,6 +579,23 @@ fn gkq_mirror_makes_a_verified_servable_copy() {
 /// (the origin paced to 32 KB/s), no final name in DIR holds a byte; the
 /// next run finishes the copy. A directory holding another package is
 /// refused, naming it, and replaced whole with --replace.
+/// Issue 58: on a terminal, gkq-mirror shows a bar while it copies; none
+/// with --no-progress.
+#[test]
+fn gkq_mirror_shows_a_bar_on_a_terminal() {
+    let (tmp, nginx, _out) = served("qwen2-tiny-f32", &[]);
+    let url = format!("{}/m/model.knot", nginx.url());
+    let bin = env!("CARGO_BIN_EXE_gkq-mirror");
+    let dir = |n: &str| tmp.path().join(n).display().to_string();
+    let shown = fixtures::on_terminal(bin, &[&url, &dir("a"), "--no-cache"]);
+    assert!(
+        shown.contains("pulling ") && shown.contains("KiB"),
+        "{shown}"
+    );
+    let quiet = fixtures::on_terminal(bin, &[&url, &dir("b"), "--no-cache", "--no-progress"]);
+    assert!(!quiet.contains("pulling "), "{quiet}");
+}
+
 #[test]
 fn gkq_mirror_renames_only_verified_objects_and_never_mixes_packages() {
     let (tmp, nginx, out) = served("qwen2-tiny-f32", &[]);

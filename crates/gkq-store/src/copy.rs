@@ -8,6 +8,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use gkq_format::hex;
+use gkq_format::progress::Progress;
 use sha2::{Digest, Sha256};
 
 use crate::{RangeRead, ReadCheck, ReadChecked, Result, StoreError};
@@ -17,12 +18,14 @@ use gkq_format::layout::COPY_STEP as STEP;
 /// Copies `url` (`len` bytes, or its HEAD's length when 0) to `path`:
 /// written under a temporary name beside it (`.NAME.part`), renamed only
 /// when its SHA-256 is `want` (when one is given); its length. Other bytes
-/// are [`StoreError::Digest`], and the temporary file is removed.
+/// are [`StoreError::Digest`], and the temporary file is removed. Each
+/// step written is reported to `progress`.
 pub async fn copy_to_file<R: RangeRead + ?Sized>(
     store: &R,
     url: &str,
     (len, want): (u64, Option<[u8; 32]>),
     path: &Path,
+    progress: &dyn Progress,
 ) -> Result<u64> {
     let len = if len == 0 {
         store.head(url).await?.len
@@ -44,6 +47,7 @@ pub async fn copy_to_file<R: RangeRead + ?Sized>(
             .await?;
         h.update(&bytes);
         f.write_all(&bytes).map_err(io(&tmp))?;
+        progress.advance(n);
         at += n;
     }
     f.sync_all().map_err(io(&tmp))?;

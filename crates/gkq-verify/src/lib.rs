@@ -155,7 +155,7 @@ fn verify_published(
         });
     }
     let http = checks::remote::client(opts)?;
-    let copy = checks::remote::fetch(&http, url)?;
+    let copy = checks::remote::fetch(&http, url, progress)?;
     drop(http);
     let local = VerifyOptions {
         target: copy.knot(),

@@ -43,7 +43,10 @@ struct Args {
 }
 
 fn run(a: &Args) -> anyhow::Result<()> {
-    let config = ReaderConfig::try_from(a.net.clone()).map_err(anyhow::Error::msg)?;
+    let mut config = ReaderConfig::try_from(a.net.clone()).map_err(anyhow::Error::msg)?;
+    if a.json {
+        config.progress = None;
+    }
     let opts = gkq_mirror::MirrorOptions { replace: a.replace };
     let r = gkq_mirror::mirror(&a.knot, &a.dir, config, opts).with_context(|| {
         format!(

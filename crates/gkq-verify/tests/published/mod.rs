@@ -187,3 +187,19 @@ fn an_unreachable_package_stops_with_its_url() {
         "{err}"
     );
 }
+
+/// Issue 58: on a terminal, a bar while the package is copied and checked;
+/// none with --quiet.
+#[test]
+fn a_published_check_shows_a_bar_on_a_terminal() {
+    let p = packed_full();
+    let (nginx, _www) = serve(&p, &NginxOptions::default(), |_| {});
+    let url = format!("{}/v1/model.knot", nginx.url());
+    let bin = env!("CARGO_BIN_EXE_gkq-verify");
+    let shown = fixtures::on_terminal(bin, &[&url]);
+    assert!(
+        shown.contains("verify ") && shown.contains("KiB"),
+        "{shown}"
+    );
+    assert!(!fixtures::on_terminal(bin, &[&url, "--quiet"]).contains("KiB"));
+}

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use gkq_format::progress::Progress;
 use gkq_format::sig::SIGNATURE_NAME;
 use gkq_format::{KNOT_NAME, Prefix, parse_prefix};
 use gkq_store::StoreError;
@@ -50,7 +51,11 @@ fn fail(url: &str, error: impl std::fmt::Display) -> VerifyError {
 }
 
 /// Copies the package published at `url` (see the module docs).
-pub(crate) fn fetch(http: &Http, url: &str) -> Result<Fetched, VerifyError> {
+pub(crate) fn fetch(
+    http: &Http,
+    url: &str,
+    progress: &dyn Progress,
+) -> Result<Fetched, VerifyError> {
     let base = base_of(url);
     let dir = tempfile::Builder::new()
         .prefix("gkq-verify-")
@@ -77,9 +82,11 @@ pub(crate) fn fetch(http: &Http, url: &str) -> Result<Fetched, VerifyError> {
     // never more than the knot declares; the remote check reports a
     // Content-Length that disagrees
     let knot_len = head.len.min(header.preamble().file_len);
-    http.copy_to_file(&knot_url, knot_len, &dir.path().join(KNOT_NAME))
+    let objects = header.header().objects();
+    progress.start(knot_len + objects.iter().filter_map(|o| o.len).sum::<u64>());
+    http.copy_to_file(&knot_url, knot_len, &dir.path().join(KNOT_NAME), progress)
         .map_err(|e| fail(&knot_url, e))?;
-    for o in header.header().objects() {
+    for o in objects {
         let url = join(&base, &o.name);
         let len = match http.head(&url) {
             Ok(h) => h.len.min(o.len.unwrap_or(MAX_COMPANION)),
@@ -87,7 +94,7 @@ pub(crate) fn fetch(http: &Http, url: &str) -> Result<Fetched, VerifyError> {
             Err(StoreError::NotFound { .. }) => continue,
             Err(e) => return Err(fail(&url, e)),
         };
-        http.copy_to_file(&url, len, &dir.path().join(&o.name))
+        http.copy_to_file(&url, len, &dir.path().join(&o.name), progress)
             .map_err(|e| fail(&url, e))?;
     }
     let sig_url = join(&base, SIGNATURE_NAME);

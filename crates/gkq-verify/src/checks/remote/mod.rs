@@ -124,8 +124,14 @@ impl Http {
 
     /// The first `len` bytes of `url` streamed into `path` a step at a time
     /// ([`gkq_store::copy_to_file`], unchecked: the local checks check them).
-    pub fn copy_to_file(&self, url: &str, len: u64, path: &Path) -> Result<u64, StoreError> {
-        let copy = gkq_store::copy_to_file(&self.store, url, (len, None), path);
+    pub fn copy_to_file(
+        &self,
+        url: &str,
+        len: u64,
+        path: &Path,
+        progress: &dyn gkq_format::progress::Progress,
+    ) -> Result<u64, StoreError> {
+        let copy = gkq_store::copy_to_file(&self.store, url, (len, None), path, progress);
         self.rt.block_on(CALL.0, CALL.1, copy)?
     }
 }
