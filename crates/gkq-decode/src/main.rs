@@ -12,14 +12,15 @@ use run::{Args, Out, llama_cpp_flag, long_forms};
 #[allow(unsafe_code)]
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
-    // llama.cpp's multi-letter single-dash flags (-ngl, -cnv…), which clap
-    // would read as -n with a value
+    // llama.cpp's flags that gkq-decode does not take, before clap: it
+    // would read -ngl as -n with a value, and name the value of -j 1 as
+    // the unexpected argument
     let argv = long_forms(std::env::args());
     if let Some(m) = argv
         .iter()
         .skip(1)
         .take_while(|a| *a != "--")
-        .filter(|a| a.starts_with('-') && !a.starts_with("--") && a.len() > 2)
+        .filter(|a| a.starts_with('-'))
         .find_map(|a| llama_cpp_flag(a))
     {
         return usage(&m);

@@ -241,9 +241,11 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
         ("-ngl", "on the CPU"),
         ("-tb", "give -t N"),
         ("--repeat-penalty", "--temp, --top-k, --top-p and --seed"),
-        ("-sys", "--system TEXT"),
+        // -fa got --mlock's reason once (issue 58)
+        ("-fa", "no flash-attention kernel"),
+        ("-sysf", "--system \"$(cat FILE)\""),
         ("-hf", "nothing is downloaded"),
-        ("--mlock", "nothing to map or lock"),
+        ("--mlock", "nothing to map, lock or load lazily"),
     ] {
         usage(
             &decode(&[&knot, "--prompt-ids", "1", flag, "1"]),
@@ -483,5 +485,72 @@ fn a_chat_template_by_name_or_file() {
     usage(
         &decode(&[&knot, "--chat", "hi", "--chat-template", "nosuch"]),
         &["--chat-template nosuch: neither a template this tool names (chatml, gemma) nor a file"],
+    );
+}
+
+/// The options of a `--help` text of llama.cpp: each option line's names
+/// and a value of its placeholder (`None` for a switch).
+fn llama_options(help: &str) -> Vec<(Vec<String>, Option<String>)> {
+    let mut out = Vec::new();
+    for line in help
+        .lines()
+        .filter(|l| l.starts_with('-') && !l.starts_with("---"))
+    {
+        let mut head = line.to_owned();
+        while head.contains(",  ") {
+            head = head.replace(",  ", ", ");
+        }
+        let head = head.split("  ").next().unwrap_or_default().trim();
+        let items: Vec<&str> = head.split(", ").collect();
+        let names = items
+            .iter()
+            .map(|i| i.split(' ').next().unwrap_or_default().to_owned())
+            .collect();
+        let placeholder = items.last().and_then(|i| i.split_once(' ')).map(|(_, v)| v);
+        let value = placeholder.map(|v| {
+            let first = |set: &str, seps: &[char]| set.split(seps).next().unwrap_or("1").to_owned();
+            match v.chars().next() {
+                Some('[') => first(v.trim_matches(['[', ']']), &['|']),
+                Some('{') => first(v.trim_matches(['{', '}']), &[',']),
+                Some('<') if v.contains('|') => first(v.trim_matches(['<', '>']), &['|']),
+                _ => "1".to_owned(),
+            }
+        });
+        out.push((names, value));
+    }
+    out
+}
+
+/// Issue 58: every flag of `llama-cli --help` (the bench's build, kept in
+/// tests/data/llama-cli-help.txt) gets gkq-decode's behaviour or what to
+/// do instead, fitting the flag: never clap's "use '-- …'" tip, an
+/// unexpected-argument error or an unrelated "similar argument".
+#[test]
+fn every_llama_cli_flag_is_answered() {
+    let help = include_str!("data/llama-cli-help.txt");
+    let knot = "/nonexistent/gkq/model.knot";
+    let (mut answered, mut taken) = (0, 0);
+    for (names, value) in llama_options(help) {
+        for name in &names {
+            let mut args = vec![knot, name.as_str()];
+            args.extend(value.as_deref());
+            let o = decode(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            for clap in ["unexpected argument", "similar argument", "use '--"] {
+                assert!(!err.contains(clap), "{name}: {err}");
+            }
+            if err.contains("is a llama.cpp flag that gkq-decode does not take") {
+                assert!(err.contains(&format!("usage: {name} is")), "{name}: {err}");
+                assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+                answered += 1;
+            } else {
+                assert!(matches!(o.status.code(), Some(0..=2)), "{name}: {err}");
+                taken += 1;
+            }
+        }
+    }
+    assert!(
+        answered > 250 && taken > 30,
+        "{answered} answered, {taken} taken"
     );
 }

@@ -51,7 +51,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "TEXT", group = "input")]
     chat: Option<String>,
     /// The system message of --chat or of a conversation.
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", visible_alias = "system-prompt")]
     system: Option<String>,
     /// Conversation mode, as llama-cli's: turns read from stdin, one line each, answered with the model's chat template, the KV cache kept between turns (a turn prefills only its own tokens); ends at the end of the input or /exit. --chat TEXT is the first turn; -p TEXT, -f FILE or --system TEXT the system message.
     #[arg(
@@ -77,7 +77,11 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
     /// The chat template of --chat or -cnv instead of the package's: a name (chatml, gemma) or a Jinja file.
-    #[arg(long = "chat-template", value_name = "NAME|FILE")]
+    #[arg(
+        long = "chat-template",
+        value_name = "NAME|FILE",
+        alias = "chat-template-file"
+    )]
     chat_template: Option<String>,
     /// Tokens to generate; -1: until an end token or the model's positions run out [default: -1 with --chat, else 16].
     #[arg(
@@ -107,6 +111,7 @@ pub(crate) struct Args {
     /// Temperature (0 or less: greedy).
     #[arg(
         long,
+        alias = "temperature",
         value_name = "T",
         default_value_t = 0.0,
         allow_negative_numbers = true,
@@ -173,20 +178,23 @@ pub(crate) struct Args {
     #[arg(long = "logits-out", value_name = "FILE")]
     logits_out: Option<PathBuf>,
     /// The SHA-256 of each step's logits too, one line a step (in --json, always).
-    #[arg(long, short = 'v')]
+    #[arg(long, short = 'v', alias = "log-verbose")]
     verbose: bool,
     #[command(flatten)]
     node: NodeArgs,
     /// llama.cpp's flags that change nothing here, taken so that its
     /// command lines run: --jinja (templates are always rendered with a
-    /// Jinja engine), --color (no colours are written).
+    /// Jinja engine), --display-prompt (the default).
     #[arg(
         long = "jinja",
-        alias = "color",
+        alias = "display-prompt",
         hide = true,
         action = clap::ArgAction::Count
     )]
     llama_cpp_noop: u8,
+    /// llama.cpp's --color [on|off|auto] (-co): taken, no colours are written.
+    #[arg(long = "color", hide = true, num_args = 0..=1, value_name = "WHEN", value_parser = ["on", "off", "auto"])]
+    color: Option<Option<String>>,
     /// Do not echo a raw prompt (-p, -f) before its continuation, as llama.cpp's flag.
     #[arg(long = "no-display-prompt")]
     no_display_prompt: bool,
@@ -326,7 +334,8 @@ fn prompt(a: &Args) -> Result<Prompt, DecodeError> {
     )
 }
 
-/// The context when `-c` is not given: llama-cli's.
+/// The context when `-c` is not given: a bound (the bench's llama-cli
+/// loads the model's, 32,768 positions for Gemma 3; README).
 const DEFAULT_CONTEXT: usize = 4096;
 
 /// `--seed`: as given, or for -1 (llama.cpp's "random") one drawn from
