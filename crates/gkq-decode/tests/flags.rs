@@ -252,11 +252,14 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
             &[&format!("{flag} is a llama.cpp flag"), needle],
         );
     }
-    // -cnv renders the chat template: a package without one is told so
-    usage(
-        &decode(&[&knot, "-cnv", "--tokenizer", &tok]),
-        &["a conversation (-cnv) renders its turns with the model's chat template"],
-    );
+    // -cnv (and -i, llama.cpp's interactive, which once asked for prompt
+    // ids) renders the chat template: a package without one is told so
+    for flag in ["-cnv", "-i", "--interactive", "-if"] {
+        usage(
+            &decode(&[&knot, flag, "--tokenizer", &tok]),
+            &["a conversation (-cnv) renders its turns with the model's chat template"],
+        );
+    }
     // --system without --chat (issue 58: it was dropped without a word)
     usage(
         &decode(&[&knot, "--prompt-ids", "1", "--system", "be terse"]),
