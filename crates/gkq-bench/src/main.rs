@@ -14,6 +14,7 @@ mod llama_cold;
 mod llama_cpp;
 mod pack;
 mod quant;
+mod qwen;
 mod reader;
 mod report;
 mod spectral;
@@ -64,6 +65,8 @@ enum Which {
     LlamaCpp,
     /// A cold node ready at link speed: decode from a package behind a 100 MB/s link with 25 MB/s per response, against the sequential pull, curl --parallel and a local-file decode; warm restarts.
     Coldstart,
+    /// Qwen2.5-Coder-0.5B-Instruct (real weights, Qwen2.5-0.5B's shape) over the coldstart network: Phase B's embedding bytes per workload, and the resident lm_head at q8_0, q5_0 and q4_0 (bytes, cold load, cost against Q8_0).
+    Qwen,
     /// 500 decodes of SmolLM2's local package, two at a time beside a busy process: crashes (signals) and the threads a run holds.
     Stress,
     /// SmolLM2's local package prefilling 1,000, 2,000 and 4,000-token prompts: peak RSS and prefill tok/s.
@@ -103,6 +106,7 @@ fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Quant => quant::run(),
         Which::Fleet => fleet::run(),
         Which::Report => report::run(),
+        Which::Qwen => qwen::run(),
         Which::LlamaCpp => llama_cpp::run(),
         Which::Stress => stress::run(),
         Which::Memory => stress::memory(),
