@@ -34,7 +34,7 @@ const NEW_TOKENS: &str = "64";
 
 /// The llama.cpp tree, built (libllama, llama-quantize, llama-tokenize) by
 /// `scripts/build-llama-cpp.sh`, and the driver.
-fn llama_cpp() -> anyhow::Result<(PathBuf, PathBuf)> {
+pub(crate) fn llama_cpp() -> anyhow::Result<(PathBuf, PathBuf)> {
     let top = bench_dir().join("llama-cpp");
     let src = match std::env::var_os("GKQ_LLAMA_CPP") {
         Some(d) => PathBuf::from(d),
@@ -563,6 +563,14 @@ pub(crate) fn run() -> anyhow::Result<()> {
         real_model(
             "Gemma 3 270M Q4_K_M",
             "gemma-3-270m-q4_k_m.gguf",
+            &driver,
+            which,
+        )?;
+    }
+    if part("qwen05") {
+        real_model(
+            "Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             &driver,
             which,
         )?;

@@ -13,7 +13,10 @@
 //!   --allow-requantize`; 896 is not whole 256-value blocks, so no Q4_K):
 //!   its bytes, a cold node's load over the same network, and what the
 //!   narrower type costs against Q8_0: the first step's logits on each
-//!   workload's first session (top-1 agreement, KL divergence).
+//!   workload's first session (top-1 agreement, KL divergence) and the
+//!   perplexity of the single-session workloads' text.
+//! - **Perplexity against llama.cpp**: `gkq-decode --perplexity` and
+//!   `llama-perplexity` on the file and that text, chunks of 128 tokens.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -156,6 +159,63 @@ fn first_session(path: &Path) -> anyhow::Result<String> {
     Ok(s)
 }
 
+/// The text perplexity is measured on: the workloads' single-session
+/// files but the short question (long_context, prose, code), about 770
+/// tokens.
+fn ppl_text() -> anyhow::Result<PathBuf> {
+    let mut text = String::new();
+    for p in fixtures::texts::workloads() {
+        if p.extension().is_some_and(|e| e == "txt") && !p.ends_with("qa_short.txt") {
+            text.push_str(&std::fs::read_to_string(&p)?);
+        }
+    }
+    let out = bench_dir().join("qwen/ppl.txt");
+    std::fs::write(&out, text)?;
+    Ok(out)
+}
+
+/// The chunk of the perplexity runs: 6 chunks of the text.
+const PPL_CTX: &str = "128";
+
+/// `gkq-decode --perplexity` on the local package at `rel`.
+fn ppl_ours(rel: &str, text: &Path) -> anyhow::Result<f64> {
+    let o = Command::new(release_bin("gkq-decode"))
+        .arg(bench_dir().join(rel).join("model.knot"))
+        .args(["--no-cache", "--perplexity", "-c", PPL_CTX, "--json", "-f"])
+        .arg(text)
+        .output()?;
+    if !o.status.success() {
+        bail!(
+            "gkq-decode --perplexity: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let v: Value = serde_json::from_slice(&o.stdout)?;
+    v["perplexity"].as_f64().context("perplexity")
+}
+
+/// `llama-perplexity` on the GGUF, same text and chunk.
+fn ppl_llama(gguf: &Path, text: &Path) -> anyhow::Result<f64> {
+    let (bin, _) = super::llama_cpp::llama_cpp()?;
+    let o = Command::new(bin.join("llama-perplexity"))
+        .arg("-m")
+        .arg(gguf)
+        .arg("-f")
+        .arg(text)
+        .args(["-c", PPL_CTX, "-t", "2"])
+        .output()?;
+    let all = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+    let line = all
+        .lines()
+        .find(|l| l.contains("Final estimate: PPL = "))
+        .with_context(|| format!("llama-perplexity printed no estimate: {all}"))?;
+    let v = line
+        .split("PPL = ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next());
+    Ok(v.context("the estimate")?.parse()?)
+}
+
 /// (top-1 agreement, mean KL(reference ‖ other) in nats) over prompts.
 fn agreement(reference: &[Vec<f32>], other: &[Vec<f32>]) -> (usize, f64) {
     let softmax = |l: &[f32]| {
@@ -210,16 +270,18 @@ pub(crate) fn run() -> anyhow::Result<()> {
         }
     }
     println!(
-        "| lm_head | bytes pulled for it | package bytes on the wire (at 100 MB/s) | cold load (s) | time to first token (s) | top-1 agreement with Q8_0 | mean KL vs Q8_0 (nats) |"
+        "| lm_head | bytes pulled for it | package bytes on the wire (at 100 MB/s) | cold load (s) | time to first token (s) | top-1 agreement with Q8_0 | mean KL vs Q8_0 (nats) | perplexity |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let reference = first_logits(&packs[0])?;
+    let text = ppl_text()?;
     for (i, (t, rel)) in LM_HEAD_TYPES.iter().zip(&packs).enumerate() {
         let (same, kl) = agreement(&reference, &first_logits(rel)?);
+        let ppl = ppl_ours(rel, &text)?;
         let med = |f: fn(&(f64, f64, f64)) -> f64| median(runs[i].iter().map(f).collect());
         let wire = med(|r| r.0);
         println!(
-            "| {t} | {} | {:.1} MB ({:.2} s) | {:.2} | {:.2} | {same}/{} | {kl:.5} |",
+            "| {t} | {} | {:.1} MB ({:.2} s) | {:.2} | {:.2} | {same}/{} | {kl:.5} | {ppl:.4} |",
             lm_bytes[i],
             wire / 1e6,
             wire / SLOW.link as f64,
@@ -228,6 +290,11 @@ pub(crate) fn run() -> anyhow::Result<()> {
             reference.len(),
         );
     }
+    let (ours, theirs) = (ppl_ours(&packs[0], &text)?, ppl_llama(&gguf, &text)?);
+    println!(
+        "\nperplexity of the file (-c {PPL_CTX}, the single-session workloads but qa_short): gkq-decode {ours:.4}, llama-perplexity {theirs:.4}: {:.3} % apart (target: within 0.5 %)",
+        (ours / theirs - 1.0).abs() * 100.0
+    );
     drop(site);
     // three packages of about 1 GB each: remade by every run
     std::fs::remove_dir_all(bench_dir().join("qwen"))?;

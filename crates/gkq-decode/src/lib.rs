@@ -22,6 +22,7 @@ mod generate;
 mod load;
 pub mod local;
 mod model;
+mod perplexity;
 mod stage;
 
 use serde::Serialize;
@@ -29,6 +30,7 @@ use serde::Serialize;
 pub use config::{Config, DEFAULT_MAX_POSITIONS, supported};
 pub use error::{DecodeError, Result};
 pub use generate::{DEFAULT_UBATCH, GenOptions, Generation, Sampling, generate, generate_with};
+pub use perplexity::{Perplexity, perplexity};
 pub use stage::Stage;
 
 gkq_store::stats! {

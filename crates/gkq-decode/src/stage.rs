@@ -283,15 +283,22 @@ impl Stage {
     /// Logits `[vocab]` of the last row of `x` (output role): final norm,
     /// then the resident lm_head.
     pub fn logits(&mut self, x: &Tensor) -> Result<Tensor> {
+        let last = x.dim(0)? - 1;
+        Ok(self.logits_of(x, last..last + 1)?.squeeze(0)?)
+    }
+
+    /// Logits `[rows, vocab]` of `rows` of `x` (output role): what
+    /// perplexity scores.
+    pub fn logits_of(&mut self, x: &Tensor, rows: Range<usize>) -> Result<Tensor> {
         if !self.serves_output() {
             return Err(DecodeError::Stages("an input stage has no lm_head".into()));
         }
         let norm = self.final_norm()?;
-        let last = x.narrow(0, x.dim(0)? - 1, 1)?;
-        let h = rms_norm(&last, &norm, self.cfg.eps)?;
+        let picked = x.narrow(0, rows.start, rows.len())?;
+        let h = rms_norm(&picked, &norm, self.cfg.eps)?;
         self.loaded.wait_lm_head()?;
         let logits = self.reader.lm_head()?.logits(&h)?;
-        soft_cap(logits.squeeze(0)?, self.cfg.logit_softcap)
+        soft_cap(logits, self.cfg.logit_softcap)
     }
 
     /// How the embedding and lm_head roles this stage serves were resolved.

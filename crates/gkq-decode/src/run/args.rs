@@ -94,14 +94,12 @@ pub(crate) struct Args {
         value_parser = parse_max_new
     )]
     max_new_tokens: Option<MaxNew>,
-    /// The context: the positions the prompt and the new tokens may use, at most the model's (0: the model's).
-    #[arg(
-        long = "ctx-size",
-        short = 'c',
-        value_name = "N",
-        default_value_t = DEFAULT_CONTEXT
-    )]
-    ctx_size: usize,
+    /// The context: the positions the prompt and the new tokens may use, at most the model's (0: the model's) [default: 4096; with --perplexity, the chunk: 512].
+    #[arg(long = "ctx-size", short = 'c', value_name = "N")]
+    ctx_size: Option<usize>,
+    /// The perplexity of the text of -f or -p, as llama-perplexity computes it: chunks of -c tokens (512 by default here, as there), the second half of each scored.
+    #[arg(long, conflicts_with_all = ["chat", "prompt_ids", "conversation", "split", "hidden_in"])]
+    perplexity: bool,
     /// Stop when the generated text ends with TEXT (repeatable; llama.cpp's reverse prompt).
     #[arg(long = "reverse-prompt", short = 'r', value_name = "TEXT")]
     reverse_prompt: Vec<String>,
@@ -338,6 +336,9 @@ fn prompt(a: &Args) -> Result<Prompt, DecodeError> {
 /// loads the model's, 32,768 positions for Gemma 3; README).
 const DEFAULT_CONTEXT: usize = 4096;
 
+/// The chunk of `--perplexity` when `-c` is not given: llama-perplexity's.
+const PERPLEXITY_CONTEXT: usize = 512;
+
 /// `--seed`: as given, or for -1 (llama.cpp's "random") one drawn from
 /// the clock, printed so that the run can be repeated.
 fn seed(asked: i64) -> u64 {
@@ -410,7 +411,14 @@ fn options(
         max_new,
         ignore_eos: a.ignore_eos,
         ubatch: a.batch.map_or(a.ubatch, |b| b.min(a.ubatch)),
-        context: (a.ctx_size > 0).then_some(a.ctx_size),
+        context: match a.ctx_size {
+            None => Some(DEFAULT_CONTEXT),
+            Some(0) => None,
+            Some(c) => Some(c),
+        },
+        perplexity: a
+            .perplexity
+            .then(|| a.ctx_size.unwrap_or(PERPLEXITY_CONTEXT)),
         sampling: Sampling {
             temperature: a.temp,
             top_k: a.top_k,

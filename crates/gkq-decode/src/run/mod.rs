@@ -68,6 +68,9 @@ pub(crate) struct RunOptions {
     pub(crate) display_prompt: bool,
     /// The context (`-c`); `None`: the model's.
     pub(crate) context: Option<usize>,
+    /// `--perplexity`: the tokens a chunk (`-c`, 512 by default; 0: the
+    /// model's positions).
+    pub(crate) perplexity: Option<usize>,
     /// The compute threads (reported; set by the binary before candle starts).
     pub(crate) threads: usize,
     /// The reader's configuration.
@@ -179,6 +182,9 @@ fn split(o: &RunOptions, knot: &str, l: usize, out: &mut Out<'_>) -> Result<()> 
 fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> {
     if let Prompt::Conversation { system, first } = &o.prompt {
         return conversation::converse(o, chain, (system.as_deref(), first.as_deref()), out);
+    }
+    if let Some(n_ctx) = o.perplexity {
+        return report::perplexity(o, &mut chain[0], n_ctx, out);
     }
     let made = prompt::make(o, &chain[0])?;
     if let (Prompt::Text(p), Some(_), false, true) =

@@ -330,6 +330,11 @@ impl Tokenizer {
         out
     }
 
+    /// The BOS id a prompt starts with, when the model adds one.
+    pub fn added_bos(&self) -> Option<u32> {
+        self.vocab.bos.filter(|_| self.vocab.add_bos)
+    }
+
     /// Whether `id` ends a generation (EOS, end-of-turn, …).
     pub fn is_eog(&self, id: u32) -> bool {
         self.vocab.eog.contains(&id)
