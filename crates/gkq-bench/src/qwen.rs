@@ -30,46 +30,74 @@ use super::common::{bench_dir, median, pack_args, release_bin, run_cmd};
 /// Interleaved rounds of the cold loads.
 const ROUNDS: usize = 3;
 
-/// The lm_head types measured: the file's own, then narrower ones.
-const LM_HEAD_TYPES: [&str; 3] = ["q8_0", "q5_0", "q4_0"];
+/// A model of the bench: its `fetch_real_models.py` key and file, and
+/// the lm_head types measured (the file's own first, then narrower ones).
+struct Model {
+    name: &'static str,
+    key: &'static str,
+    file: &'static str,
+    lm_heads: &'static [&'static str],
+    /// The layer a two-node pipeline splits at.
+    split: Option<&'static str>,
+}
+
+const MODELS: [Model; 2] = [
+    Model {
+        name: "Qwen2.5-Coder-0.5B-Instruct",
+        key: "qwen05",
+        file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        lm_heads: &["q8_0", "q5_0", "q4_0"],
+        split: None,
+    },
+    Model {
+        name: "Qwen2.5-Coder-1.5B-Instruct",
+        key: "qwen15",
+        file: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        lm_heads: &["q6_k", "q4_k"],
+        split: Some("14"),
+    },
+];
 
 /// The GGUF, fetched (and checked) when missing.
-fn gguf() -> anyhow::Result<PathBuf> {
+fn gguf(m: &Model) -> anyhow::Result<PathBuf> {
     let root = fixtures::workspace::root();
-    let out = root.join("target/real-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let out = root.join("target/real-models").join(m.file);
     run_cmd(
         Command::new("python3")
             .arg(root.join("scripts/fetch_real_models.py"))
-            .arg("qwen05")
+            .arg(m.key)
             .arg(&out),
     )?;
     Ok(out)
 }
 
-/// The package of the lm_head type `t` under `bench_dir()/qwen/`; its
-/// path relative to bench_dir (what the site serves).
-fn pack(gguf: &Path, t: &str) -> anyhow::Result<String> {
-    let rel = format!("qwen/lm-{t}");
+/// The package of `m` with the lm_head type `t` under
+/// `bench_dir()/qwen/`; its path relative to bench_dir (what the site
+/// serves).
+fn pack(m: &Model, gguf: &Path, t: &str) -> anyhow::Result<String> {
+    let rel = format!("qwen/{}-lm-{t}", m.key);
     let out = bench_dir().join(&rel);
     let _ = std::fs::remove_dir_all(&out);
-    let args: &[&str] = match t {
-        "q8_0" => &[],
-        _ => &["--output-tensor-type", t, "--allow-requantize"],
+    let args: &[&str] = if t == m.lm_heads[0] {
+        &[]
+    } else {
+        &["--output-tensor-type", t, "--allow-requantize"]
     };
     let s = pack_args(gguf, &out, args)?;
-    println!("packed lm_head {t} in {s:.1} s");
+    println!("packed {} with lm_head {t} in {s:.1} s", m.name);
     Ok(rel)
 }
 
-/// `gkq-report --url --json` of the package at `rel` over the coldstart
-/// network, with the six workloads.
-fn report(site: &Site, rel: &str) -> anyhow::Result<Value> {
+/// `gkq-report --url` of the package at `rel` over the coldstart network,
+/// with the six workloads (its Markdown, or with `json` its object).
+fn report(site: &Site, rel: &str, json: bool) -> anyhow::Result<Vec<u8>> {
     let proxy = link(site, SLOW)?;
     let url = format!("https://127.0.0.1:{}/{rel}/model.knot", proxy.port());
     let o = Command::new(release_bin("gkq-report"))
         .arg(&url)
-        .args(["--url", "--no-cache", "--json", "--ca-cert"])
+        .args(["--url", "--no-cache", "--ca-cert"])
         .arg(&site.ca.ca)
+        .args(json.then_some("--json"))
         .arg("--texts")
         .args(fixtures::texts::workloads())
         .output()
@@ -77,7 +105,7 @@ fn report(site: &Site, rel: &str) -> anyhow::Result<Value> {
     if !o.status.success() {
         bail!("gkq-report: {}", String::from_utf8_lossy(&o.stderr));
     }
-    Ok(serde_json::from_slice(&o.stdout)?)
+    Ok(o.stdout)
 }
 
 /// Phase B: each workload's first session measured on a fresh node.
@@ -244,38 +272,40 @@ fn agreement(reference: &[Vec<f32>], other: &[Vec<f32>]) -> (usize, f64) {
     (same, kl / reference.len().max(1) as f64)
 }
 
-pub(crate) fn run() -> anyhow::Result<()> {
-    let gguf = gguf()?;
-    let packs: Vec<String> = LM_HEAD_TYPES
-        .iter()
-        .map(|t| pack(&gguf, t))
-        .collect::<anyhow::Result<_>>()?;
-    let site = site(SLOW)?;
-    println!(
-        "\n### Phase B: a cold node's embedding bytes per workload (the package's own Q5_0 rows)"
-    );
-    phase_b(&report(&site, &packs[0])?)?;
-    println!(
-        "\n### Seed 003: the resident lm_head, cold over the same network, and its cost against Q8_0\n"
-    );
-    // three interleaved rounds of the three packages: medians
+/// Cold loads of each package, interleaved: (wire bytes, load s, first
+/// token s) per round, and the lm_head's bytes, per package.
+type Loads = (Vec<Vec<(f64, f64, f64)>>, Vec<u64>);
+
+fn cold_loads(site: &Site, packs: &[String]) -> anyhow::Result<Loads> {
     let mut runs: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); packs.len()];
     let mut lm_bytes = vec![0u64; packs.len()];
     for _ in 0..ROUNDS {
         for (i, rel) in packs.iter().enumerate() {
-            let m = remote(&site, SLOW, rel, &["--no-cache"])?;
+            let m = remote(site, SLOW, rel, &["--no-cache"])?;
             lm_bytes[i] = m.json["bytes"]["lm_head"].as_u64().unwrap_or(0);
             let load = m.json["load_ms"].as_f64().unwrap_or(0.0) / 1e3;
             runs[i].push((m.wire.total() as f64, load, m.ttft_s()));
         }
     }
+    Ok((runs, lm_bytes))
+}
+
+/// Seed 003's table for `m`: each lm_head type's bytes, cold load and cost
+/// against the file's own; then the file's perplexity against llama.cpp's.
+fn lm_heads(site: &Site, m: &Model, gguf: &Path, packs: &[String]) -> anyhow::Result<()> {
+    let own = m.lm_heads[0];
     println!(
-        "| lm_head | bytes pulled for it | package bytes on the wire (at 100 MB/s) | cold load (s) | time to first token (s) | top-1 agreement with Q8_0 | mean KL vs Q8_0 (nats) | perplexity |"
+        "\n### {}: the resident lm_head, cold over the same network, and its cost against the file's {own}\n",
+        m.name
+    );
+    let (runs, lm_bytes) = cold_loads(site, packs)?;
+    println!(
+        "| lm_head | bytes pulled for it | package bytes on the wire (at 100 MB/s) | cold load (s) | time to first token (s) | top-1 agreement with {own} | mean KL vs {own} (nats) | perplexity |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let reference = first_logits(&packs[0])?;
     let text = ppl_text()?;
-    for (i, (t, rel)) in LM_HEAD_TYPES.iter().zip(&packs).enumerate() {
+    for (i, (t, rel)) in m.lm_heads.iter().zip(packs).enumerate() {
         let (same, kl) = agreement(&reference, &first_logits(rel)?);
         let ppl = ppl_ours(rel, &text)?;
         let med = |f: fn(&(f64, f64, f64)) -> f64| median(runs[i].iter().map(f).collect());
@@ -290,13 +320,70 @@ pub(crate) fn run() -> anyhow::Result<()> {
             reference.len(),
         );
     }
-    let (ours, theirs) = (ppl_ours(&packs[0], &text)?, ppl_llama(&gguf, &text)?);
+    let (ours, theirs) = (ppl_ours(&packs[0], &text)?, ppl_llama(gguf, &text)?);
     println!(
         "\nperplexity of the file (-c {PPL_CTX}, the single-session workloads but qa_short): gkq-decode {ours:.4}, llama-perplexity {theirs:.4}: {:.3} % apart (target: within 0.5 %)",
         (ours / theirs - 1.0).abs() * 100.0
     );
-    drop(site);
-    // three packages of about 1 GB each: remade by every run
-    std::fs::remove_dir_all(bench_dir().join("qwen"))?;
+    Ok(())
+}
+
+/// A two-node pipeline split at `layer`, cold over the same network: each
+/// node's bytes by role.
+fn pipeline(site: &Site, m: &Model, rel: &str, layer: &str) -> anyhow::Result<()> {
+    let run = remote(site, SLOW, rel, &["--no-cache", "--split", layer])?;
+    println!(
+        "\n### {}: a two-node pipeline split at layer {layer}, cold\n",
+        m.name
+    );
+    println!("| node | embedding rows | lm_head | other blocks | knot header | total |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, b) in ["input", "output"]
+        .iter()
+        .zip(run.json["stage_bytes"].as_array().context("stage_bytes")?)
+    {
+        let n = |k: &str| b[k].as_u64().unwrap_or(0);
+        let total = n("embedding_rows") + n("lm_head") + n("other_blocks") + n("knot_header");
+        println!(
+            "| {name} | {} | {} | {} | {} | {total} |",
+            n("embedding_rows"),
+            n("lm_head"),
+            n("other_blocks"),
+            n("knot_header")
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    let site = site(SLOW)?;
+    for m in &MODELS {
+        let gguf = gguf(m)?;
+        let packs: Vec<String> = m
+            .lm_heads
+            .iter()
+            .map(|t| pack(m, &gguf, t))
+            .collect::<anyhow::Result<_>>()?;
+        if m.split.is_none() {
+            println!(
+                "\n### Phase B: a cold node's embedding bytes per workload ({}, the package's own Q5_0 rows)",
+                m.name
+            );
+            phase_b(&serde_json::from_slice(&report(&site, &packs[0], true)?)?)?;
+            println!(
+                "\n### gkq-report on the package (the proposal's table on the real tokenizer)\n"
+            );
+            print!(
+                "{}",
+                String::from_utf8_lossy(&report(&site, &packs[0], false)?)
+            );
+        }
+        lm_heads(&site, m, &gguf, &packs)?;
+        if let Some(layer) = m.split {
+            pipeline(&site, m, &packs[0], layer)?;
+        }
+        // packages of 1-3 GB each: remade by every run
+        std::fs::remove_dir_all(bench_dir().join("qwen"))?;
+    }
     Ok(())
 }

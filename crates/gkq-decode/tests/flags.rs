@@ -575,13 +575,29 @@ fn perplexity_scores_the_second_half_of_each_chunk() {
         json(&decode(&args))
     };
     let v = run(&["-c", "8", "--json"]);
-    assert_eq!((v["tokens"].as_u64(), v["chunks"].as_u64()), (Some(42), Some(5)), "{v}");
+    assert_eq!(
+        (v["tokens"].as_u64(), v["chunks"].as_u64()),
+        (Some(42), Some(5)),
+        "{v}"
+    );
     assert_eq!(v["scored"], 5 * 3, "positions 4..7 predict the next token");
     let ppl = v["perplexity"].as_f64().expect("ppl");
     assert!(ppl.is_finite() && ppl >= 1.0, "{v}");
     let small = run(&["-c", "8", "--json", "-ub", "3"]);
     let other = small["perplexity"].as_f64().expect("ppl");
-    assert!((other / ppl - 1.0).abs() < 1e-4, "{ppl} against {other} in micro-batches of 3");
-    let short = decode(&[&knot, "--tokenizer", &tok, "--perplexity", "-f", f, "-c", "64"]);
+    assert!(
+        (other / ppl - 1.0).abs() < 1e-4,
+        "{ppl} against {other} in micro-batches of 3"
+    );
+    let short = decode(&[
+        &knot,
+        "--tokenizer",
+        &tok,
+        "--perplexity",
+        "-f",
+        f,
+        "-c",
+        "64",
+    ]);
     usage(&short, &["needs at least 128 tokens, and the text has 42"]);
 }
