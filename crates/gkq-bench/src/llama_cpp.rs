@@ -575,6 +575,14 @@ pub(crate) fn run() -> anyhow::Result<()> {
             which,
         )?;
     }
+    if part("qwen15") {
+        real_model(
+            "Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            &driver,
+            which,
+        )?;
+    }
     if part("preset") {
         preset(&bin, &driver)?;
     }
