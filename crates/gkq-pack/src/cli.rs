@@ -146,6 +146,9 @@ pub(crate) struct Args {
     /// proofs from two objects, two requests per run.
     #[arg(long)]
     pub(crate) no_runs: bool,
+    /// Write row files for a quantized untied lm_head too. By default it has none: a node pulls it whole as its block and keeps it resident, and its rows would be the same bytes a second time (plus proofs and runs). An f32/bf16 lm_head keeps its rows either way.
+    #[arg(long = "lm-head-rows")]
+    pub(crate) lm_head_rows: bool,
     /// Write a warm object next to each row file of the token embedding
     /// (`<row file>.warm`: the K rows most sessions need, with everything
     /// that verifies them, so a cold node seeds its cache with one range
@@ -209,6 +212,7 @@ impl Args {
                 .map(|s| s.parse())
                 .collect::<Result<_, _>>()?,
             runs: !args.no_runs,
+            lm_head_rows: args.lm_head_rows,
             warm: gkq_pack::WarmOptions {
                 k: args.warm_set,
                 corpus: args.warm_corpus,

@@ -110,7 +110,7 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
         &cfg,
         &src,
         &roles,
-        (&dtypes, &types),
+        (&dtypes, &types, opts.lm_head_rows),
         (model_id.as_deref(), revision.as_deref()),
         &companions,
         &factored,

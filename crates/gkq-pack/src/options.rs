@@ -49,6 +49,10 @@ pub struct PackOptions {
     pub runs: bool,
     /// The warm set and its warm objects (FORMAT.md 7d).
     pub warm: WarmOptions,
+    /// Row files for a quantized untied lm_head too (`--lm-head-rows`):
+    /// by default it has none, since a node pulls it whole as its block
+    /// and keeps it resident, and its rows would be the same bytes again.
+    pub lm_head_rows: bool,
 }
 
 impl PackOptions {
@@ -68,6 +72,7 @@ impl PackOptions {
             spectral: Vec::new(),
             runs: true,
             warm: WarmOptions::default(),
+            lm_head_rows: false,
         }
     }
 }

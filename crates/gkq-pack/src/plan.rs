@@ -23,7 +23,7 @@ pub(crate) fn plan(
     cfg: &ModelConfig,
     src: &SourceModel,
     roles: &RolePlan,
-    (dtypes, types): (&[DType], &TypePlan),
+    (dtypes, types, lm_head_rows): (&[DType], &TypePlan, bool),
     identity: (Option<&str>, Option<&str>),
     companions: &[Companion],
     factored: &[spectral::Factored],
@@ -46,7 +46,7 @@ pub(crate) fn plan(
             list(&|r| gkq_format::decimal(r.energy_kept)),
         );
     }
-    let blocks = plan_blocks(src, roles, dtypes, factored, types)?;
+    let blocks = plan_blocks(src, roles, (dtypes, lm_head_rows), factored, types)?;
     // quant.* (FORMAT.md 3.5): the figures are measured as the blocks are
     // written; they are written at a fixed width, so plan with zeros
     let quantized: Vec<String> = blocks
@@ -99,7 +99,7 @@ fn certainly_exact(rows: DType, block: DType, source: DType) -> bool {
 fn plan_blocks(
     src: &SourceModel,
     roles: &RolePlan,
-    dtypes: &[DType],
+    (dtypes, lm_head_rows): (&[DType], bool),
     factored: &[spectral::Factored],
     types: &TypePlan,
 ) -> Result<Vec<Block>> {
@@ -137,7 +137,14 @@ fn plan_blocks(
         };
         // a GGUF's tensors keep their types: its role blocks too, unless asked
         let default = src.gguf.as_ref().map(|_| t.dtype);
-        blocks.push(role_block(t, role, (dtypes, default), types)?);
+        let mut b = role_block(t, role, (dtypes, default), types)?;
+        if is_lm && b.dtype.is_quantized() && !lm_head_rows {
+            // resident, pulled as its block: its rows would be the block's
+            // bytes again, which no node reads (--lm-head-rows writes them)
+            b.flags &= !COLUMNAR_ELIGIBLE;
+            b.columnar.clear();
+        }
+        blocks.push(b);
     }
     if let (true, Some(lm_head_block)) = (roles.tied, &roles.lm_head_block) {
         let e = &blocks[embed_index as usize];

@@ -300,6 +300,21 @@ fn the_roles_follow_llama_quantize() {
     // ... q8_0 when the type is q8_0
     let out = case("k-q8_0", &k, &["--quant", "q8_0"]);
     assert_eq!(type_of(&out, lm), DType::Q8_0);
+    // a quantized untied lm_head is pulled whole and kept resident: no row
+    // files unless asked (issue 55), the embedding's as before
+    let columnar = |out: &Path, name: &str| {
+        let knot = fs::read(out.join("model.knot")).expect("knot");
+        let knot = Knot::parse(&knot).expect("valid");
+        let i = knot.header().header().block_index(name).expect("block");
+        knot.blocks()[i].columnar.len()
+    };
+    assert_eq!((columnar(&out, lm), columnar(&out, embed)), (0, 1));
+    assert!(!out.join("lm_head.q8_0.rows").exists());
+    let rows = case("k-q8_0-rows", &k, &["--quant", "q8_0", "--lm-head-rows"]);
+    assert_eq!(columnar(&rows, lm), 1);
+    assert!(
+        rows.join("lm_head.q8_0.rows").exists() && rows.join("lm_head.q8_0.rows.proof").exists()
+    );
     // the role types win
     let out = case(
         "k-roles",
@@ -315,6 +330,7 @@ fn the_roles_follow_llama_quantize() {
     );
     assert_eq!(type_of(&out, embed), DType::Q8_0);
     assert_eq!(type_of(&out, lm), DType::BF16);
+    assert_eq!(columnar(&out, lm), 1, "a float lm_head keeps its rows");
     assert_eq!(
         type_of(&out, "model.layers.0.mlp.down_proj.weight"),
         DType::Q4_K
