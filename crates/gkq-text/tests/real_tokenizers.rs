@@ -1,5 +1,5 @@
-//! The tokenizers of the real GGUFs (SmolLM2's byte-level BPE, Gemma 3's
-//! SentencePiece), built from their `tokenizer.ggml.*` keys, give
+//! The tokenizers of the real GGUFs (SmolLM2's and Qwen2.5's byte-level
+//! BPE, Gemma 3's SentencePiece), built from their `tokenizer.ggml.*` keys, give
 //! llama.cpp's ids on a varied text set (fixtures/tokenizer: English,
 //! code, numbers, accents, CJK, Cyrillic, emoji, runs of white space,
 //! special-token strings), and decode back to the text.
@@ -148,4 +148,16 @@ fn smollm2_ids_and_chat_equal_hugging_face() {
         let want: Vec<u32> = serde_json::from_value(a["ids"].clone()).expect("ids");
         assert_eq!(ids, want, "{rendered}");
     }
+}
+
+/// Issue 54: Qwen2.5-Coder-0.5B's tokenizer (byte-level BPE, pre-tokenizer
+/// `qwen2`, 151,936 rows, no BOS) gives llama.cpp's ids on both text sets;
+/// `<|im_end|>` is 151645 and ends a generation.
+#[test]
+fn qwen05_ids_equal_llama_cpp() {
+    let t = tokenizer(&fixtures::qwen05());
+    check("qwen05", &t);
+    assert_eq!(t.added_bos(), None, "no BOS on raw text");
+    assert_eq!(t.encode("<|im_end|>").expect("encode"), [151645]);
+    assert!(t.is_eog(151645));
 }
