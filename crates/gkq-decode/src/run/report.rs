@@ -7,6 +7,10 @@ use gkq_decode::{DecodeError, Result};
 use gkq_decode::{Generation, RoleBytes, Stage};
 use gkq_text::Tokenizer;
 
+/// The line after a decode that ran out of positions.
+const CONTEXT_NOTE: &str =
+    "\nstopped: no position left in the context (-c N for a longer one; -c 0: the model's)";
+
 fn bytes_line(b: RoleBytes) -> String {
     format!(
         "knot header {}, embedding rows {}, lm_head {}, other blocks {}",
@@ -45,9 +49,7 @@ fn text_report(g: &Generation, from_start: f64, verbose: bool) -> String {
         )
     };
     if g.stop == "context" {
-        text.push_str(
-            "\nstopped: no position left in the context (-c N for a longer one; -c 0: the model's)",
-        );
+        text.push_str(CONTEXT_NOTE);
     }
     text.push_str(&format!(
         "\nbytes: {} (total {})",
@@ -138,9 +140,7 @@ pub(crate) fn perf_block(g: &Generation, from_start: f64, verbose: bool) -> Stri
         g.tokens_per_second,
     ));
     if g.stop == "context" {
-        s.push_str(
-            "\nstopped: no position left in the context (-c N for a longer one; -c 0: the model's)",
-        );
+        s.push_str(CONTEXT_NOTE);
     }
     if let Some(w) = warm_line(g) {
         s.push_str(&w);
