@@ -19,8 +19,10 @@
 mod config;
 mod error;
 mod generate;
+mod kld;
 mod load;
 pub mod local;
+mod logprobs;
 mod model;
 mod perplexity;
 mod stage;
@@ -30,6 +32,7 @@ use serde::Serialize;
 pub use config::{Config, DEFAULT_MAX_POSITIONS, supported};
 pub use error::{DecodeError, Result};
 pub use generate::{DEFAULT_UBATCH, GenOptions, Generation, Sampling, generate, generate_with};
+pub use kld::{KlDivergence, kl_divergence};
 pub use perplexity::{Perplexity, perplexity};
 pub use stage::Stage;
 

@@ -7,6 +7,10 @@
 use std::path::Path;
 use std::process::Output;
 
+/// llama-perplexity's flags.
+#[path = "flags/perplexity.rs"]
+mod perplexity;
+
 fn decode(args: &[&str]) -> Output {
     fixtures::tool(env!("CARGO_BIN_EXE_gkq-decode"))
         .args(args)
@@ -23,6 +27,11 @@ fn json(o: &Output) -> serde_json::Value {
 /// a word-level tokenizer.json ("hello world cat" is ids 5, 17, 300) for
 /// --tokenizer.
 fn packed(dir: &Path) -> (String, String) {
+    packed_with(dir, |_| {})
+}
+
+/// `packed`, with the pack's options edited.
+fn packed_with(dir: &Path, edit: impl FnOnce(&mut gkq_pack::PackOptions)) -> (String, String) {
     let src = dir.join("src");
     std::fs::create_dir_all(&src).expect("mkdir");
     for e in std::fs::read_dir(fixtures::committed_tiny()).expect("committed") {
@@ -35,11 +44,9 @@ fn packed(dir: &Path) -> (String, String) {
     v["max_position_embeddings"] = 128.into();
     std::fs::write(&cfg, serde_json::to_vec_pretty(&v).expect("json")).expect("write");
     let out = dir.join("pkg");
-    gkq_pack::pack(
-        &gkq_pack::PackOptions::new(&src, &out),
-        &gkq_pack::NoProgress,
-    )
-    .expect("pack");
+    let mut o = gkq_pack::PackOptions::new(&src, &out);
+    edit(&mut o);
+    gkq_pack::pack(&o, &gkq_pack::NoProgress).expect("pack");
     let tok = dir.join("tokenizer.json");
     std::fs::write(
         &tok,
@@ -556,48 +563,4 @@ fn every_llama_cli_flag_is_answered() {
         answered > 250 && taken > 30,
         "{answered} answered, {taken} taken"
     );
-}
-
-/// Issue 54: `--perplexity` as llama-perplexity computes it (chunks of -c,
-/// the second half of each scored; `cargo xtask bench qwen` checks it
-/// against llama-perplexity): its counts, a chunking that does not change
-/// with the micro-batch, and a text too short for two chunks named.
-#[test]
-fn perplexity_scores_the_second_half_of_each_chunk() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let (knot, tok) = packed(tmp.path());
-    let text = tmp.path().join("text.txt");
-    std::fs::write(&text, "hello world cat cat world hello ".repeat(7)).expect("write");
-    let f = text.to_str().expect("utf-8");
-    let run = |extra: &[&str]| {
-        let mut args = vec![knot.as_str(), "--tokenizer", &tok, "--perplexity", "-f", f];
-        args.extend_from_slice(extra);
-        json(&decode(&args))
-    };
-    let v = run(&["-c", "8", "--json"]);
-    assert_eq!(
-        (v["tokens"].as_u64(), v["chunks"].as_u64()),
-        (Some(42), Some(5)),
-        "{v}"
-    );
-    assert_eq!(v["scored"], 5 * 3, "positions 4..7 predict the next token");
-    let ppl = v["perplexity"].as_f64().expect("ppl");
-    assert!(ppl.is_finite() && ppl >= 1.0, "{v}");
-    let small = run(&["-c", "8", "--json", "-ub", "3"]);
-    let other = small["perplexity"].as_f64().expect("ppl");
-    assert!(
-        (other / ppl - 1.0).abs() < 1e-4,
-        "{ppl} against {other} in micro-batches of 3"
-    );
-    let short = decode(&[
-        &knot,
-        "--tokenizer",
-        &tok,
-        "--perplexity",
-        "-f",
-        f,
-        "-c",
-        "64",
-    ]);
-    usage(&short, &["needs at least 128 tokens, and the text has 42"]);
 }

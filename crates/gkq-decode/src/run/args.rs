@@ -100,6 +100,12 @@ pub(crate) struct Args {
     /// The perplexity of the text of -f or -p, as llama-perplexity computes it: chunks of -c tokens (512 by default here, as there), the second half of each scored.
     #[arg(long, conflicts_with_all = ["chat", "prompt_ids", "conversation", "split", "hidden_in"])]
     perplexity: bool,
+    /// llama-perplexity's log-probability file: written by --perplexity (of the base model), read by --kl-divergence (either tool's).
+    #[arg(long = "kl-divergence-base", value_name = "FILE")]
+    kl_divergence_base: Option<PathBuf>,
+    /// This model against the base of --kl-divergence-base, over the file's tokens: both perplexities, the KL divergence, the same top token, as llama-perplexity gives them.
+    #[arg(long = "kl-divergence", requires = "kl_divergence_base", conflicts_with_all = ["chat", "prompt_ids", "conversation", "split", "hidden_in"])]
+    kl_divergence: bool,
     /// Stop when the generated text ends with TEXT (repeatable; llama.cpp's reverse prompt).
     #[arg(long = "reverse-prompt", short = 'r', value_name = "TEXT")]
     reverse_prompt: Vec<String>,
@@ -293,14 +299,15 @@ fn prompt(a: &Args) -> Result<Prompt, DecodeError> {
             "--prompt {p}: to read the prompt from the file {file}, give -f {file}"
         )));
     }
+    // a perplexity text may be a test set (wikitext-2's is 1.3 MB)
+    let limit = if a.perplexity {
+        PERPLEXITY_TEXT_BYTES
+    } else {
+        gkq_text::MAX_SESSION_BYTES
+    };
     let read = |p: &PathBuf| {
-        gkq_files::read_text(
-            p,
-            gkq_text::MAX_SESSION_BYTES,
-            "a prompt",
-            gkq_files::Follow::Yes,
-        )
-        .map_err(|e| usage(format!("-f {e}")))
+        gkq_files::read_text(p, limit, "a prompt", gkq_files::Follow::Yes)
+            .map_err(|e| usage(format!("-f {e}")))
     };
     if a.conversation {
         let system = match (&a.system, &a.prompt, &a.file) {
@@ -322,6 +329,8 @@ fn prompt(a: &Args) -> Result<Prompt, DecodeError> {
             (_, _, Some(f), ..) => Prompt::Text(read(f)?),
             (_, _, _, Some(ids), _) => Prompt::Ids(ids.0.clone()),
             (.., Some(h)) => Prompt::HiddenIn(h.clone()),
+            // the base file holds the tokens
+            _ if a.kl_divergence => Prompt::Ids(Vec::new()),
             _ => {
                 return Err(usage(
                     "give the prompt: --chat TEXT, --prompt TEXT, -f FILE or --prompt-ids 1,2,3"
@@ -335,6 +344,9 @@ fn prompt(a: &Args) -> Result<Prompt, DecodeError> {
 /// The context when `-c` is not given: a bound (the bench's llama-cli
 /// loads the model's, 32,768 positions for Gemma 3; README).
 const DEFAULT_CONTEXT: usize = 4096;
+
+/// The largest text `--perplexity -f` reads.
+const PERPLEXITY_TEXT_BYTES: u64 = 64 << 20;
 
 /// The chunk of `--perplexity` when `-c` is not given: llama-perplexity's.
 const PERPLEXITY_CONTEXT: usize = 512;
@@ -392,6 +404,11 @@ fn options(
     threads: usize,
 ) -> Result<RunOptions, DecodeError> {
     let a = llama_simple(a)?;
+    if a.kl_divergence_base.is_some() && !a.perplexity && !a.kl_divergence {
+        return Err(DecodeError::Usage(
+            "--kl-divergence-base FILE is written by --perplexity and read by --kl-divergence: give one of them".into(),
+        ));
+    }
     let max_new = match a.max_new_tokens {
         Some(MaxNew::Unbounded) => None,
         Some(MaxNew::Count(n)) => Some(n),
@@ -419,6 +436,8 @@ fn options(
         perplexity: a
             .perplexity
             .then(|| a.ctx_size.unwrap_or(PERPLEXITY_CONTEXT)),
+        kl_divergence: a.kl_divergence,
+        kl_base: a.kl_divergence_base,
         sampling: Sampling {
             temperature: a.temp,
             top_k: a.top_k,

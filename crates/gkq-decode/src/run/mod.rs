@@ -11,6 +11,7 @@ mod conversation;
 pub(crate) mod flags;
 mod prompt;
 mod report;
+mod score;
 
 use std::io::Write;
 use std::ops::Range;
@@ -71,6 +72,11 @@ pub(crate) struct RunOptions {
     /// `--perplexity`: the tokens a chunk (`-c`, 512 by default; 0: the
     /// model's positions).
     pub(crate) perplexity: Option<usize>,
+    /// `--kl-divergence`: compare with the base file.
+    pub(crate) kl_divergence: bool,
+    /// `--kl-divergence-base`: the file `--perplexity` writes or
+    /// `--kl-divergence` reads.
+    pub(crate) kl_base: Option<PathBuf>,
     /// The compute threads (reported; set by the binary before candle starts).
     pub(crate) threads: usize,
     /// The reader's configuration.
@@ -183,8 +189,11 @@ fn decode(o: &RunOptions, chain: &mut [Stage], out: &mut Out<'_>) -> Result<()> 
     if let Prompt::Conversation { system, first } = &o.prompt {
         return conversation::converse(o, chain, (system.as_deref(), first.as_deref()), out);
     }
+    if o.kl_divergence {
+        return score::kl_divergence(o, &mut chain[0], out);
+    }
     if let Some(n_ctx) = o.perplexity {
-        return report::perplexity(o, &mut chain[0], n_ctx, out);
+        return score::perplexity(o, &mut chain[0], n_ctx, out);
     }
     let made = prompt::make(o, &chain[0])?;
     if let (Prompt::Text(p), Some(_), false, true) =

@@ -287,36 +287,3 @@ pub(crate) fn output_stage(o: &RunOptions, mut stage: Stage, out: &mut Out<'_>) 
     }
     writeln!(out.stdout, "next token {next}; bytes: {}", bytes_line(b)).map_err(write_err)
 }
-
-/// `--perplexity`: the text of the prompt scored (see
-/// `gkq_decode::perplexity`), one line as llama-perplexity's final
-/// estimate (or one JSON object).
-pub(crate) fn perplexity(
-    o: &RunOptions,
-    stage: &mut Stage,
-    n_ctx: usize,
-    out: &mut Out<'_>,
-) -> Result<()> {
-    let super::Prompt::Text(text) = &o.prompt else {
-        return Err(DecodeError::Usage(
-            "--perplexity scores a text: give it with -f FILE (or -p TEXT)".into(),
-        ));
-    };
-    let t = super::prompt::tokenizer(o, stage)?;
-    let tokens = t.encode(text)?;
-    let n_ctx = match n_ctx {
-        0 => stage.config().position_limit(),
-        n => n,
-    };
-    let p = gkq_decode::perplexity(stage, &tokens, n_ctx, t.added_bos(), o.ubatch)?;
-    if o.json {
-        let v = serde_json::to_value(&p).map_err(|e| DecodeError::Usage(e.to_string()))?;
-        return writeln!(out.stdout, "{v}").map_err(write_err);
-    }
-    writeln!(
-        out.stdout,
-        "Final estimate: PPL = {:.4} +/- {:.5} ({} chunks of {} tokens, {} tokens scored, {} in the text)",
-        p.perplexity, p.stderr, p.chunks, p.n_ctx, p.scored, p.tokens
-    )
-    .map_err(write_err)
-}
