@@ -12,6 +12,7 @@ mod decode;
 mod fleet;
 mod llama_cold;
 mod llama_cpp;
+mod lm_quality;
 mod pack;
 mod quant;
 mod qwen;
@@ -65,7 +66,7 @@ enum Which {
     LlamaCpp,
     /// A cold node ready at link speed: decode from a package behind a 100 MB/s link with 25 MB/s per response, against the sequential pull, curl --parallel and a local-file decode; warm restarts.
     Coldstart,
-    /// Qwen2.5-Coder-0.5B-Instruct (real weights, Qwen2.5-0.5B's shape) over the coldstart network: Phase B's embedding bytes per workload, and the resident lm_head at q8_0, q5_0 and q4_0 (bytes, cold load, cost against Q8_0).
+    /// Qwen2.5-Coder-0.5B and 1.5B-Instruct (real weights; the 0.5B has Qwen2.5-0.5B's shape) over the coldstart network: Phase B's embedding bytes per workload, gkq-report's table, the resident lm_head at each type (bytes, cold load, perplexity and KL divergence by gkq-decode and llama-perplexity), a two-node pipeline.
     Qwen,
     /// 500 decodes of SmolLM2's local package, two at a time beside a busy process: crashes (signals) and the threads a run holds.
     Stress,

@@ -12,11 +12,12 @@
 //!   same requantized to q5_0 and q4_0 (`--output-tensor-type
 //!   --allow-requantize`; 896 is not whole 256-value blocks, so no Q4_K):
 //!   its bytes, a cold node's load over the same network, and what the
-//!   narrower type costs against Q8_0: the first step's logits on each
-//!   workload's first session (top-1 agreement, KL divergence) and the
-//!   perplexity of the single-session workloads' text.
+//!   narrower type costs against the file's own, measured by gkq-decode
+//!   and by llama-perplexity as llama-perplexity measures it
+//!   (`lm_quality.rs`).
 //! - **Perplexity against llama.cpp**: `gkq-decode --perplexity` and
-//!   `llama-perplexity` on the file and that text, chunks of 128 tokens.
+//!   `llama-perplexity` on the file and the same text, chunks of 128
+//!   tokens, and the KL divergence between the two on the file.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -136,142 +137,6 @@ fn phase_b(v: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first step's logits of each workload's first session, decoded
-/// from the local package at `rel`.
-fn first_logits(rel: &str) -> anyhow::Result<Vec<Vec<f32>>> {
-    let knot = bench_dir().join(rel).join("model.knot");
-    let out = bench_dir().join("qwen/logits.bin");
-    let mut all = Vec::new();
-    for text in fixtures::texts::workloads() {
-        let prompt = first_session(&text)?;
-        let o = Command::new(release_bin("gkq-decode"))
-            .arg(&knot)
-            .args([
-                "--no-cache",
-                "-n",
-                "1",
-                "--json",
-                "-p",
-                &prompt,
-                "--logits-out",
-            ])
-            .arg(&out)
-            .output()?;
-        if !o.status.success() {
-            bail!("gkq-decode: {}", String::from_utf8_lossy(&o.stderr));
-        }
-        let bytes = std::fs::read(&out)?;
-        all.push(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        );
-    }
-    Ok(all)
-}
-
-/// A workload file's first session: the text of a `.txt`, the first
-/// line's `text` of a `.jsonl`.
-fn first_session(path: &Path) -> anyhow::Result<String> {
-    let s = std::fs::read_to_string(path)?;
-    if path.extension().is_some_and(|e| e == "jsonl") {
-        let line = s.lines().next().context("an empty workload")?;
-        let v: Value = serde_json::from_str(line)?;
-        // a chat session: its first message
-        let text = v["text"]
-            .as_str()
-            .or_else(|| v["messages"][0]["content"].as_str());
-        return Ok(text.context("a session's text")?.to_owned());
-    }
-    Ok(s)
-}
-
-/// The text perplexity is measured on: the workloads' single-session
-/// files but the short question (long_context, prose, code), about 770
-/// tokens.
-fn ppl_text() -> anyhow::Result<PathBuf> {
-    let mut text = String::new();
-    for p in fixtures::texts::workloads() {
-        if p.extension().is_some_and(|e| e == "txt") && !p.ends_with("qa_short.txt") {
-            text.push_str(&std::fs::read_to_string(&p)?);
-        }
-    }
-    let out = bench_dir().join("qwen/ppl.txt");
-    std::fs::write(&out, text)?;
-    Ok(out)
-}
-
-/// The chunk of the perplexity runs: 6 chunks of the text.
-const PPL_CTX: &str = "128";
-
-/// `gkq-decode --perplexity` on the local package at `rel`.
-fn ppl_ours(rel: &str, text: &Path) -> anyhow::Result<f64> {
-    let o = Command::new(release_bin("gkq-decode"))
-        .arg(bench_dir().join(rel).join("model.knot"))
-        .args(["--no-cache", "--perplexity", "-c", PPL_CTX, "--json", "-f"])
-        .arg(text)
-        .output()?;
-    if !o.status.success() {
-        bail!(
-            "gkq-decode --perplexity: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    let v: Value = serde_json::from_slice(&o.stdout)?;
-    v["perplexity"].as_f64().context("perplexity")
-}
-
-/// `llama-perplexity` on the GGUF, same text and chunk.
-fn ppl_llama(gguf: &Path, text: &Path) -> anyhow::Result<f64> {
-    let (bin, _) = super::llama_cpp::llama_cpp()?;
-    let o = Command::new(bin.join("llama-perplexity"))
-        .arg("-m")
-        .arg(gguf)
-        .arg("-f")
-        .arg(text)
-        .args(["-c", PPL_CTX, "-t", "2"])
-        .output()?;
-    let all = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
-    let line = all
-        .lines()
-        .find(|l| l.contains("Final estimate: PPL = "))
-        .with_context(|| format!("llama-perplexity printed no estimate: {all}"))?;
-    let v = line
-        .split("PPL = ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next());
-    Ok(v.context("the estimate")?.parse()?)
-}
-
-/// (top-1 agreement, mean KL(reference ‖ other) in nats) over prompts.
-fn agreement(reference: &[Vec<f32>], other: &[Vec<f32>]) -> (usize, f64) {
-    let softmax = |l: &[f32]| {
-        let max = l.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        let e: Vec<f64> = l.iter().map(|&x| f64::from(x - max).exp()).collect();
-        let z: f64 = e.iter().sum();
-        e.into_iter().map(|x| x / z).collect::<Vec<f64>>()
-    };
-    let argmax = |l: &[f32]| {
-        (0..l.len())
-            .max_by(|&a, &b| l[a].total_cmp(&l[b]))
-            .unwrap_or(0)
-    };
-    let mut same = 0;
-    let mut kl = 0.0;
-    for (r, o) in reference.iter().zip(other) {
-        same += usize::from(argmax(r) == argmax(o));
-        let (p, q) = (softmax(r), softmax(o));
-        kl += p
-            .iter()
-            .zip(&q)
-            .filter(|(p, _)| **p > 0.0)
-            .map(|(p, q)| p * (p / q.max(1e-300)).ln())
-            .sum::<f64>();
-    }
-    (same, kl / reference.len().max(1) as f64)
-}
-
 /// Cold loads of each package, interleaved: (wire bytes, load s, first
 /// token s) per round, and the lm_head's bytes, per package.
 type Loads = (Vec<Vec<(f64, f64, f64)>>, Vec<u64>);
@@ -291,7 +156,7 @@ fn cold_loads(site: &Site, packs: &[String]) -> anyhow::Result<Loads> {
 }
 
 /// Seed 003's table for `m`: each lm_head type's bytes, cold load and cost
-/// against the file's own; then the file's perplexity against llama.cpp's.
+/// against the file's own, by gkq-decode and by llama.cpp.
 fn lm_heads(site: &Site, m: &Model, gguf: &Path, packs: &[String]) -> anyhow::Result<()> {
     let own = m.lm_heads[0];
     println!(
@@ -299,32 +164,30 @@ fn lm_heads(site: &Site, m: &Model, gguf: &Path, packs: &[String]) -> anyhow::Re
         m.name
     );
     let (runs, lm_bytes) = cold_loads(site, packs)?;
+    let (rows, summary) = super::lm_quality::rows(gguf, packs, m.lm_heads)?;
     println!(
-        "| lm_head | bytes pulled for it | package bytes on the wire (at 100 MB/s) | cold load (s) | time to first token (s) | top-1 agreement with {own} | mean KL vs {own} (nats) | perplexity |"
+        "| lm_head | bytes pulled for it | package bytes on the wire (at 100 MB/s) | cold load (s) | time to first token (s) | gkq-decode: perplexity, KL vs {own}, same top | llama.cpp: perplexity, KL vs {own}, same top | lm_head bytes = llama-quantize's |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    let reference = first_logits(&packs[0])?;
-    let text = ppl_text()?;
-    for (i, (t, rel)) in m.lm_heads.iter().zip(packs).enumerate() {
-        let (same, kl) = agreement(&reference, &first_logits(rel)?);
-        let ppl = ppl_ours(rel, &text)?;
+    println!("|---|---:|---:|---:|---:|---|---|---|");
+    for (i, (t, r)) in m.lm_heads.iter().zip(&rows).enumerate() {
         let med = |f: fn(&(f64, f64, f64)) -> f64| median(runs[i].iter().map(f).collect());
         let wire = med(|r| r.0);
+        let q = |q: &super::lm_quality::Quality| {
+            format!("{:.4}, {:.5}, {:.1} %", q.ppl, q.kld, q.same_top * 100.0)
+        };
         println!(
-            "| {t} | {} | {:.1} MB ({:.2} s) | {:.2} | {:.2} | {same}/{} | {kl:.5} | {ppl:.4} |",
+            "| {t} | {} | {:.1} MB ({:.2} s) | {:.2} | {:.2} | {} | {} | {} |",
             lm_bytes[i],
             wire / 1e6,
             wire / SLOW.link as f64,
             med(|r| r.1),
             med(|r| r.2),
-            reference.len(),
+            q(&r.ours),
+            q(&r.llama),
+            if r.same_bytes { "yes" } else { "no" },
         );
     }
-    let (ours, theirs) = (ppl_ours(&packs[0], &text)?, ppl_llama(gguf, &text)?);
-    println!(
-        "\nperplexity of the file (-c {PPL_CTX}, the single-session workloads but qa_short): gkq-decode {ours:.4}, llama-perplexity {theirs:.4}: {:.3} % apart (target: within 0.5 %)",
-        (ours / theirs - 1.0).abs() * 100.0
-    );
+    println!("{summary}");
     Ok(())
 }
 
