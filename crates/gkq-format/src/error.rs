@@ -20,8 +20,8 @@ pub enum Error {
         /// What was found.
         found: [u8; 8],
     },
-    /// Version other than 2 or 3.
-    #[error("unsupported knot version {found} (this reader reads versions 2 and 3)")]
+    /// A version other than 2, 3 and 4.
+    #[error("unsupported knot version {found} (this reader reads versions 2, 3 and 4)")]
     UnsupportedVersion {
         /// The version read.
         found: u32,

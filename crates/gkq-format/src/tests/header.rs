@@ -214,7 +214,9 @@ fn rule_magic_and_version() {
     for v in [1u8, 5] {
         let mut g = golden();
         g[8] = v;
-        assert!(matches!(err(&g), Error::UnsupportedVersion { found } if found == u32::from(v)));
+        let e = err(&g);
+        assert!(matches!(e, Error::UnsupportedVersion { found } if found == u32::from(v)));
+        assert!(e.to_string().contains("reads versions 2, 3 and 4"), "{e}");
     }
 }
 
