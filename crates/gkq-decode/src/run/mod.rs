@@ -258,7 +258,7 @@ fn stream(
 /// `RAYON_NUM_THREADS` when set, else the machine's cores; never more than
 /// the machine's cores (more threads than cores only wait on each other,
 /// and `-t 100000` would start 100,000); set for candle's pools (which
-/// read them once, when they start), whose idle workers park at once. Returns the threads used and, when
+/// read them once, when they start), whose idle workers park soon. Returns the threads used and, when
 /// more were asked for than the machine has, how many were asked for.
 ///
 /// # Safety
@@ -285,13 +285,15 @@ pub(crate) unsafe fn set_threads(n: Option<usize>) -> (usize, Option<usize>) {
         std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         // candle's K-quant kernels run in its own pool, whose workers spin
-        // 25,000 times after each matmul before they park: on 2 cores one
+        // 25,000 times after each matmul before they park: on 2 cores a
         // spinning worker took a fifth of the CPU from the decode's own
-        // threads (Qwen2.5-Coder-0.5B Q4_K_M: 128 tokens in 0.79x the
-        // time when they park at once; docs/BENCHMARKS.md). A value the
+        // threads. 2,000 (tens of microseconds): 64 tokens of
+        // Qwen2.5-Coder-0.5B Q4_K_M in 0.87x the time, the 1.5B (whose
+        // layers are nearly all candle's) unchanged; parking at once (0)
+        // measured 1.07x on the 1.5B (docs/BENCHMARKS.md). A value the
         // user set stays.
         if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
-            std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
+            std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "2000");
         }
     }
     (n, (asked > n).then_some(asked))
