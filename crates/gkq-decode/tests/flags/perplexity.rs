@@ -49,6 +49,33 @@ fn perplexity_scores_the_second_half_of_each_chunk() {
     usage(&short, &["needs at least 128 tokens, and the text has 42"]);
 }
 
+/// A perplexity text may be a test set larger than a prompt's 1 MiB
+/// (wikitext-2's is 1.3 MB): `-f` reads it whole with `--perplexity`.
+#[test]
+fn a_perplexity_text_may_be_larger_than_a_prompt() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (knot, tok) = packed(tmp.path());
+    let text = tmp.path().join("big.txt");
+    std::fs::write(&text, "hello ".repeat(200_000)).expect("write");
+    let f = text.to_str().expect("utf-8");
+    let prompt = decode(&[&knot, "--tokenizer", &tok, "-f", f, "-n", "1"]);
+    usage(&prompt, &["1200000 bytes"]);
+    let ppl = decode(&[
+        &knot,
+        "--tokenizer",
+        &tok,
+        "--perplexity",
+        "-f",
+        f,
+        "-c",
+        "1",
+    ]);
+    usage(
+        &ppl,
+        &["a context of 1 (-c) needs at least 4 tokens, and the text has 200000"],
+    );
+}
+
 /// The tiny model's text of 42 tokens (`perplexity_scores_…`), written.
 fn text(dir: &std::path::Path) -> String {
     let text = dir.join("text.txt");
