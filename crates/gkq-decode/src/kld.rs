@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::error::{DecodeError, Result};
 use crate::logprobs::{HEADER, row_u16, shape};
-use crate::perplexity::{each_scored, mean_and_stderr, nll};
+use crate::perplexity::{each_scored, mean_and_stderr};
 use crate::stage::Stage;
 
 /// What a `--kl-divergence` run measured (llama-perplexity's statistics;
@@ -71,14 +71,11 @@ impl Sums {
         let f = |i: usize| f32::from_le_bytes([row[i], row[i + 1], row[i + 2], row[i + 3]]);
         let (scale, min_log_prob) = (f(0), f(4));
         let code = |i: usize| f32::from(u16::from_le_bytes([row[8 + 2 * i], row[9 + 2 * i]]));
-        let nll = nll(logits, next);
         let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        let lse = f64::from(max)
-            + logits
-                .iter()
-                .map(|&x| f64::from(x - max).exp())
-                .sum::<f64>()
-                .ln();
+        let sum: f64 = logits.iter().map(|&x| f64::from(x - max).exp()).sum();
+        // log Σ exp, once: the next token's -log p and every token's log p
+        let lse = f64::from(max) + sum.ln();
+        let nll = lse - f64::from(logits[next]);
         let nll_base = -f64::from(scale * code(next) + min_log_prob);
         let (mut kld, mut top, mut top_base) = (0.0f64, 0usize, 0usize);
         for (i, &x) in logits.iter().enumerate() {

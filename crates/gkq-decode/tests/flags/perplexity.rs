@@ -13,11 +13,9 @@ use super::{decode, json, packed, packed_with, usage};
 fn perplexity_scores_the_second_half_of_each_chunk() {
     let tmp = tempfile::tempdir().expect("tmp");
     let (knot, tok) = packed(tmp.path());
-    let text = tmp.path().join("text.txt");
-    std::fs::write(&text, "hello world cat cat world hello ".repeat(7)).expect("write");
-    let f = text.to_str().expect("utf-8");
+    let f = text(tmp.path());
     let run = |extra: &[&str]| {
-        let mut args = vec![knot.as_str(), "--tokenizer", &tok, "--perplexity", "-f", f];
+        let mut args = vec![knot.as_str(), "--tokenizer", &tok, "--perplexity", "-f", &f];
         args.extend_from_slice(extra);
         json(&decode(&args))
     };
@@ -42,7 +40,7 @@ fn perplexity_scores_the_second_half_of_each_chunk() {
         &tok,
         "--perplexity",
         "-f",
-        f,
+        &f,
         "-c",
         "64",
     ]);
@@ -76,7 +74,7 @@ fn a_perplexity_text_may_be_larger_than_a_prompt() {
     );
 }
 
-/// The tiny model's text of 42 tokens (`perplexity_scores_…`), written.
+/// The tiny model's text of 42 tokens (word-level: 5, 17, 300, …), written.
 fn text(dir: &std::path::Path) -> String {
     let text = dir.join("text.txt");
     std::fs::write(&text, "hello world cat cat world hello ".repeat(7)).expect("write");
