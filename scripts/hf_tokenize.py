@@ -26,11 +26,12 @@ family would be, not by porting gkq's code:
 import json
 import sys
 
-import gguf
 import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+from gguf_reader import Reader
 
 
 def field(r, key):
@@ -73,7 +74,7 @@ def sentencepiece(tokens, scores, types):
 
 
 def build(path):
-    r = gguf.GGUFReader(path)
+    r = Reader(path)
     model = field(r, "tokenizer.ggml.model")
     tokens = field(r, "tokenizer.ggml.tokens")
     types = field(r, "tokenizer.ggml.token_type") or [1] * len(tokens)

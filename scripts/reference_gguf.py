@@ -8,9 +8,11 @@ import math
 import numpy as np
 import gguf
 
+from gguf_reader import Reader
+
 
 def load(path):
-    r = gguf.GGUFReader(path)
+    r = Reader(path)
     meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("tokenizer.ggml.")}
     w = {}
     for t in r.tensors:
