@@ -4,7 +4,7 @@
 //! row contributes `d_w · d_a · Σ q_w q_a (+ m_w · s_a)`, the sum exact in
 //! integers (ggml's `ggml_vec_dot_*_q8_0`, `*_q8_1`).
 
-use gkq_format::quant::{QK, unhalf, unpack4, unpack5};
+use gkq_format::quant::{QK, round_i8, unhalf, unpack4, unpack5};
 use half::f16;
 
 /// 32 activations quantized as ggml's Q8_1: `qs · d` approximates them,
@@ -38,7 +38,7 @@ pub fn quantize_activations(x: &[f32], out: &mut Vec<Q8Block>) -> bool {
         let mut b = Q8Block::default();
         let mut sum = 0i32;
         for (o, &v) in b.qs.iter_mut().zip(c) {
-            *o = (v * id).round() as i8;
+            *o = round_i8(v * id);
             sum += i32::from(*o);
         }
         let d16 = f16::from_f32(d);

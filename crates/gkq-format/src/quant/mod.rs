@@ -24,7 +24,7 @@ mod k;
 mod simple;
 
 pub use k::QK_K;
-pub use simple::{QK, unhalf, unpack4, unpack5};
+pub use simple::{QK, round_i8, unhalf, unpack4, unpack5};
 
 use crate::dtype::DType;
 

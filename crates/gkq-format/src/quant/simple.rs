@@ -47,9 +47,30 @@ fn inverse(d: f32) -> f32 {
     if d != 0.0 { 1.0 / d } else { 0.0 }
 }
 
-/// `trunc(v)` as an unsigned code, clipped to `0..=hi`.
+/// `trunc(v)` as an unsigned code, clipped to `0..=hi` (`as` truncates
+/// and saturates, NaN to 0: one instruction where `trunc` is a call to
+/// libm's `truncf` on x86-64's baseline).
 fn code(v: f32, hi: u8) -> u8 {
-    (v.trunc() as u8).min(hi)
+    (v as u8).min(hi)
+}
+
+/// `x.round() as i8`: to nearest, halves away from zero, saturating, NaN
+/// to 0 (ggml's `roundf` then its int8 conversion on x86), without a call
+/// to libm's `roundf` (x86-64's baseline has no rounding instruction):
+/// the integer part by a truncating conversion, the half by the remainder,
+/// which is exact below 2^23 (the clamp keeps `x` there; NaN stays NaN).
+pub fn round_i8(x: f32) -> i8 {
+    let x = x.clamp(-256.0, 256.0);
+    let t = x as i32;
+    let r = x - t as f32;
+    let t = if r >= 0.5 {
+        t + 1
+    } else if r <= -0.5 {
+        t - 1
+    } else {
+        t
+    };
+    t.clamp(-128, 127) as i8
 }
 
 /// Two nibbles: value `j` low, value `j + 16` high.
@@ -132,7 +153,7 @@ pub(super) fn quant_q8_0(x: &[f32], b: &mut [u8]) {
         // round half away from zero, then the int8's bits; NaN (a NaN
         // value, or any value once the scale is NaN) gives 0, as ggml's
         // conversion does on x86 (FORMAT.md 3.5)
-        *o = ((v * id).round() as i8) as u8;
+        *o = round_i8(v * id) as u8;
     }
 }
 
