@@ -258,8 +258,9 @@ fn stream(
 /// `RAYON_NUM_THREADS` when set, else the machine's cores; never more than
 /// the machine's cores (more threads than cores only wait on each other,
 /// and `-t 100000` would start 100,000); set for candle's pools (which
-/// read them once, when they start), whose idle workers park soon. Returns the threads used and, when
-/// more were asked for than the machine has, how many were asked for.
+/// read them once, when they start), whose idle workers park soon.
+/// Returns the threads used and, when more were asked for than the
+/// machine has, how many were asked for.
 ///
 /// # Safety
 ///
