@@ -2,8 +2,10 @@
 """Reference converter: a Hugging Face safetensors model -> a GKQ v2 package.
 
 Written from docs/FORMAT.md alone, with numpy and hashlib: the knot (layout
-version 3), one row file and one proof object per role and --dtype, and the
-companion files. It is the plain converter that `cargo xtask bench pack`
+version 5: each role block stored once, in its row file of its own dtype,
+with each row's record inline, section 7e; version 3 with
+--knot-holds-blocks), one row file and one proof object per role and
+--dtype, and the companion files. It is the plain converter that `cargo xtask bench pack`
 times gkq-pack against (issue 15), and a second writer of the format: for
 the same model and flags it must write byte-identical files (a test checks
 this), with `--tool 'gkq-pack 0.1.0'` so that the `gkq.tool` key agrees.
@@ -25,7 +27,7 @@ import sys
 import numpy as np
 
 ALIGN = 4096
-VERSION = 3
+VERSION, VERSION_5 = 3, 5
 MAGIC = b"GKQKNOT\0"
 # safetensors dtype -> (FORMAT.md 3.3 code, itemsize)
 DTYPES = {
@@ -40,8 +42,8 @@ COMPANIONS = [
     "special_tokens_map.json", "tokenizer.json", "tokenizer.model",
     "tokenizer_config.json", "vocab.json", "vocab.txt",
 ]
-COLUMNAR_ELIGIBLE = 1
-SOURCE_EXACT, BLOCK_EXACT = 1, 2
+COLUMNAR_ELIGIBLE, IN_ROW_FILE = 1, 2
+SOURCE_EXACT, BLOCK_EXACT, INLINE_PROOF = 1, 2, 4
 STEP_BYTES = 16 << 20  # of f32 values per step through a role tensor
 
 
@@ -268,9 +270,12 @@ def encode_header(metadata, blocks):
         out.append(bytes([len(b["columnar"])]))
         for d in b["columnar"]:
             out.append(bytes([DTYPES[d["dtype"]][0]]))
-            out.append(struct.pack("<QQQ", d["rows"], d["row_bytes"], d["rows"] * d["row_bytes"]))
+            inline = d.get("inline", False)
+            stride = d["row_bytes"] + (32 * d["height"] if inline else 0)
+            out.append(struct.pack("<QQQ", d["rows"], d["row_bytes"], d["rows"] * stride))
             out.append(d["sha256"] + str16(d["object"]))
-            out.append(bytes([d["flags"], d["height"]]) + d["root"])
+            flags = d["flags"] | (INLINE_PROOF if inline else 0)
+            out.append(bytes([flags, d["height"]]) + d["root"])
     return b"".join(out)
 
 
@@ -283,6 +288,8 @@ def main():
     ap.add_argument("--dtype", action="append", default=[], help="f32, f16 or bf16 (repeatable; default f32)")
     ap.add_argument("--tool", default="reference_pack.py", help="value of the gkq.tool key")
     ap.add_argument("--allow-lossy", action="store_true")
+    ap.add_argument("--knot-holds-blocks", action="store_true",
+                    help="the role blocks in the knot too, row files plain (version 3)")
     args = ap.parse_args()
     dtypes = [d.upper() for d in (args.dtype or ["f32"])]
     d0 = dtypes[0]
@@ -377,12 +384,25 @@ def main():
                 if d["dtype"] == b["dtype"] or (holds(d["dtype"], src) and holds(b["dtype"], src))]
         narrowest.append(min(sure, key=lambda d: d["row_bytes"]))
     runs = sorted(d["object"] for d in narrowest if d["height"] > 0)
+    # 7e: a block with a row file of its own dtype is stored there alone;
+    # that row file takes its runs object's place, its records inline
+    version = VERSION
+    if not args.knot_holds_blocks:
+        for b in blocks:
+            home = [d for d in b["columnar"] if d["dtype"] == b["dtype"]]
+            if not home:
+                continue
+            if home[0]["object"] in runs:
+                runs.remove(home[0]["object"])
+                home[0]["inline"] = True
+            b["flags"] |= IN_ROW_FILE
+            version = VERSION_5
     if runs:
         metadata["columnar.runs"] = ("list", runs)
     header_len = len(encode_header(metadata, blocks))
     cursor = data_offset = align_up(72 + header_len)
     for b in blocks:
-        if b["encoding"] == 0:
+        if b["encoding"] == 0 and not b["flags"] & IN_ROW_FILE:
             b["offset"] = align_up(cursor)
             cursor = b["offset"] + b["length"]
     file_len = cursor
@@ -393,7 +413,9 @@ def main():
         if b["encoding"] != 0:
             continue
         t = b["src"]
-        knot.seek(b["offset"])
+        in_knot = not b["flags"] & IN_ROW_FILE
+        if in_knot:
+            knot.seek(b["offset"])
         h = hashlib.sha256()
         if not b["columnar"]:
             data = tensor_bytes(files, t)
@@ -414,7 +436,8 @@ def main():
             blk = cast(src, sdt, d0, t["name"], first, cols, args.allow_lossy)
             bb = blk.tobytes()
             h.update(bb)
-            knot.write(bb)
+            if in_knot:
+                knot.write(bb)
             for o in outs:
                 d = o["d"]
                 v = cast(blk, d0, d["dtype"], t["name"], first, cols, args.allow_lossy)
@@ -436,6 +459,16 @@ def main():
             proof = os.path.join(args.out_dir, d["object"] + ".proof")
             written.append(proof)
             d["root"], records = write_proof(o["leaves"], d["height"], proof)
+            if d.get("inline"):
+                # 7e: the row file with each record after its row, the
+                # proof object its chunk table alone
+                rows_path = os.path.join(args.out_dir, d["object"])
+                write_runs(rows_path, d["row_bytes"], records, rows_path + ".tmp")
+                os.replace(rows_path + ".tmp", rows_path)
+                with open(rows_path, "rb") as f:
+                    d["sha256"] = hashlib.sha256(f.read()).digest()
+                chunks = -(-d["rows"] // (1 << d["height"]))
+                os.truncate(proof, 32 * chunks)
             if d["object"] in runs:
                 runs_path = os.path.join(args.out_dir, d["object"] + ".runs")
                 written.append(runs_path)
@@ -453,7 +486,7 @@ def main():
     metadata["source.sha256"] = ("list", digests)
     header = encode_header(metadata, blocks)
     assert len(header) == header_len
-    pre = MAGIC + struct.pack("<IIQQQ", VERSION, 0, header_len, data_offset, file_len)
+    pre = MAGIC + struct.pack("<IIQQQ", version, 0, header_len, data_offset, file_len)
     pre += sha(pre + header)
     knot.seek(0)
     knot.write(pre + header)

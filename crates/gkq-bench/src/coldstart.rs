@@ -208,10 +208,14 @@ fn bulk_ranges(pack: &Path) -> anyhow::Result<Vec<(String, u64, u64)>> {
         .min_by_key(|d| d.row_bytes);
     match narrow {
         Some(d) => push(&d.object, 0, d.byte_len),
-        None => {
-            let p = knot.header().payload_of(lm).context("payload")?;
-            push("model.knot", p.offset, p.len);
-        }
+        None => match knot.header().home_of(lm) {
+            // stored in its row file (FORMAT.md 7e): that file whole
+            Some((_, home)) => push(&home.object, 0, home.byte_len),
+            None => {
+                let p = knot.header().payload_of(lm).context("payload")?;
+                push("model.knot", p.offset, p.len);
+            }
+        },
     }
     Ok(out)
 }

@@ -18,6 +18,7 @@ mod quant;
 mod qwen;
 mod reader;
 mod report;
+mod size;
 mod spectral;
 mod stress;
 mod verify;
@@ -68,6 +69,8 @@ enum Which {
     Coldstart,
     /// Qwen2.5-Coder-0.5B and 1.5B-Instruct (real weights; the 0.5B has Qwen2.5-0.5B's shape) over the coldstart network: Phase B's embedding bytes per workload, gkq-report's table, the resident lm_head at each type (bytes, cold load, perplexity and KL divergence by gkq-decode and llama-perplexity), a two-node pipeline.
     Qwen,
+    /// The three real GGUFs packed with the defaults (one copy, FORMAT.md 7e) and with --knot-holds-blocks: package bytes against the GGUF, and cold gkq-rows sessions over TLS + HTTP/2 at 20 ms RTT (requests, wire bytes, wall), interleaved.
+    Size,
     /// 500 decodes of SmolLM2's local package, two at a time beside a busy process: crashes (signals) and the threads a run holds.
     Stress,
     /// SmolLM2's local package prefilling 1,000, 2,000 and 4,000-token prompts: peak RSS and prefill tok/s.
@@ -109,6 +112,7 @@ fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Report => report::run(),
         Which::Qwen => qwen::run(),
         Which::LlamaCpp => llama_cpp::run(),
+        Which::Size => size::run(reps),
         Which::Stress => stress::run(),
         Which::Memory => stress::memory(),
     }

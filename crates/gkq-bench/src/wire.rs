@@ -1,8 +1,10 @@
 //! `cargo xtask bench wire`: what a cold node pays on the wire. The
-//! qwen2.5-0.5b preset packed with f32 and bf16 rows twice, with runs
-//! objects (FORMAT.md 7b: one range per run of rows and their records) and
-//! with `--no-runs` (rows and records from two objects: the path before
-//! issue 23), served by nginx over TLS (HTTP/2, then HTTP/1.1 only), behind
+//! qwen2.5-0.5b preset packed with f32 and bf16 rows three times: stored
+//! once with the records inline (FORMAT.md 7e, the default: one range per
+//! run of rows and their records), with the blocks in the knot too and a
+//! runs object (`--knot-holds-blocks`, 7b: the same ranges from another
+//! object) and with `--no-runs` (rows and records from two objects: the
+//! path before issue 23), served by nginx over TLS (HTTP/2, then HTTP/1.1 only), behind
 //! a TCP proxy that delays each direction by 10 ms (20 ms RTT, handshakes
 //! included) and counts every byte both ways and every connection. One
 //! fresh `gkq-rows` process per workload and package, timed from spawn to
@@ -21,6 +23,8 @@ const ROW: u64 = 896 * 2;
 const RTT_MS: f64 = 20.0;
 /// The same package without runs objects.
 const NO_RUNS: &str = "pack-f32-bf16-noruns";
+/// The same package with its blocks in the knot too and a runs object.
+const IN_KNOT: &str = "pack-f32-bf16-inknot";
 
 /// The runs the reader fetches for `ids`: distinct rows, sorted, merged
 /// when at most one row lies between them, at most 1,024 rows a run (the
@@ -162,6 +166,11 @@ pub(crate) fn run() -> anyhow::Result<()> {
         &bench_dir().join(NO_RUNS),
         &["--dtype", "f32", "--dtype", "bf16", "--no-runs"],
     )?;
+    pack_args(
+        &m,
+        &bench_dir().join(IN_KNOT),
+        &["--dtype", "f32", "--dtype", "bf16", "--knot-holds-blocks"],
+    )?;
     let knot = std::fs::read(bench_dir().join(PACK).join("model.knot")).context("packed knot")?;
     let parsed = gkq_format::Knot::parse(&knot)?;
     let header = parsed.header().header_end();
@@ -175,7 +184,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         .map_or(0, |l| l.table_len());
     let ca = TestCa::generate(&bench_dir().join("tls-ca"))?;
     println!(
-        "bench wire: qwen2.5-0.5b preset (bf16 source) packed with f32 and bf16 rows, with runs objects and without (`--no-runs`, the path before issue 23); the base URL resolves to the bf16 rows ({ROW} B/row) with Merkle proofs; nginx over TLS on 127.0.0.1, behind a proxy adding 10 ms each way (20 ms RTT; TCP and TLS handshakes pay it too); one cold gkq-rows process per workload and package, no disk cache; knot header {header} B"
+        "bench wire: qwen2.5-0.5b preset (bf16 source) packed with f32 and bf16 rows three ways: one copy with the records inline (the default, FORMAT.md 7e), the blocks in the knot too with a runs object (`--knot-holds-blocks`), and neither (`--no-runs`, the path before issue 23); the base URL resolves to the bf16 rows ({ROW} B/row) with Merkle proofs; nginx over TLS on 127.0.0.1, behind a proxy adding 10 ms each way (20 ms RTT; TCP and TLS handshakes pay it too); one cold gkq-rows process per workload and package, no disk cache; knot header {header} B"
     );
     println!(
         "runs: the runs of rows the workload needs (distinct rows, merged across gaps of one row); requests: every request of the process, the knot's included (target: runs + 3: knot, chunk table, resolution); wire: bytes both ways at the proxy (TLS, HTTP framing and headers, everything); wire target: 1.15 × (rows + records) + chunk table + header + 64 KiB"
@@ -208,7 +217,12 @@ pub(crate) fn run() -> anyhow::Result<()> {
             ca: &ca,
         };
         for (name, _) in fixtures::sessions::WORKLOADS {
-            for (variant, pack) in [("runs objects", PACK), ("rows + proof (before)", NO_RUNS)] {
+            let variants = [
+                ("one copy, records inline", PACK),
+                ("runs object (--knot-holds-blocks)", IN_KNOT),
+                ("rows + proof (before)", NO_RUNS),
+            ];
+            for (variant, pack) in variants {
                 let s = setup.session(&nginx, pack, name)?;
                 let (requests, wire, rtts) = setup.row(variant, name, &s)?;
                 if setup.http2 && name == "long_context" {
@@ -227,7 +241,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     signed(&ca, header, table)
 }
 
-/// Signs the runs-objects package with a throwaway key made here, as a
+/// Signs the default (one-copy) package with a throwaway key made here, as a
 /// publisher would make one: (the public key's file, the key).
 fn sign_bench_package() -> anyhow::Result<(std::path::PathBuf, gkq_format::sig::PublicKey)> {
     let dir = bench_dir().join(PACK);
@@ -272,7 +286,7 @@ fn sign_bench_package() -> anyhow::Result<(std::path::PathBuf, gkq_format::sig::
     Ok((public, k))
 }
 
-/// The price of a trust policy (issue 31): the runs-objects package signed
+/// The price of a trust policy (issue 31): the default package signed
 /// with gkq-sign, one workload over TLS + HTTP/2 behind the proxy, opened
 /// without a policy, with `--trust-key` cold (an empty disk cache) and
 /// warm (the same cache, the signature in it).

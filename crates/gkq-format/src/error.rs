@@ -21,7 +21,7 @@ pub enum Error {
         found: [u8; 8],
     },
     /// A version other than 2, 3 and 4.
-    #[error("unsupported knot version {found} (this reader reads versions 2, 3 and 4)")]
+    #[error("unsupported knot version {found} (this reader reads versions 2 to 5)")]
     UnsupportedVersion {
         /// The version read.
         found: u32,

@@ -38,10 +38,52 @@ impl KnotHeader {
     }
 
     /// Byte range `[offset, offset + len)` of the payload holding block
-    /// `index` (following an alias).
+    /// `index` (following an alias); `None` when the knot does not hold it
+    /// (an alias of nothing, or a block stored in its row file:
+    /// [`KnotHeader::home_of`]).
     pub fn payload_of(&self, index: usize) -> Option<Payload> {
-        self.header.resolve(index)?.encoding.payload().copied()
+        let b = self.header.resolve(index)?;
+        if b.in_row_file() {
+            return None;
+        }
+        b.encoding.payload().copied()
     }
+
+    /// The bytes of block `index`'s payload (following an alias), wherever
+    /// it is stored; 0 for none.
+    pub fn payload_len(&self, index: usize) -> u64 {
+        let b = self.header.resolve(index);
+        b.and_then(|b| b.encoding.payload()).map_or(0, |p| p.len)
+    }
+
+    /// For a block (following an alias) stored in its row file (section
+    /// 7e): its payload's length and digest (its offset is 0), and its
+    /// home, the descriptor of that row file.
+    pub fn home_of(&self, index: usize) -> Option<(Payload, &ColumnarDescriptor)> {
+        let b = self.header.resolve(index)?;
+        if !b.in_row_file() {
+            return None;
+        }
+        Some((*b.encoding.payload()?, b.home()?))
+    }
+}
+
+/// The rows of a whole row file of `stride` bytes a row (section 7e: a
+/// row's record after it is dropped), one after the other: the payload of
+/// a block stored in it.
+pub fn rows_of(file: &[u8], row_bytes: u64, stride: u64) -> Vec<u8> {
+    if stride == row_bytes {
+        return file.to_vec();
+    }
+    let (Ok(row), Ok(stride)) = (usize::try_from(row_bytes), usize::try_from(stride)) else {
+        return Vec::new();
+    };
+    let rows = file.len().checked_div(stride).unwrap_or(0);
+    let mut out = Vec::with_capacity(rows.saturating_mul(row));
+    for s in file.chunks(stride.max(1)) {
+        out.extend_from_slice(s.get(..row).unwrap_or(s));
+    }
+    out
 }
 
 /// What [`parse_prefix`] learned from the first bytes of a knot.
@@ -156,6 +198,9 @@ impl<'a> Knot<'a> {
         check_gap(gap_start, header.preamble.data_offset)?;
         gap_start = header.preamble.data_offset;
         for b in &header.header.blocks {
+            if b.in_row_file() {
+                continue;
+            }
             if let Some(p) = b.encoding.payload() {
                 check_gap(gap_start, p.offset)?;
                 gap_start = p.offset.saturating_add(p.len);

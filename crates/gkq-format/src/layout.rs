@@ -11,6 +11,10 @@ pub const VERSION_2: u32 = 2;
 /// 3.5). Writers write it exactly when a block or a descriptor has one, so
 /// a reader of version 3 refuses such a knot by its version.
 pub const VERSION_4: u32 = 4;
+/// Layout revision 5: revision 4 plus a block stored once, in its row
+/// file, with each row's proof record inline (section 7e). Writers write
+/// it exactly when a block has `IN_ROW_FILE` or a descriptor `INLINE_PROOF`.
+pub const VERSION_5: u32 = 5;
 /// Length of the fixed preamble.
 pub const PREAMBLE_LEN: u64 = 72;
 /// Alignment of every payload and of the payload region.

@@ -49,12 +49,12 @@ pub use error::{Error, Result, error_chain, root_cause};
 pub use id::KnotId;
 pub use knot::{
     Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,
-    parse_prefix, prefix_id,
+    parse_prefix, prefix_id, rows_of,
 };
 pub use model::{
-    BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, KNOT_NAME,
-    Metadata, Payload, Preamble, Quant, QuantFigure, Role, RowProof, SOURCE_EXACT, SpectralFigure,
-    Value, keys, rows_object_name, shape_bytes,
+    BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, IN_ROW_FILE,
+    INLINE_PROOF, KNOT_NAME, Metadata, Payload, Preamble, Quant, QuantFigure, Role, RowProof,
+    SOURCE_EXACT, SpectralFigure, Value, keys, rows_object_name, shape_bytes,
 };
 pub use objects::{ObjectKind, PackageObject};
 pub use quant::QUANTIZED;

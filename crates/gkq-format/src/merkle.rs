@@ -375,3 +375,14 @@ pub fn proof_object_name(object: &str) -> String {
 pub fn layout_of(desc: &ColumnarDescriptor) -> Option<ProofLayout> {
     ProofLayout::new(desc.rows, desc.proof?.height)
 }
+
+/// The length of a descriptor's proof object, if it has one: the chunk
+/// table and the records, or the table alone when the records are inline
+/// in the row file (section 7e).
+pub fn proof_object_len(desc: &ColumnarDescriptor) -> Option<u64> {
+    let layout = layout_of(desc)?;
+    if desc.inline_proof() {
+        return Some(layout.table_len());
+    }
+    layout.object_len()
+}

@@ -1,9 +1,12 @@
 use std::collections::BTreeMap;
 
 use crate::dtype::DType;
+use crate::layout::row_number;
 
 /// Block flag bit 0: the block may be served from a columnar row file.
 pub const COLUMNAR_ELIGIBLE: u32 = 1;
+/// Block flag bit 1 (version 5): the payload is in a row file (FORMAT.md 7e).
+pub const IN_ROW_FILE: u32 = 2;
 
 /// Well-known metadata keys (docs/FORMAT.md section 3.1).
 pub mod keys {
@@ -223,6 +226,8 @@ pub const SOURCE_EXACT: u8 = 1;
 /// gives the block's payload bit for bit, so a node may use these rows in
 /// place of the block's.
 pub const BLOCK_EXACT: u8 = 2;
+/// Descriptor flag (version 5): each row is followed by its record (7e).
+pub const INLINE_PROOF: u8 = 4;
 
 /// The row proof of a row file (docs/FORMAT.md section 7a).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,16 +269,30 @@ impl ColumnarDescriptor {
         self.flags & SOURCE_EXACT != 0
     }
 
-    /// Byte range `[start, end)` of rows `first..first + count`, or `None`
-    /// past the end or on overflow.
+    /// Whether each row is followed by its record ([`INLINE_PROOF`], 7e).
+    pub fn inline_proof(&self) -> bool {
+        self.flags & INLINE_PROOF != 0
+    }
+
+    /// Bytes from one row's start to the next: `row_bytes`, and with an
+    /// inline proof (section 7e) the row's record, `32 × proof_height`.
+    pub fn stride(&self) -> u64 {
+        let h = self.proof.map_or(0, |p| u64::from(p.height));
+        let record = if self.inline_proof() {
+            h.saturating_mul(32)
+        } else {
+            0
+        };
+        self.row_bytes.saturating_add(record)
+    }
+
+    /// Byte range `[start, end)` of rows `first..first + count` (and their
+    /// records, inline), or `None` past the end or on overflow.
     pub fn row_range(&self, first: u64, count: u64) -> Option<(u64, u64)> {
-        let end_row = first.checked_add(count)?;
-        if end_row > self.rows {
-            return None;
-        }
+        let end = first.checked_add(count).filter(|&e| e <= self.rows)?;
         Some((
-            first.checked_mul(self.row_bytes)?,
-            end_row.checked_mul(self.row_bytes)?,
+            first.checked_mul(self.stride())?,
+            end.checked_mul(self.stride())?,
         ))
     }
 }
@@ -373,6 +392,16 @@ impl Block {
         self.flags & COLUMNAR_ELIGIBLE != 0
     }
 
+    /// Whether the payload is in its own-dtype row file ([`IN_ROW_FILE`], 7e).
+    pub fn in_row_file(&self) -> bool {
+        self.flags & IN_ROW_FILE != 0
+    }
+
+    /// The descriptor of the block's own dtype: its home in section 7e.
+    pub fn home(&self) -> Option<&ColumnarDescriptor> {
+        self.columnar.iter().find(|d| d.dtype == self.dtype)
+    }
+
     /// Number of elements, or `None` on overflow (a shape with a zero
     /// dimension has 0 elements, whatever its other dimensions).
     pub fn elements(&self) -> Option<u64> {
@@ -403,8 +432,7 @@ pub fn shape_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
 /// The fixed preamble (docs/FORMAT.md section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Preamble {
-    /// Layout version: 3 or 4 (written: 4 with a block type), or 2 (read;
-    /// docs/FORMAT.md section 9a).
+    /// Layout version: 3, 4 (block types) or 5 (section 7e); 2 read (9a).
     pub version: u32,
     /// Length of the header after the preamble.
     pub header_len: u64,
@@ -485,43 +513,39 @@ impl Header {
     /// `spectral.rel_frobenius_error`, `spectral.energy_kept`), in order.
     /// Entries that do not parse are skipped (a validated header has none).
     pub fn spectral_figures(&self) -> Vec<SpectralFigure<'_>> {
-        let blocks = self.meta_list(keys::SPECTRAL_BLOCKS).unwrap_or_default();
-        let errors = self.meta_list(keys::SPECTRAL_REL_ERROR).unwrap_or_default();
-        let energy = self.meta_list(keys::SPECTRAL_ENERGY).unwrap_or_default();
-        blocks
-            .iter()
-            .zip(errors)
-            .zip(energy)
-            .filter_map(|((b, e), k)| {
-                Some(SpectralFigure {
-                    block: b,
-                    rel_frobenius_error: e.parse().ok()?,
-                    energy_kept: k.parse().ok()?,
-                })
-            })
-            .collect()
+        use keys::{SPECTRAL_BLOCKS, SPECTRAL_ENERGY, SPECTRAL_REL_ERROR};
+        let lists = [SPECTRAL_BLOCKS, SPECTRAL_REL_ERROR, SPECTRAL_ENERGY];
+        self.figures(lists, |block, rel_frobenius_error, energy_kept| {
+            SpectralFigure {
+                block,
+                rel_frobenius_error,
+                energy_kept,
+            }
+        })
     }
 
     /// The recorded figures of the quantized blocks (`quant.blocks`,
-    /// `quant.rmse`, `quant.max_abs_error`), in order. Entries that do not
-    /// parse are skipped (a validated header has none).
+    /// `quant.rmse`, `quant.max_abs_error`), as [`Header::spectral_figures`].
     pub fn quant_figures(&self) -> Vec<QuantFigure<'_>> {
-        let blocks = self.meta_list(keys::QUANT_BLOCKS).unwrap_or_default();
-        let rmse = self.meta_list(keys::QUANT_RMSE).unwrap_or_default();
-        let max = self
-            .meta_list(keys::QUANT_MAX_ABS_ERROR)
-            .unwrap_or_default();
-        blocks
-            .iter()
-            .zip(rmse)
-            .zip(max)
-            .filter_map(|((b, r), m)| {
-                Some(QuantFigure {
-                    block: b,
-                    rmse: r.parse().ok()?,
-                    max_abs_error: m.parse().ok()?,
-                })
-            })
+        let lists = [
+            keys::QUANT_BLOCKS,
+            keys::QUANT_RMSE,
+            keys::QUANT_MAX_ABS_ERROR,
+        ];
+        self.figures(lists, |block, rmse, max_abs_error| QuantFigure {
+            block,
+            rmse,
+            max_abs_error,
+        })
+    }
+
+    /// A list of blocks zipped with two lists of figures that parse.
+    fn figures<'a, T>(&'a self, keys: [&str; 3], make: impl Fn(&'a str, f64, f64) -> T) -> Vec<T> {
+        let [b, x, y] = keys.map(|k| self.meta_list(k).unwrap_or_default());
+        b.iter()
+            .zip(x)
+            .zip(y)
+            .filter_map(|((b, x), y)| Some(make(b, x.parse().ok()?, y.parse().ok()?)))
             .collect()
     }
 
@@ -537,13 +561,10 @@ impl Header {
             .is_some_and(|l| l.iter().any(|o| o == object))
     }
 
-    /// The warm rows (`columnar.warm_rows`, FORMAT.md 7d), ascending; empty
-    /// when the package has no warm objects.
+    /// The warm rows (`columnar.warm_rows`, FORMAT.md 7d), ascending; empty without warm objects.
     pub fn warm_rows(&self) -> Vec<u64> {
         let rows = self.meta_list(keys::COLUMNAR_WARM_ROWS).unwrap_or_default();
-        rows.iter()
-            .filter_map(|s| crate::layout::row_number(s))
-            .collect()
+        rows.iter().filter_map(|s| row_number(s)).collect()
     }
 
     /// A `STR_LIST` metadata value.
@@ -554,19 +575,17 @@ impl Header {
         }
     }
 
-    /// The names of the package's companion files (`package.files`; none
-    /// when absent).
+    /// The names of the package's companion files (`package.files`; none when absent).
     pub fn package_file_names(&self) -> &[String] {
         self.meta_list(keys::PACKAGE_FILES).unwrap_or_default()
     }
 }
 
-/// The proof height a writer picks for a row file: the largest `h` whose
-/// path record (`32 × h` bytes) is at most 12 % of a row, raised to the
-/// smallest `h` whose chunk table is at most 2,048 roots
-/// (64 KiB, fetched once per node: narrow rows, such as a block type's,
-/// would otherwise make the table dominate a session), capped at
-/// `ceil(log2(rows))` (a taller chunk than the tree is useless) and at 16.
+/// The proof height a writer picks for a row file: the largest `h` whose path record (`32 × h`
+/// bytes) is at most 12 % of a row, raised to the smallest `h` whose chunk table is at most 2,048
+/// roots (64 KiB, fetched once per node: narrow rows, such as a block type's, would otherwise
+/// make the table dominate a session), capped at `ceil(log2(rows))` (a taller chunk than the
+/// tree is useless) and at 16.
 pub fn default_proof_height(rows: u64, row_bytes: u64) -> u8 {
     let by_budget = row_bytes.saturating_mul(12) / (100 * 32);
     let by_table = (0..16u64)
@@ -578,20 +597,3 @@ pub fn default_proof_height(rows: u64, row_bytes: u64) -> u8 {
 
 /// The chunk table a writer aims to stay within: 2,048 roots (64 KiB).
 pub(crate) const MAX_TABLE_ROOTS: u64 = 2048;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn row_ranges_end_after_the_last_row_and_never_overflow() {
-        let d = ColumnarDescriptor::for_shape(10, 3, DType::F32, "x".into()).expect("desc");
-        assert_eq!(d.row_range(2, 3), Some((24, 60)));
-        assert_eq!(d.row_range(9, 1), Some((108, 120)));
-        assert_eq!(d.row_range(9, 2), None, "past the last row");
-        let mut far = d.clone();
-        far.rows = u64::MAX;
-        let overflow = far.row_range(u64::MAX / 2, 1);
-        assert_eq!(overflow, None, "an overflow, not a 1-byte range");
-    }
-}

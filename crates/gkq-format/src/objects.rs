@@ -2,7 +2,7 @@
 //! publisher uploads, a mirror copies and a verifier expects (the knot
 //! itself and `model.sig` aside).
 
-use crate::merkle::{layout_of, proof_object_name};
+use crate::merkle::{proof_object_len, proof_object_name};
 use crate::model::Header;
 use crate::runs::{RunsLayout, runs_object_name};
 use crate::warm::{WarmLayout, warm_object_name};
@@ -58,7 +58,7 @@ impl Header {
                 (
                     proof_object_name(&d.object),
                     ObjectKind::Proof,
-                    layout_of(d).and_then(|l| l.object_len()),
+                    proof_object_len(d),
                 ),
                 (
                     runs_object_name(&d.object),

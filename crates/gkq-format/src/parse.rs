@@ -126,7 +126,7 @@ pub(crate) fn parse_preamble(bytes: &[u8]) -> Result<Preamble> {
         return Err(Error::BadMagic { found: magic });
     }
     let version = c.u32("version")?;
-    if !matches!(version, VERSION_2 | VERSION | VERSION_4) {
+    if !matches!(version, VERSION_2 | VERSION | VERSION_4 | VERSION_5) {
         return Err(Error::UnsupportedVersion { found: version });
     }
     let _reserved = c.u32("reserved")?;
@@ -304,6 +304,10 @@ fn parse_descriptor(
         }
     } else {
         d.flags = c.u8("descriptor flags")?;
+        if version < VERSION_5 {
+            // reserved before version 5 (section 9a): ignored
+            d.flags &= !INLINE_PROOF;
+        }
         d.proof = Some(RowProof {
             height: c.u8("descriptor proof_height")?,
             root: c.array("descriptor merkle_root")?,
@@ -320,7 +324,11 @@ fn parse_block(c: &mut Cursor<'_>, version: u32) -> Result<Block> {
     let enc_tag = c.u8("block encoding")?;
     let dtype_code = c.u8("block dtype")?;
     let dtype = dtype_of(dtype_code, &name, version)?;
-    let flags = c.u32("block flags")?;
+    let mut flags = c.u32("block flags")?;
+    if version < VERSION_5 {
+        // reserved before version 5 (section 9a): ignored
+        flags &= !IN_ROW_FILE;
+    }
     let ndim = c.u8("block ndim")?;
     limit("ndim", u64::from(ndim), u64::from(MAX_NDIM))?;
     let mut shape = Vec::with_capacity(usize::from(ndim));

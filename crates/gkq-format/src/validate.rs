@@ -120,6 +120,12 @@ fn validate_runs(h: &Header) -> Result<()> {
     };
     let bad = Error::RunsMetadata;
     for d in listed_row_files(h, list).map_err(bad)? {
+        if d.inline_proof() {
+            return Err(bad(format!(
+                "{:?} has INLINE_PROOF: it is its own runs object",
+                d.object
+            )));
+        }
         match d.proof {
             Some(p) if p.height > 0 => {}
             Some(_) => {
@@ -256,7 +262,9 @@ fn validate_block(h: &Header, b: &Block, objects: &mut HashSet<String>) -> Resul
 }
 
 /// A dense payload holds the whole tensor; COLUMNAR_ELIGIBLE only on a 2-D
-/// block, which then has at least one descriptor (section 3.4).
+/// block, which then has at least one descriptor (section 3.4); in version
+/// 5, IN_ROW_FILE only on such a block with a row file of its own dtype
+/// (section 7e).
 fn validate_dense(b: &Block, p: &Payload, bytes: u64) -> Result<()> {
     if p.len != bytes {
         return Err(Error::PayloadLength {
@@ -276,6 +284,12 @@ fn validate_dense(b: &Block, p: &Payload, bytes: u64) -> Result<()> {
         return Err(placement(
             b,
             "COLUMNAR_ELIGIBLE is set but the block has no columnar descriptor",
+        ));
+    }
+    if b.in_row_file() && (!flagged || b.home().is_none()) {
+        return Err(placement(
+            b,
+            "IN_ROW_FILE is set but the block has no row file of its own dtype",
         ));
     }
     Ok(())
@@ -376,6 +390,17 @@ pub(crate) fn validate(preamble: &Preamble, h: &Header) -> Result<()> {
         let Some(p) = b.encoding.payload() else {
             continue;
         };
+        if b.in_row_file() {
+            // section 7e: stored in its row file, no place in the knot
+            if p.offset != 0 {
+                return Err(Error::PayloadOffset {
+                    block: b.name.clone(),
+                    expected: 0,
+                    found: p.offset,
+                });
+            }
+            continue;
+        }
         let expected = align_up(cursor).ok_or(Error::FileLength {
             expected: u64::MAX,
             found: preamble.file_len,

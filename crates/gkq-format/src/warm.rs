@@ -100,13 +100,21 @@ pub fn write_warm(
         vec![0u8; size(layout.proof.record_len())?],
     );
     for &id in ids {
-        let at = id.checked_mul(desc.row_bytes).filter(|_| id < desc.rows);
+        let at = id.checked_mul(desc.stride()).filter(|_| id < desc.rows);
         let rec = layout.proof.records_range(id, 1);
         let (Some(at), Some((rec, _))) = (at, rec) else {
             return Err(bad(format!("row {id} is past the end")));
         };
         read(WarmPart::Rows, at, &mut row)?;
-        read(WarmPart::Proof, rec, &mut record)?;
+        // records inline (section 7e): right after the row
+        match desc.inline_proof() {
+            true => read(
+                WarmPart::Rows,
+                at.saturating_add(desc.row_bytes),
+                &mut record,
+            )?,
+            false => read(WarmPart::Proof, rec, &mut record)?,
+        }
         out.write_all(&row)?;
         out.write_all(&record)?;
     }

@@ -277,13 +277,16 @@ impl<W: Write + Seek> KnotWriter<W> {
                 self.next
             )));
         }
-        let offset = self
-            .header
-            .blocks
-            .get(index)
+        let block = self.header.blocks.get(index);
+        let offset = block
             .and_then(|b| b.encoding.payload())
             .map(|p| p.offset)
             .ok_or_else(|| Error::Writer(format!("block {index} has no payload")))?;
+        if block.is_some_and(Block::in_row_file) {
+            // section 7e: hashed, not written (its row file holds it)
+            self.current = Some((index, Sha256::new(), 0));
+            return Ok(());
+        }
         let pad = offset
             .checked_sub(self.pos)
             .ok_or_else(|| Error::Writer(format!("position {} past offset {offset}", self.pos)))?;
@@ -313,6 +316,15 @@ impl<W: Write + Seek> KnotWriter<W> {
             )));
         }
         *written = new_written;
+        if self
+            .header
+            .blocks
+            .get(index)
+            .is_some_and(Block::in_row_file)
+        {
+            hasher.update(bytes);
+            return Ok(());
+        }
         if bytes.len() >= PARALLEL_HASH_MIN {
             // Hash on a second thread while this one writes the same bytes:
             // on large payloads the two cost about the same.
@@ -353,9 +365,11 @@ impl<W: Write + Seek> KnotWriter<W> {
         }
         p.sha256 = hasher.finalize().into();
         let digest = p.sha256;
-        // Section 7: the row file in the block's own dtype is the payload.
+        // Section 7: the row file in the block's own dtype is the payload
+        // (with an inline proof, its rows are: the caller sets its digest).
         let dtype = block.dtype;
-        for d in block.columnar.iter_mut().filter(|d| d.dtype == dtype) {
+        let plain = |d: &&mut ColumnarDescriptor| d.dtype == dtype && !d.inline_proof();
+        for d in block.columnar.iter_mut().filter(plain) {
             d.sha256 = digest;
         }
         self.next = index.saturating_add(1);
@@ -463,7 +477,13 @@ fn lay_out(header: &mut Header) -> Result<(u64, u64, u64)> {
         .ok_or_else(|| Error::Writer("header too large".into()))?;
     let mut cursor = data_offset;
     for b in &mut header.blocks {
+        let in_row_file = b.in_row_file();
         if let Some(p) = b.encoding.payload_mut() {
+            if in_row_file {
+                // section 7e: no place in the knot
+                p.offset = 0;
+                continue;
+            }
             p.offset = align_up(cursor)
                 .ok_or_else(|| Error::Writer(format!("offset of {} overflows", b.name)))?;
             cursor = p
@@ -475,14 +495,25 @@ fn lay_out(header: &mut Header) -> Result<(u64, u64, u64)> {
     Ok((header_len, data_offset, cursor))
 }
 
-/// The version a knot of `header` is written as: 4 when a block or a
-/// descriptor has a block type (section 3.5), else 3.
+/// The version a knot of `header` is written as: 5 when a block is stored
+/// in its row file or a row file has its proof inline (section 7e), else 4
+/// when a block or a descriptor has a block type (section 3.5), else 3.
 pub(crate) fn version_of(header: &Header) -> u32 {
+    let one_copy = header
+        .blocks
+        .iter()
+        .any(|b| b.in_row_file() || b.columnar.iter().any(|d| d.inline_proof()));
     let quantized = header
         .blocks
         .iter()
         .any(|b| b.dtype.is_quantized() || b.columnar.iter().any(|d| d.dtype.is_quantized()));
-    if quantized { VERSION_4 } else { VERSION }
+    if one_copy {
+        VERSION_5
+    } else if quantized {
+        VERSION_4
+    } else {
+        VERSION
+    }
 }
 
 /// The first `72 + header_len` bytes of the knot `header` describes (its

@@ -11,13 +11,17 @@ use fixtures::servers::{Nginx, NginxOptions, WireProxy};
 /// The committed tiny model packed into `www/pkg/v1`, served by nginx
 /// behind a counting proxy: `(tmp, package dir, nginx, proxy)`.
 fn served() -> (tempfile::TempDir, PathBuf, Nginx, WireProxy) {
+    served_as(true)
+}
+
+/// [`served`], its blocks stored once (the default, FORMAT.md 7e) or in
+/// the knot too.
+fn served_as(one_copy: bool) -> (tempfile::TempDir, PathBuf, Nginx, WireProxy) {
     let tmp = tempfile::tempdir().expect("tmp");
     let out = tmp.path().join("www/pkg/v1");
-    gkq_pack::pack(
-        &gkq_pack::PackOptions::new(fixtures::committed_tiny(), &out),
-        &gkq_pack::NoProgress,
-    )
-    .expect("pack");
+    let mut opts = gkq_pack::PackOptions::new(fixtures::committed_tiny(), &out);
+    opts.one_copy = one_copy;
+    gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     let nginx = Nginx::start(
         &tmp.path().join("www"),
         &tmp.path().join("nginx"),
@@ -51,7 +55,7 @@ fn block_bytes(out: &std::path::Path) -> u64 {
         .meta_str(gkq_format::keys::ROLE_TOKEN_EMBD)
         .expect("role");
     let i = h.header().block_index(name).expect("token_embd");
-    h.payload_of(i).expect("payload").len
+    h.payload_len(i)
 }
 
 #[test]
@@ -96,7 +100,8 @@ fn rows_next_to_the_knot_are_read_with_no_other_flag() {
 
 #[test]
 fn missing_row_files_fall_back_with_a_warning() {
-    let (_tmp, out, nginx, _proxy) = served();
+    // with the blocks in the knot too: the node falls back to them
+    let (_tmp, out, nginx, _proxy) = served_as(false);
     for e in std::fs::read_dir(&out).expect("dir") {
         let p = e.expect("entry").path();
         if p.to_string_lossy().ends_with(".rows") {
@@ -110,6 +115,22 @@ fn missing_row_files_fall_back_with_a_warning() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("the row files next to the knot are not used") && err.contains("404"),
+        "{err}"
+    );
+}
+
+/// Stored once (the default), the embedding has no other copy: without
+/// its row file the tool fails, naming it, and prints no row.
+#[test]
+fn a_missing_row_file_that_holds_the_block_is_named() {
+    let (_tmp, out, nginx, _proxy) = served();
+    std::fs::remove_file(out.join("token_embd.f32.rows")).expect("rm");
+    let knot = format!("{}/pkg/v1/model.knot", nginx.url());
+    let o = rows(&[&knot, "-t", "1", "--json", "--no-cache"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        o.stdout.is_empty() && err.contains("token_embd.f32.rows") && err.contains("404"),
         "{err}"
     );
 }

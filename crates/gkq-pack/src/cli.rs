@@ -140,15 +140,22 @@ pub(crate) struct Args {
         help_heading = "Low-rank blocks"
     )]
     pub(crate) spectral: Vec<String>,
-    /// Write no runs objects (`<row file>.runs`: each row with its Merkle
-    /// path, so a node fetches a run of rows and its proof in one range;
-    /// they add about 1.1 × each row file). Nodes then fetch rows and
-    /// proofs from two objects, two requests per run.
+    /// Put no Merkle paths beside the rows a node reads: neither inline in
+    /// the row file (the default for a block's own row file) nor in a
+    /// runs object (`<row file>.runs`). Nodes then fetch rows and proofs
+    /// from two objects, two requests per run.
     #[arg(long)]
     pub(crate) no_runs: bool,
     /// Write row files for a quantized untied lm_head too. By default it has none: a node pulls it whole as its block and keeps it resident, and its rows would be the same bytes a second time (plus proofs and runs). An f32/bf16 lm_head keeps its rows either way.
     #[arg(long = "lm-head-rows")]
     pub(crate) lm_head_rows: bool,
+    /// Keep each row-file block's bytes in the knot too, and its row file
+    /// plain beside a runs object (the version 3/4 layout, for nodes that
+    /// read no version 5 knot). By default a block with a row file of its
+    /// own type is stored once, in that file, each row followed by its
+    /// Merkle path (FORMAT.md 7e): about half the package.
+    #[arg(long = "knot-holds-blocks")]
+    pub(crate) knot_holds_blocks: bool,
     /// Write a warm object next to each row file of the token embedding
     /// (`<row file>.warm`: the K rows most sessions need, with everything
     /// that verifies them, so a cold node seeds its cache with one range
@@ -213,6 +220,7 @@ impl Args {
                 .collect::<Result<_, _>>()?,
             runs: !args.no_runs,
             lm_head_rows: args.lm_head_rows,
+            one_copy: !args.knot_holds_blocks,
             warm: gkq_pack::WarmOptions {
                 k: args.warm_set,
                 corpus: args.warm_corpus,

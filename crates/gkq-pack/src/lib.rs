@@ -167,6 +167,32 @@ pub fn pack(opts: &PackOptions, progress: &dyn Progress) -> Result<PackReport> {
     })
 }
 
+/// FORMAT.md 7e: each block with a row file of its own dtype is stored
+/// there alone, and that row file, when the plan gives it a runs object,
+/// takes the runs object's layout instead (its records inline).
+fn one_copy(header: &mut gkq_format::Header) {
+    use gkq_format::keys::COLUMNAR_RUNS;
+    let mut runs = header.meta_list(COLUMNAR_RUNS).unwrap_or_default().to_vec();
+    for b in &mut header.blocks {
+        let dtype = b.dtype;
+        let Some(home) = b.columnar.iter_mut().find(|d| d.dtype == dtype) else {
+            continue;
+        };
+        if let Some(at) = runs.iter().position(|r| *r == home.object) {
+            runs.remove(at);
+            home.flags |= gkq_format::INLINE_PROOF;
+            home.byte_len = home.rows.saturating_mul(home.stride());
+        }
+        b.flags |= gkq_format::IN_ROW_FILE;
+    }
+    match runs.is_empty() {
+        true => header.metadata.remove(COLUMNAR_RUNS),
+        false => header
+            .metadata
+            .insert(COLUMNAR_RUNS.into(), gkq_format::Value::StrList(runs)),
+    };
+}
+
 /// A `model.sig` in the directory a package replaces signs the old knot:
 /// it is not carried into the new package (a node would refuse the
 /// package), unless the new knot is the old one. Whether one was dropped.
@@ -187,6 +213,9 @@ fn derived_objects(
 ) -> Result<Option<WarmSetReport>> {
     if !opts.runs {
         header.metadata.remove(gkq_format::keys::COLUMNAR_RUNS);
+    }
+    if opts.one_copy {
+        one_copy(header);
     }
     let vocab = src
         .tensor(&roles.embed)

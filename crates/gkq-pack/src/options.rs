@@ -53,6 +53,11 @@ pub struct PackOptions {
     /// by default it has none, since a node pulls it whole as its block
     /// and keeps it resident, and its rows would be the same bytes again.
     pub lm_head_rows: bool,
+    /// Store each columnar block once, in its row file of its own dtype,
+    /// with the runs object's layout (FORMAT.md 7e, version 5); off
+    /// (`--knot-holds-blocks`): the block in the knot too, as versions
+    /// 3 and 4 have it, for nodes that read no version 5.
+    pub one_copy: bool,
 }
 
 impl PackOptions {
@@ -73,6 +78,7 @@ impl PackOptions {
             runs: true,
             warm: WarmOptions::default(),
             lm_head_rows: false,
+            one_copy: true,
         }
     }
 }

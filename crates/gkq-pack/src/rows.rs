@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use gkq_format::merkle::{self, Hash};
 use gkq_format::{
-    BLOCK_EXACT, CastReport, DType, KnotWriter, Role, RowProof, SOURCE_EXACT, cast_row,
+    BLOCK_EXACT, CastReport, DType, INLINE_PROOF, KnotWriter, Role, RowProof, SOURCE_EXACT,
+    cast_row,
 };
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -156,8 +157,9 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
     if let Some(h) = f.hasher {
         d.sha256 = h.finalize().into();
     }
-    d.flags =
-        if f.source_exact { SOURCE_EXACT } else { 0 } | if f.block_exact { BLOCK_EXACT } else { 0 };
+    d.flags = (d.flags & INLINE_PROOF)
+        | if f.source_exact { SOURCE_EXACT } else { 0 }
+        | if f.block_exact { BLOCK_EXACT } else { 0 };
     let height = d.proof.map_or(0, |p| p.height);
     let proof_name = merkle::proof_object_name(&d.object);
     let (proof_path, mut pw) = out.create(&proof_name)?;
@@ -165,9 +167,8 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
         .at(&proof_path)?
         .ok_or_else(|| PackError::Dtype(format!("{}: no rows to prove", d.object)))?;
     d.proof = Some(RowProof { height, root });
-    let d = d.clone();
+    let mut d = d.clone();
     let proof_file = flush_file(pw, &proof_path)?;
-    let (proof_len, proof_sha) = hash_file(&proof_path)?;
     let mut synced = vec![(file, f.path.clone()), (proof_file, proof_path.clone())];
     let listed = writer.header().has_runs(&d.object);
     let runs = match gkq_format::runs::RunsLayout::of(&d).filter(|_| listed) {
@@ -178,6 +179,14 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
         }
         None => None,
     };
+    if d.inline_proof() {
+        // FORMAT.md 7e: the records move into the row file, the proof
+        // object keeps its table
+        let (file, sha) = make_inline(&d, &f.path, &proof_path)?;
+        d.sha256 = sha;
+        writer.columnar_mut(block, d.dtype).map_err(fmt)?.sha256 = sha;
+        synced[0] = (file, f.path.clone());
+    }
     let warm = match writer.header().has_warm(&d.object) {
         true => {
             let ids = writer.header().warm_rows();
@@ -187,6 +196,7 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
         }
         false => None,
     };
+    let (proof_len, proof_sha) = hash_file(&proof_path)?;
     let report = ColumnarReport {
         tensor: String::new(),
         role: String::new(),
@@ -210,6 +220,58 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
         warm,
     };
     Ok((report, synced))
+}
+
+/// Rewrites a closed row file and its proof object as FORMAT.md 7e says:
+/// the row file with each row's record after it (a runs object's layout),
+/// the proof object cut to its chunk table. Returns the new row file and
+/// its digest.
+fn make_inline(
+    d: &gkq_format::ColumnarDescriptor,
+    rows_path: &Path,
+    proof_path: &Path,
+) -> Result<(File, [u8; 32])> {
+    use std::io::{BufReader, Seek, SeekFrom};
+    let layout = gkq_format::runs::RunsLayout::of(d)
+        .ok_or_else(|| PackError::Dtype(format!("{}: no records to put inline", d.object)))?;
+    let tmp = rows_path.with_extension("gkq-tmp");
+    let mut w = Hashing {
+        out: BufWriter::with_capacity(1 << 20, File::create(&tmp).at(&tmp)?),
+        sha: Sha256::new(),
+    };
+    let mut rows = BufReader::with_capacity(1 << 20, File::open(rows_path).at(rows_path)?);
+    let mut proof = File::open(proof_path).at(proof_path)?;
+    let table = merkle::layout_of(d).map_or(0, |l| l.table_len());
+    proof.seek(SeekFrom::Start(table)).at(proof_path)?;
+    let mut records = BufReader::with_capacity(1 << 20, proof);
+    gkq_format::runs::write_runs(&layout, &mut rows, &mut records, &mut w).at(&tmp)?;
+    let sha = w.sha.finalize().into();
+    let file = flush_file(w.out, &tmp)?;
+    std::fs::rename(&tmp, rows_path).at(rows_path)?;
+    let cut = std::fs::OpenOptions::new()
+        .write(true)
+        .open(proof_path)
+        .at(proof_path)?;
+    cut.set_len(table).at(proof_path)?;
+    Ok((file, sha))
+}
+
+/// A writer that hashes what passes through it.
+struct Hashing {
+    out: BufWriter<File>,
+    sha: Sha256,
+}
+
+impl Write for Hashing {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.sha.update(buf.get(..n).unwrap_or_default());
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// Writes the runs object of a closed row file (FORMAT.md 7b): each row

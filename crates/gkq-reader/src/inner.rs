@@ -207,7 +207,7 @@ impl Inner {
         if config.require_columnar && resolution.kind() != PathKind::Columnar {
             return Err(ReaderError::ColumnarRequired {
                 reason: resolution.reason(),
-                bytes: knot.header().payload_of(index).map_or(0, |p| p.len),
+                bytes: knot.header().payload_len(index),
             });
         }
         tracing::info!(knot = %knot.location(), tensor = %resolution.tensor, path = ?resolution.kind(), reason = %resolution.reason(), "embedding resolved");
@@ -395,9 +395,7 @@ impl Inner {
     pub(crate) fn payload_len(&self, tensor: &str) -> u64 {
         self.knot
             .index(tensor)
-            .ok()
-            .and_then(|i| self.knot.header().payload_of(i))
-            .map_or(0, |p| p.len)
+            .map_or(0, |i| self.knot.header().payload_len(i))
     }
 
     /// Bytes the lm_head pull moves.
@@ -406,7 +404,7 @@ impl Inner {
             let r = l.resolution();
             match r.columnar() {
                 Some(c) => c.desc.byte_len,
-                None => self.knot.header().payload_of(l.index).map_or(0, |p| p.len),
+                None => self.knot.header().payload_len(l.index),
             }
         })
     }
@@ -451,7 +449,7 @@ impl EmbeddingCore {
         if self.require_columnar {
             return Err(ReaderError::ColumnarRequired {
                 reason: gkq_format::error_chain(err),
-                bytes: knot.header().payload_of(self.index).map_or(0, |p| p.len),
+                bytes: knot.header().payload_len(self.index),
             });
         }
         let mut st = lock(&self.state);

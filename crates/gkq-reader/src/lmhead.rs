@@ -159,9 +159,15 @@ pub(crate) async fn pull_row_file(
         key: &key,
         size: Size::Exact(desc.byte_len),
     };
-    cached(disk, entry, sha256_is(desc.sha256), || async {
-        let (roots, _) = proof::chunk_table(store, disk, url, desc).await?;
-        let check = proof::chunks_check(desc, proof::layout(url, desc)?, roots);
+    let file = cached(disk, entry, sha256_is(desc.sha256), || async {
+        let check = match desc.inline_proof() {
+            // records inline (FORMAT.md 7e): the whole file's digest
+            true => gkq_store::ReadCheck::Sha256(desc.sha256),
+            false => {
+                let (roots, _) = proof::chunk_table(store, disk, url, desc).await?;
+                proof::chunks_check(desc, proof::layout(url, desc)?, roots)
+            }
+        };
         let t = std::time::Instant::now();
         let bytes = store
             .read_checked(url, (0, desc.byte_len), Some(desc.byte_len), check)
@@ -174,7 +180,11 @@ pub(crate) async fn pull_row_file(
         );
         Ok(bytes)
     })
-    .await
+    .await?;
+    Ok(match desc.inline_proof() {
+        true => Bytes::from(gkq_format::rows_of(&file, desc.row_bytes, desc.stride())),
+        false => file,
+    })
 }
 
 /// Pulls the lm_head as `resolution` says: its row file, falling back to
@@ -208,7 +218,7 @@ pub(crate) async fn pull(
         Err(e) if crate::fallback::falls_back(&e) && require => {
             Err(ReaderError::ColumnarRequired {
                 reason: gkq_format::error_chain(&e),
-                bytes: knot.header().payload_of(index).map_or(0, |p| p.len),
+                bytes: knot.header().payload_len(index),
             })
         }
         Err(e) if crate::fallback::falls_back(&e) => {

@@ -63,7 +63,7 @@ pub(crate) async fn chunk_table(
     let fetched = std::sync::atomic::AtomicU64::new(0);
     let table = cached(disk, entry, check, || async {
         let opts = ReadOptions {
-            total: l.object_len(),
+            total: merkle::proof_object_len(desc),
             ..Default::default()
         };
         let (fetched, purl) = (&fetched, &purl);

@@ -103,6 +103,10 @@ fn rows(c: &ColumnarPath) -> String {
                 "{url}: {why}; the knot is pinned (--knot-id) and its header came from the cache, so the row file's length is not asked for; {merkle}{how}"
             )
         }
+        Checked::Runs { len, stride, .. } if d.inline_proof() => format!(
+            "{url}: {why}; each row followed by its record (FORMAT.md 7e; Content-Length {len} = {} rows × {stride} bytes of row and record): one range per run of rows, {merkle}",
+            d.rows
+        ),
         Checked::Runs {
             url: at,
             len,

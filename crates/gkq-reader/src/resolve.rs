@@ -517,13 +517,15 @@ async fn checked(
     desc: &ColumnarDescriptor,
     choice: Choice,
 ) -> ReadPath {
-    let layout = knot
-        .header()
-        .header()
-        .has_runs(&desc.object)
+    // a row file with its records inline (FORMAT.md 7e) is its own runs object
+    let inline = desc.inline_proof();
+    let layout = (inline || knot.header().header().has_runs(&desc.object))
         .then(|| gkq_format::runs::RunsLayout::of(desc))
         .flatten();
-    let runs_url = crate::columnar::runs_url(&url);
+    let runs_url = match inline {
+        true => url.clone(),
+        false => crate::columnar::runs_url(&url),
+    };
     let columnar = |checked| {
         ReadPath::Columnar(ColumnarPath {
             url: url.clone(),

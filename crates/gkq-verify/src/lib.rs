@@ -116,12 +116,14 @@ pub fn verify_with(opts: &VerifyOptions, progress: &dyn Progress) -> Result<Veri
         Ok(k) => k,
         Err(e) => return Ok(unparsable(&path, e, started)),
     };
+    let dir = path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let cx = checks::Context {
+        homes: checks::home::Homes::load(&knot, &dir),
         knot,
         map: &map,
-        dir: path
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        dir,
         opts,
         source: setup
             .source_dir

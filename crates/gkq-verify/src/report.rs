@@ -135,6 +135,19 @@ pub enum Finding {
         #[source]
         error: std::io::Error,
     },
+    /// A block stored in its row file (FORMAT.md 7e) whose row file cannot
+    /// be read: the block's payload cannot be checked.
+    #[error(
+        "block {block:?} is stored in its row file {object} (FORMAT.md 7e), which cannot be read: {reason}"
+    )]
+    HomeUnreadable {
+        /// The block.
+        block: String,
+        /// The row file.
+        object: String,
+        /// Why.
+        reason: String,
+    },
     /// A row file that could not be read at a row.
     #[error("read at row {row}: {error}")]
     RowFileRead {

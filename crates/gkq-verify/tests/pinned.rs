@@ -23,6 +23,8 @@ fn pack(
     let mut opts = gkq_pack::PackOptions::new(&src, &out);
     opts.dtypes = dtypes.iter().map(|d| d.parse().expect("dtype")).collect();
     opts.spectral = spectral.iter().map(|s| s.parse().expect("spec")).collect();
+    // the outputs pinned before version 5: blocks in the knot
+    opts.one_copy = false;
     gkq_pack::pack(&opts, &gkq_pack::NoProgress).expect("pack");
     (src, out)
 }

@@ -211,12 +211,12 @@ fn rule_magic_and_version() {
         m.contains("it is a GGUF file") && m.contains("gkq-pack MODEL.gguf"),
         "{m}"
     );
-    for v in [1u8, 5] {
+    for v in [1u8, 6] {
         let mut g = golden();
         g[8] = v;
         let e = err(&g);
         assert!(matches!(e, Error::UnsupportedVersion { found } if found == u32::from(v)));
-        assert!(e.to_string().contains("reads versions 2, 3 and 4"), "{e}");
+        assert!(e.to_string().contains("reads versions 2 to 5"), "{e}");
     }
 }
 

@@ -16,6 +16,7 @@ use crate::*;
 mod blocks;
 mod decisions;
 mod header;
+mod one_copy;
 mod proofs;
 mod props;
 mod quant;

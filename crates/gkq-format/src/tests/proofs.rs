@@ -183,3 +183,15 @@ fn runs_object_golden_vector() {
     // a stride of another row fails at that row's position
     assert!(check_runs(&d, &roots, 0, &runs[34..68]).is_err());
 }
+
+#[test]
+fn row_ranges_end_after_the_last_row_and_never_overflow() {
+    let d = ColumnarDescriptor::for_shape(10, 3, DType::F32, "x".into()).expect("desc");
+    assert_eq!(d.row_range(2, 3), Some((24, 60)));
+    assert_eq!(d.row_range(9, 1), Some((108, 120)));
+    assert_eq!(d.row_range(9, 2), None, "past the last row");
+    let mut far = d.clone();
+    far.rows = u64::MAX;
+    let overflow = far.row_range(u64::MAX / 2, 1);
+    assert_eq!(overflow, None, "an overflow, not a 1-byte range");
+}

@@ -29,7 +29,7 @@ fn arb_block(i: usize) -> impl Strategy<Value = (Block, Vec<u8>)> {
                 }
             }
             let mut b = Block::dense(format!("blk{i}.weight"), dtype, shape.clone()).unwrap();
-            b.flags = flags & !COLUMNAR_ELIGIBLE;
+            b.flags = flags & !(COLUMNAR_ELIGIBLE | IN_ROW_FILE);
             if columnar && shape.len() == 2 && shape[0] > 0 && shape[1] > 0 {
                 b.flags |= COLUMNAR_ELIGIBLE;
                 let d = if dtype.is_castable_float() {

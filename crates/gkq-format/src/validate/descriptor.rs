@@ -104,7 +104,8 @@ fn descriptor_field<'a>(
     }
 }
 
-/// Section 7a's proof height and sections 3.4/3.5's exactness flags.
+/// Section 7a's proof height (at least 1 with an inline proof, 7e) and
+/// sections 3.4/3.5's exactness flags.
 fn descriptor_proof_and_flags(b: &Block, d: &ColumnarDescriptor) -> Result<()> {
     let field = descriptor_field(b, d);
     if let Some(proof) = &d.proof
@@ -112,6 +113,11 @@ fn descriptor_proof_and_flags(b: &Block, d: &ColumnarDescriptor) -> Result<()> {
     {
         let expected = format!("0..={MAX_PROOF_HEIGHT}");
         return Err(field("proof_height", expected, proof.height.to_string()));
+    }
+    if d.inline_proof() && d.proof.is_none_or(|p| p.height == 0) {
+        let found = d.proof.map_or(0, |p| p.height).to_string();
+        let expected = "1 or more (INLINE_PROOF: a record after each row)".into();
+        return Err(field("proof_height", expected, found));
     }
     if d.dtype == b.dtype && !d.is_block_exact() {
         return Err(field(
@@ -178,14 +184,18 @@ fn validate_descriptor(
         return Err(field("row_bytes", row_bytes.to_string(), found));
     }
     let overflow = || field("byte_len", "no overflow".into(), "overflow".into());
-    let byte_len = rows.checked_mul(row_bytes).ok_or_else(overflow)?;
+    // section 7e: with an inline proof, each row is followed by its record
+    let stride = d.stride();
+    let byte_len = rows.checked_mul(stride).ok_or_else(overflow)?;
     if d.byte_len != byte_len {
         let found = d.byte_len.to_string();
         return Err(field("byte_len", byte_len.to_string(), found));
     }
-    // Section 7: a row file in the block's own dtype is the payload.
+    // Section 7: a row file in the block's own dtype is the payload (its
+    // rows are, with an inline proof: 7e).
     if let Encoding::Dense(p) = &b.encoding
         && d.dtype == b.dtype
+        && !d.inline_proof()
         && d.sha256 != p.sha256
     {
         let expected = format!(

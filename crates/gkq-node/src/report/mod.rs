@@ -64,8 +64,8 @@ pub struct RowFile {
     pub table_len: u64,
     /// The whole file: shipping the dense matrix.
     pub file_len: u64,
-    /// Requests per run of rows: 1 from a runs object, 2 from the row
-    /// file and its proof object.
+    /// Requests per run of rows: 1 from a runs object or a row file with
+    /// its records inline, 2 from the row file and its proof object.
     pub requests_per_run: u64,
     /// Its warm object's length, when the package has one.
     pub warm_len: Option<u64>,
@@ -187,7 +187,13 @@ fn row_file(d: &ColumnarDescriptor, runs: bool, warm: Option<u64>) -> RowFile {
         record_len,
         table_len: layout.map_or(0, |l| l.table_len()),
         file_len: d.byte_len,
-        requests_per_run: if runs || record_len == 0 { 1 } else { 2 },
+        // one range per run from a runs object or a row file with its
+        // records inline (FORMAT.md 7e)
+        requests_per_run: if runs || d.inline_proof() || record_len == 0 {
+            1
+        } else {
+            2
+        },
         warm_len: warm
             .and_then(|k| gkq_format::warm::WarmLayout::of(d, k))
             .and_then(|l| l.object_len()),

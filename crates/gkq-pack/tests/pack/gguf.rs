@@ -64,7 +64,7 @@ fn check(out: &Path, files: &[PathBuf], tied: bool) {
             .collect();
         assert_eq!(b.shape, shape, "{name}");
         assert_eq!(
-            hex(knot.payload(i).expect("payload")),
+            hex(&fixtures::knots::block_payload(out, &knot, i)),
             t["sha256"],
             "{name}: not the GGUF's bytes"
         );

@@ -255,14 +255,18 @@ fn companion_files_are_copied_and_recorded() {
 /// The bytes gkq-pack writes, pinned: a change to any of these digests is a
 /// change of the format (docs/FORMAT.md, with the golden vector), of the
 /// tool's version string in `gkq.tool`, or of the fixture generator, and
-/// never the side effect of a faster or more parallel pack.
+/// never the side effect of a faster or more parallel pack. The first case
+/// keeps the blocks in the knot (`--knot-holds-blocks`, the version 3
+/// layout), the second is the default (version 5: a role block stored in
+/// its row file, FORMAT.md 7e; its rows' proofs have height 0, so no
+/// record moves and only the knot differs from version 3's).
 #[test]
 fn packed_digests_are_pinned() {
     type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
     let cases: [Case<'_>; 2] = [
         (
             "committed",
-            &["--dtype", "f32", "--dtype", "bf16"],
+            &["--dtype", "f32", "--dtype", "bf16", "--knot-holds-blocks"],
             &[
                 (
                     "config.json",
@@ -316,7 +320,7 @@ fn packed_digests_are_pinned() {
                 ),
                 (
                     "model.knot",
-                    "dc3d6f35a819812bff905c0e9cf29dad49f642e0156ed97b8a2f2aee76d039da",
+                    "89d949100ab0616f8de462f3aaf5058301391fe8e3c77f1b827ce5ab9030ac94",
                 ),
                 (
                     "token_embd.bf16.rows",
@@ -392,14 +396,22 @@ fn reference_converter_writes_the_same_package() {
     models.push(wide_dir);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/reference_pack.py");
     for (i, src) in models.iter().enumerate() {
-        let dtypes = ["--dtype", "bf16", "--dtype", "f32", "--dtype", "f16"];
+        // both layouts: version 5 (the default) and, for the sharded
+        // model, the blocks in the knot too
+        let dtypes: &[&str] = match i {
+            1 => &[
+                "--dtype",
+                "bf16",
+                "--dtype",
+                "f32",
+                "--dtype",
+                "f16",
+                "--knot-holds-blocks",
+            ],
+            _ => &["--dtype", "bf16", "--dtype", "f32", "--dtype", "f16"],
+        };
         let ours = tmp.path().join(format!("ours{i}"));
-        packs(
-            src,
-            &ours,
-            &[&dtypes[..], &["--quiet"]].concat(),
-            "gkq-pack",
-        );
+        packs(src, &ours, &[dtypes, &["--quiet"]].concat(), "gkq-pack");
         let theirs = tmp.path().join(format!("theirs{i}"));
         let o = Command::new("python3")
             .arg(&script)

@@ -49,7 +49,8 @@ impl Backend {
         };
         match self.get_interleaved(&at, layout, runs).await {
             Ok(got) => Ok((Via::Runs(at), got)),
-            Err(e) if crate::fallback::falls_back(&e) => {
+            // records inline (FORMAT.md 7e): no other object holds the rows
+            Err(e) if crate::fallback::falls_back(&e) && !self.desc.inline_proof() => {
                 tracing::warn!(url = %at, reason = %gkq_format::error_chain(&e), "the runs object failed: rows and records from the row file and the proof object from now on");
                 *lock(&self.runs) = None;
                 Ok((Via::Split, self.get_split(runs).await?))

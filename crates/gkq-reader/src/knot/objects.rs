@@ -6,6 +6,7 @@
 use bytes::Bytes;
 use gkq_format::{Encoding, hex};
 use gkq_store::{RangeRead, ReadCheck, ReadChecked, StoreError};
+use sha2::Digest;
 
 use super::{KnotHandle, knot_err};
 use crate::cache::{DiskCache, Kind, Size};
@@ -41,6 +42,10 @@ impl KnotHandle {
         cache: Option<&DiskCache>,
     ) -> Result<Bytes> {
         let name = self.data_block(index)?.name.clone();
+        if let Some((p, home)) = self.header.home_of(index) {
+            let home = home.clone();
+            return self.payload_from_home(&name, p, &home, store, cache).await;
+        }
         let p = self.header.payload_of(index).ok_or_else(|| {
             ReaderError::Missing(format!("{}: block {name:?} has no payload", self.location))
         })?;
@@ -67,6 +72,49 @@ impl KnotHandle {
                 })?;
             tracing::debug!(block = %name, bytes = p.len, ms = t.elapsed().as_millis() as u64, "block pulled and verified");
             Ok(bytes)
+        };
+        let cache = cache.filter(|_| self.remote);
+        match cached(cache, entry, sha256_is(p.sha256), fetch).await {
+            Err(e) => Err(self.another_knot(store, e).await),
+            ok => ok,
+        }
+    }
+
+    /// The payload of block `name` stored in its row file `home` (FORMAT.md
+    /// 7e): the file whole, checked against its digest, less its records,
+    /// checked against the payload's digest; through the disk cache by the
+    /// payload's digest.
+    async fn payload_from_home(
+        &self,
+        name: &str,
+        p: gkq_format::Payload,
+        home: &gkq_format::ColumnarDescriptor,
+        store: &dyn RangeRead,
+        cache: Option<&DiskCache>,
+    ) -> Result<Bytes> {
+        let key = hex(&p.sha256);
+        let entry = Entry {
+            kind: Kind::Blob,
+            key: &key,
+            size: Size::Exact(p.len),
+        };
+        let at = self.sibling(&home.object);
+        let fetch = || async {
+            let check = ReadCheck::Sha256(home.sha256);
+            let file = store
+                .read_checked(&at, (0, home.byte_len), Some(home.byte_len), check)
+                .await
+                .map_err(|e| digest(format!("{at}: the row file of block {name:?}"), e))?;
+            let rows = gkq_format::rows_of(&file, home.row_bytes, home.stride());
+            let found: [u8; 32] = sha2::Sha256::digest(&rows).into();
+            if found != p.sha256 {
+                return Err(ReaderError::Digest {
+                    what: format!("{at}: the rows of block {name:?}"),
+                    expected: hex(&p.sha256),
+                    found: hex(&found),
+                });
+            }
+            Ok(Bytes::from(rows))
         };
         let cache = cache.filter(|_| self.remote);
         match cached(cache, entry, sha256_is(p.sha256), fetch).await {

@@ -5,6 +5,7 @@
 mod async_api;
 mod integrity;
 mod mirrors;
+mod one_copy;
 mod reader;
 mod transport;
 mod trust;

@@ -60,6 +60,8 @@ pub(crate) struct RowFile<'d> {
     not_block_exact: Option<u64>,
     /// A read failed: nothing more is checked.
     broken: bool,
+    /// What was read: rows, and records after each with an inline proof.
+    raw: Vec<u8>,
     buf: Vec<u8>,
     converted: Vec<u8>,
 }
@@ -104,6 +106,7 @@ pub(crate) fn open_all<'b>(
                 leaves: Vec::new(),
                 not_block_exact: None,
                 broken: false,
+                raw: Vec::new(),
                 buf: Vec::new(),
                 converted: Vec::new(),
             }),
@@ -135,6 +138,7 @@ impl<'d> RowFile<'d> {
         rows: usize,
     ) -> Result<u64, Finding> {
         let rb = self.d.row_bytes as usize;
+        let stride = self.d.stride() as usize;
         let RowFile {
             d,
             file,
@@ -143,22 +147,29 @@ impl<'d> RowFile<'d> {
             listed,
             leaves,
             not_block_exact,
+            raw,
             buf,
             converted,
             broken,
             ..
         } = self;
-        buf.resize(rows * rb, 0);
-        if let Err(error) = file.read_exact_at(buf, first_row * rb as u64) {
+        raw.resize(rows * stride, 0);
+        if let Err(error) = file.read_exact_at(raw, first_row * stride as u64) {
             *broken = true;
             return Err(Finding::RowFileRead {
                 row: first_row,
                 error,
             });
         }
-        let buf = &buf[..];
+        // FORMAT.md 7e: the rows without the records inline (checked with
+        // the proof object in `finish`)
+        buf.clear();
+        for s in raw.chunks(stride.max(1)) {
+            buf.extend_from_slice(&s[..rb.min(s.len())]);
+        }
+        let (raw, buf) = (&raw[..], &buf[..]);
         rayon::join(
-            || hasher.update(buf),
+            || hasher.update(raw),
             || {
                 let expected: &[u8] = if d.dtype == block.dtype {
                     chunk
@@ -181,7 +192,7 @@ impl<'d> RowFile<'d> {
                 }
             },
         );
-        Ok(buf.len() as u64)
+        Ok(raw.len() as u64)
     }
 
     /// The checks that need the whole file: digest, BLOCK_EXACT, proof
@@ -219,13 +230,10 @@ impl<'d> RowFile<'d> {
         }
         if let Some(proof) = self.d.proof {
             let ppath = dir.join(merkle::proof_object_name(&self.d.object));
-            match check_proof_file(&ppath, &self.leaves, proof) {
+            let inline = self.d.inline_proof().then_some((&self.file, self.d));
+            match check_proof_file(&ppath, &self.leaves, proof, inline) {
                 Err(f) => cols.fail(ppath.display().to_string(), f),
-                Ok(()) => {
-                    cols.bytes += merkle::layout_of(self.d)
-                        .and_then(|l| l.object_len())
-                        .unwrap_or(0)
-                }
+                Ok(()) => cols.bytes += merkle::proof_object_len(self.d).unwrap_or(0),
             }
         }
         if self.diff > 0 {
@@ -275,7 +283,7 @@ fn compare_derived(
     (name, path): (&str, &Path),
     (file, expected): (File, u64),
     row_at: impl Fn(u64) -> u64,
-    write: impl FnOnce(&mut Compare) -> std::io::Result<()>,
+    write: impl FnOnce(&mut Compare<File>) -> std::io::Result<()>,
     cols: &mut CheckFindings,
 ) {
     let shown = path.display().to_string();
@@ -343,7 +351,7 @@ pub(crate) fn check_runs(d: &ColumnarDescriptor, dir: &Path, cols: &mut CheckFin
     let Ok((rows, proof)) = opened else { return };
     let mut rows = std::io::BufReader::with_capacity(1 << 20, rows);
     let mut records = std::io::BufReader::with_capacity(1 << 20, proof);
-    let write = |cmp: &mut Compare| write_runs(&layout, &mut rows, &mut records, cmp);
+    let write = |cmp: &mut Compare<File>| write_runs(&layout, &mut rows, &mut records, cmp);
     let row_at = |at: u64| at / layout.stride().max(1);
     compare_derived((&name, &path), (file, expected), row_at, write, cols);
 }
@@ -384,7 +392,7 @@ pub(crate) fn check_warm(
         WarmPart::Rows => rows.read_exact_at(buf, at),
         WarmPart::Proof => proof.read_exact_at(buf, at),
     };
-    let write = |cmp: &mut Compare| write_warm(d, ids, read, cmp);
+    let write = |cmp: &mut Compare<File>| write_warm(d, ids, read, cmp);
     // the warm row of the entry (the first one's for the chunk table)
     let row_at = |at: u64| {
         let k = at.saturating_sub(layout.table_len()) / layout.stride().max(1);
@@ -398,14 +406,14 @@ pub(crate) fn check_warm(
 }
 
 /// A `Write` that compares what is written with a file, byte for byte.
-struct Compare {
-    file: std::io::BufReader<File>,
+struct Compare<R> {
+    file: std::io::BufReader<R>,
     at: u64,
     first_diff: Option<u64>,
     buf: Vec<u8>,
 }
 
-impl std::io::Write for Compare {
+impl<R: std::io::Read> std::io::Write for Compare<R> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         use std::io::Read;
         self.buf.resize(data.len(), 0);
@@ -433,11 +441,21 @@ impl std::io::Write for Compare {
 }
 
 /// Checks a proof object (FORMAT.md 7a) against the one computed from the
-/// row file's leaves, and the root against the descriptor's.
-fn check_proof_file(path: &Path, leaves: &[merkle::Hash], proof: RowProof) -> Result<(), Finding> {
-    let expected = merkle::ProofLayout::new(leaves.len() as u64, proof.height)
-        .and_then(|l| l.object_len())
-        .unwrap_or(0);
+/// row file's leaves, and the root against the descriptor's. With an
+/// inline proof (7e, `inline` the row file), the object is the chunk
+/// table, and the records compared are the row file's.
+fn check_proof_file(
+    path: &Path,
+    leaves: &[merkle::Hash],
+    proof: RowProof,
+    inline: Option<(&File, &ColumnarDescriptor)>,
+) -> Result<(), Finding> {
+    let layout = merkle::ProofLayout::new(leaves.len() as u64, proof.height);
+    let expected = match inline {
+        Some(_) => layout.map(|l| l.table_len()),
+        None => layout.and_then(|l| l.object_len()),
+    }
+    .unwrap_or(0);
     let object = || {
         path.file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
@@ -456,8 +474,12 @@ fn check_proof_file(path: &Path, leaves: &[merkle::Hash], proof: RowProof) -> Re
             height: proof.height,
         });
     }
+    let reader: Box<dyn std::io::Read + '_> = match inline {
+        Some((rows, d)) => Box::new(std::io::Read::chain(file, Records::new(rows, d))),
+        None => Box::new(file),
+    };
     let mut cmp = Compare {
-        file: std::io::BufReader::with_capacity(1 << 20, file),
+        file: std::io::BufReader::with_capacity(1 << 20, reader),
         at: 0,
         first_diff: None,
         buf: Vec::new(),
@@ -469,11 +491,59 @@ fn check_proof_file(path: &Path, leaves: &[merkle::Hash], proof: RowProof) -> Re
             recorded: hex(&proof.root),
         });
     }
-    match cmp.first_diff {
-        Some(at) => Err(Finding::Format(gkq_format::Error::ProofObject {
+    match (cmp.first_diff, inline) {
+        (Some(at), Some((_, d))) if at >= expected => {
+            let record = merkle::layout_of(d).map_or(1, |l| l.record_len()).max(1);
+            Err(Finding::Format(gkq_format::Error::RowProof {
+                object: d.object.clone(),
+                row: (at - expected) / record,
+                reason: "its inline record differs from the one its rows give".into(),
+            }))
+        }
+        (Some(at), _) => Err(Finding::Format(gkq_format::Error::ProofObject {
             object: object(),
             at,
         })),
-        None => Ok(()),
+        (None, _) => Ok(()),
+    }
+}
+
+/// The records of a row file with an inline proof (FORMAT.md 7e), one
+/// after the other, as a proof object's would be.
+struct Records<'f> {
+    file: &'f File,
+    row: u64,
+    rows: u64,
+    row_bytes: u64,
+    stride: u64,
+    /// The unread part of the last record read.
+    left: Vec<u8>,
+}
+
+impl<'f> Records<'f> {
+    fn new(file: &'f File, d: &ColumnarDescriptor) -> Records<'f> {
+        Records {
+            file,
+            row: 0,
+            rows: d.rows,
+            row_bytes: d.row_bytes,
+            stride: d.stride(),
+            left: Vec::new(),
+        }
+    }
+}
+
+impl std::io::Read for Records<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.left.is_empty() && self.row < self.rows {
+            self.left.resize((self.stride - self.row_bytes) as usize, 0);
+            let at = self.row * self.stride + self.row_bytes;
+            self.file.read_exact_at(&mut self.left, at)?;
+            self.row += 1;
+        }
+        let n = out.len().min(self.left.len());
+        out[..n].copy_from_slice(&self.left[..n]);
+        self.left.drain(..n);
+        Ok(n)
     }
 }

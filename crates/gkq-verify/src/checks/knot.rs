@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use super::columnar;
+use super::home::Homes;
 use crate::Progress;
 use crate::files::Pages;
 use crate::report::{CheckFindings, Finding};
@@ -48,7 +49,7 @@ pub(crate) struct BlockChecked {
 /// Hashes a block's payload; for a columnar block, also checks each row
 /// file in the same pass.
 pub(crate) fn check_block(
-    knot: &Knot<'_>,
+    (knot, homes): (&Knot<'_>, &Homes),
     pages: &Pages<'_>,
     dir: &Path,
     index: usize,
@@ -56,13 +57,14 @@ pub(crate) fn check_block(
 ) -> BlockChecked {
     let (mut acc, mut cols) = (CheckFindings::default(), CheckFindings::default());
     let block = &knot.blocks()[index];
-    let (Some(payload), Some(p)) = (knot.payload(index), block.encoding.payload()) else {
+    let mut files = columnar::open_all(block, dir, &mut cols);
+    homes.report(index, block, &mut acc);
+    let (Some(payload), Some(p)) = (homes.payload(knot, index), block.encoding.payload()) else {
         return BlockChecked {
             knot: acc,
             columnar: cols,
         };
     };
-    let mut files = columnar::open_all(block, dir, &mut cols);
     let mut hasher = Sha256::new();
     let width = block.shape.get(1).copied().unwrap_or(1);
     let src_row = block.dtype.row_bytes(width).unwrap_or(0) as usize;

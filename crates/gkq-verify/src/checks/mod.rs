@@ -4,6 +4,7 @@
 //! report in [`CheckName`] order.
 
 pub(crate) mod columnar;
+pub(crate) mod home;
 pub(crate) mod knot;
 pub(crate) mod package;
 pub(crate) mod quant;
@@ -27,6 +28,8 @@ use crate::{Progress, VerifyOptions};
 /// What every check reads.
 pub(crate) struct Context<'a> {
     pub(crate) knot: Knot<'a>,
+    /// The payloads of blocks stored in their row files (FORMAT.md 7e).
+    pub(crate) homes: home::Homes,
     pub(crate) map: &'a KnotMap,
     pub(crate) dir: PathBuf,
     pub(crate) opts: &'a VerifyOptions,
@@ -127,12 +130,24 @@ impl Context<'_> {
                     .par_iter()
                     .map(|it| match it {
                         Item::Block(i) => {
-                            let b = knot::check_block(&self.knot, &pages, &self.dir, *i, progress);
+                            let b = knot::check_block(
+                                (&self.knot, &self.homes),
+                                &pages,
+                                &self.dir,
+                                *i,
+                                progress,
+                            );
                             (b.knot, b.columnar, CheckFindings::default())
                         }
                         Item::Source(i) => {
                             let src = self.src().expect("source items only when it opened");
-                            let s = source::check_file(&self.knot, &pages, src, *i, progress);
+                            let s = source::check_file(
+                                (&self.knot, &self.homes),
+                                &pages,
+                                src,
+                                *i,
+                                progress,
+                            );
                             (CheckFindings::default(), CheckFindings::default(), s)
                         }
                     })

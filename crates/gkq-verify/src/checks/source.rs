@@ -10,6 +10,7 @@ use gkq_source::{SourceModel, SourceTensor};
 use sha2::{Digest, Sha256};
 
 use super::columnar::diff_rows;
+use super::home::Homes;
 use super::quant::QuantCheck;
 use super::spectral::SpectralCheck;
 use crate::Progress;
@@ -46,7 +47,7 @@ struct TensorCheck<'k> {
 impl<'k> TensorCheck<'k> {
     /// The check of `t`, and what is wrong before any value is read.
     fn new(
-        knot: &'k Knot<'k>,
+        (knot, homes): (&'k Knot<'k>, &'k Homes),
         t: &'k SourceTensor,
         name: &str,
         acc: &mut CheckFindings,
@@ -54,7 +55,7 @@ impl<'k> TensorCheck<'k> {
         let header = knot.header().header();
         let index = header.block_index(&t.name);
         let target: Option<(&Block, &[u8])> =
-            index.and_then(|i| Some((header.resolve(i)?, knot.payload(i)?)));
+            index.and_then(|i| Some((header.resolve(i)?, homes.payload(knot, i)?)));
         let spectral = target
             .filter(|(b, _)| matches!(b.encoding, Encoding::Spectral { .. }) && b.shape == t.shape)
             .and_then(|(block, payload)| SpectralCheck::new(block, payload));
@@ -280,7 +281,7 @@ impl<'k> TensorCheck<'k> {
 /// Compares every tensor of source file `file` with the knot, hashing the
 /// file in the same pass.
 pub(crate) fn check_file(
-    knot: &Knot<'_>,
+    (knot, homes): (&Knot<'_>, &Homes),
     pages: &Pages<'_>,
     src: &SourceModel,
     file: usize,
@@ -298,7 +299,7 @@ pub(crate) fn check_file(
     }
     let mut buf = vec![0u8; CHUNK];
     for t in src.tensors.iter().filter(|t| t.file == file) {
-        let mut tc = TensorCheck::new(knot, t, &name, &mut acc);
+        let mut tc = TensorCheck::new((knot, homes), t, &name, &mut acc);
         let step = tc.step();
         let mut at = 0u64;
         while at < t.len {

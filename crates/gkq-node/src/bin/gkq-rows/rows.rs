@@ -163,8 +163,7 @@ fn warn_fallback(a: &Args, reader: &Reader) {
         .header()
         .header()
         .block_index(&res.tensor)
-        .and_then(|i| reader.knot().header().payload_of(i))
-        .map_or(0, |p| p.len);
+        .map_or(0, |i| reader.knot().header().payload_len(i));
     eprintln!(
         "gkq-rows: warning: {rows} not used; the embedding is read from the knot's {:?} block ({bytes} bytes) because: {}",
         res.kind(),

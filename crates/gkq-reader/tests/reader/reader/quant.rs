@@ -57,7 +57,8 @@ impl Served {
         let i = knot.header().header().block_index(name).expect("block");
         let b = &knot.blocks()[i];
         let rb = b.dtype.row_bytes(b.shape[1]).expect("whole blocks") as usize;
-        let payload = knot.payload(i).expect("payload");
+        let out = self._tmp.path().join("www/m");
+        let payload = fixtures::knots::block_payload(&out, &knot, i);
         let rows = ids
             .iter()
             .map(|&id| payload[id as usize * rb..(id as usize + 1) * rb].to_vec())

@@ -110,7 +110,7 @@ pub(super) fn check_warm(
     }
     for (id, row, _) in &checked.rows {
         let mut mine = vec![0u8; row.len()];
-        let at = id * d.row_bytes;
+        let at = id * d.stride();
         if let Some(f) = local
             && f.read_exact_at(&mut mine, at).is_ok()
             && mine != *row

@@ -306,7 +306,12 @@ fn check_row_file(
     let rows = sample_rows(d.rows, opts.sample_rows, opts.seed);
     let local = File::open(dir.join(&d.object)).ok();
     let fetch = |r: u64| fetch_row(http, d, &url, r, local.as_ref(), &proof);
-    let per_row = if proof.roots.is_some() { 2 } else { 1 };
+    // a record inline (FORMAT.md 7e) comes in the row's own range
+    let per_row = if proof.roots.is_some() && !d.inline_proof() {
+        2
+    } else {
+        1
+    };
     // First and last row one at a time: a server that ignores Range or
     // stalls is reported once, not once per sampled row.
     let (ends, middle): (Vec<u64>, Vec<u64>) =
@@ -364,7 +369,7 @@ impl ProofCheck {
         let url = join(base, &merkle::proof_object_name(&d.object));
         let mut roots = None;
         if let Some(layout) = layout {
-            let plen = layout.object_len().unwrap_or(0);
+            let plen = merkle::proof_object_len(d).unwrap_or(0);
             *requests += 2;
             match head(http, &url, plen) {
                 Err(f) => acc.fail(url.clone(), f.finding()),
@@ -431,7 +436,9 @@ fn fetch_row(
     local: Option<&File>,
     proof: &ProofCheck,
 ) -> Result<u64, RemoteFinding> {
-    let (s, e) = (r * d.row_bytes, (r + 1) * d.row_bytes - 1);
+    // with an inline proof (FORMAT.md 7e) the row's record follows it
+    let stride = d.stride();
+    let (s, e) = (r * stride, (r + 1) * stride - 1);
     let body = match range(http, url, (s, e), d.byte_len) {
         Ok(b) => b,
         Err(Bad {
@@ -455,7 +462,17 @@ fn fetch_row(
             });
         }
     }
-    Ok(body.len() as u64 + proof.prove(http, d, r, &body)?)
+    if !d.inline_proof() {
+        return Ok(body.len() as u64 + proof.prove(http, d, r, &body)?);
+    }
+    let (row, record) = body.split_at((d.row_bytes as usize).min(body.len()));
+    if let Some(roots) = &proof.roots {
+        merkle::check_row(d, roots, r, row, record).map_err(|error| RemoteFinding::RowProof {
+            error,
+            proof_url: url.to_owned(),
+        })?;
+    }
+    Ok(body.len() as u64)
 }
 
 /// Companion files, whole, checked by the store against the digests the
