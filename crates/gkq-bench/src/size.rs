@@ -6,7 +6,10 @@
 //! object; then cold `gkq-rows` sessions of the six workloads (Qwen ids
 //! folded into the model's vocabulary) over TLS + HTTP/2 behind a proxy
 //! adding 10 ms each way and counting every byte: requests, wire bytes and
-//! wall time, the two layouts interleaved, medians of `reps`.
+//! wall time; then a cold `gkq-decode` of each (bench coldstart's link:
+//! 100 MB/s, 25 MB/s per response, 20 ms RTT): time to first token from
+//! process start and wire bytes. The two layouts interleaved, medians of
+//! `reps`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -153,7 +156,7 @@ pub(crate) fn run(reps: usize) -> anyhow::Result<()> {
         "| model | workload | requests (one copy) | requests (before) | × | wire B (one copy) | wire B (before) | × | wall ms (one copy) | wall ms (before) | × |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (slug, vocab) in models {
+    for &(slug, vocab) in &models {
         for (name, _) in fixtures::sessions::WORKLOADS {
             let file = folded(name, vocab)?;
             let mut got = [Vec::new(), Vec::new()];
@@ -183,6 +186,39 @@ pub(crate) fn run(reps: usize) -> anyhow::Result<()> {
                 cell(2)
             );
         }
+    }
+    ttft(&models, reps)
+}
+
+/// Cold decodes on bench coldstart's link, both layouts interleaved.
+fn ttft(models: &[(&str, u64)], reps: usize) -> anyhow::Result<()> {
+    use super::coldstart::{SLOW, remote, site};
+    let site = site(SLOW)?;
+    println!();
+    println!(
+        "cold gkq-decode (32 prompt ids, 4 new tokens, --require-columnar) over TLS + HTTP/2, a 100 MB/s link with 25 MB/s per response and 20 ms RTT; medians of {reps} interleaved rounds"
+    );
+    println!();
+    println!(
+        "| model | TTFT s (one copy) | TTFT s (before) | × | wire MB (one copy) | wire MB (before) | × |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (slug, _) in models {
+        let mut got = [Vec::new(), Vec::new()];
+        for _ in 0..reps {
+            for (k, (_, suffix, _)) in LAYOUTS.iter().enumerate() {
+                let m = remote(
+                    &site,
+                    SLOW,
+                    &format!("size-{slug}-{suffix}"),
+                    &["--no-cache"],
+                )?;
+                got[k].push([m.ttft_s(), m.wire.total() as f64 / 1e6]);
+            }
+        }
+        let m = |k: usize, i: usize| median(got[k].iter().map(|s| s[i]).collect());
+        let cell = |i: usize| format!("{:.2} | {:.2} | {:.2}", m(0, i), m(1, i), m(0, i) / m(1, i));
+        println!("| {slug} | {} | {} |", cell(0), cell(1));
     }
     Ok(())
 }

@@ -68,6 +68,25 @@ impl KnotHeader {
     }
 }
 
+/// [`rows_of`] in place: the rows moved down over the records, the rest
+/// given back (no second buffer the size of the file).
+pub fn into_rows(mut file: Vec<u8>, row_bytes: u64, stride: u64) -> Vec<u8> {
+    let (Ok(row), Ok(stride)) = (usize::try_from(row_bytes), usize::try_from(stride)) else {
+        return Vec::new();
+    };
+    if stride <= row {
+        return file;
+    }
+    let rows = file.len().checked_div(stride).unwrap_or(0);
+    for i in 0..rows {
+        let (from, to) = (i.saturating_mul(stride), i.saturating_mul(row));
+        file.copy_within(from..from.saturating_add(row), to);
+    }
+    file.truncate(rows.saturating_mul(row));
+    file.shrink_to_fit();
+    file
+}
+
 /// The rows of a whole row file of `stride` bytes a row (section 7e: a
 /// row's record after it is dropped), one after the other: the payload of
 /// a block stored in it.

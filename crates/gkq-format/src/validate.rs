@@ -336,8 +336,11 @@ fn validate_spectral(b: &Block) -> Result<()> {
             found: payload.len,
         });
     }
-    if b.is_columnar_eligible() {
-        return Err(placement(b, "spectral blocks are never COLUMNAR_ELIGIBLE"));
+    if b.is_columnar_eligible() || b.in_row_file() {
+        return Err(placement(
+            b,
+            "spectral blocks are never COLUMNAR_ELIGIBLE nor IN_ROW_FILE",
+        ));
     }
     Ok(())
 }

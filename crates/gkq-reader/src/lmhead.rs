@@ -182,7 +182,11 @@ pub(crate) async fn pull_row_file(
     })
     .await?;
     Ok(match desc.inline_proof() {
-        true => Bytes::from(gkq_format::rows_of(&file, desc.row_bytes, desc.stride())),
+        true => Bytes::from(gkq_format::into_rows(
+            Vec::from(file),
+            desc.row_bytes,
+            desc.stride(),
+        )),
         false => file,
     })
 }

@@ -102,6 +102,11 @@ fn a_block_in_its_row_file_reads_from_there_alone() {
     assert_eq!(home.stride(), 44);
     let rows = rows_of(&file, home.row_bytes, home.stride());
     assert_eq!(rows, payloads[0]);
+    assert_eq!(
+        into_rows(file.clone(), home.row_bytes, home.stride()),
+        rows,
+        "in place"
+    );
     let sha: [u8; 32] = sha2::Sha256::digest(&rows).into();
     assert_eq!(sha, p.sha256, "the payload's digest is over the rows");
     assert_eq!(home.sha256, <[u8; 32]>::from(sha2::Sha256::digest(&file)));
@@ -222,4 +227,17 @@ fn the_bits_are_reserved_before_version_5() {
     assert!(!k.blocks()[0].columnar[0].inline_proof(), "cleared as read");
     assert!(!k.blocks()[0].in_row_file());
     assert_eq!(k.verify_payload(0), Some(true));
+}
+
+#[test]
+fn a_spectral_block_is_never_in_a_row_file() {
+    let mut h = Header::default();
+    let mut b = spectral_block(2, DType::F32, Quant::None);
+    b.flags = IN_ROW_FILE;
+    h.blocks.push(b);
+    let e = err(&with_version(&raw_knot(&laid_out(h)), VERSION_5));
+    assert!(
+        matches!(&e, Error::DescriptorPlacement { reason, .. } if reason.contains("IN_ROW_FILE")),
+        "{e}"
+    );
 }
