@@ -25,6 +25,16 @@ const RTT_MS: f64 = 20.0;
 const NO_RUNS: &str = "pack-f32-bf16-noruns";
 /// The same package with its blocks in the knot too and a runs object.
 const IN_KNOT: &str = "pack-f32-bf16-inknot";
+/// The packages compared: (label, directory, flags beyond the dtypes).
+const PACKAGES: [(&str, &str, &[&str]); 3] = [
+    ("one copy, records inline", PACK, &[]),
+    (
+        "runs object (--knot-holds-blocks)",
+        IN_KNOT,
+        &["--knot-holds-blocks"],
+    ),
+    ("rows + proof (before)", NO_RUNS, &["--no-runs"]),
+];
 
 /// The runs the reader fetches for `ids`: distinct rows, sorted, merged
 /// when at most one row lies between them, at most 1,024 rows a run (the
@@ -156,21 +166,10 @@ impl Setup<'_> {
 
 pub(crate) fn run() -> anyhow::Result<()> {
     let m = model()?;
-    pack_args(
-        &m,
-        &bench_dir().join(PACK),
-        &["--dtype", "f32", "--dtype", "bf16"],
-    )?;
-    pack_args(
-        &m,
-        &bench_dir().join(NO_RUNS),
-        &["--dtype", "f32", "--dtype", "bf16", "--no-runs"],
-    )?;
-    pack_args(
-        &m,
-        &bench_dir().join(IN_KNOT),
-        &["--dtype", "f32", "--dtype", "bf16", "--knot-holds-blocks"],
-    )?;
+    for (_, dir, flags) in PACKAGES {
+        let args = [&["--dtype", "f32", "--dtype", "bf16"][..], flags].concat();
+        pack_args(&m, &bench_dir().join(dir), &args)?;
+    }
     let knot = std::fs::read(bench_dir().join(PACK).join("model.knot")).context("packed knot")?;
     let parsed = gkq_format::Knot::parse(&knot)?;
     let header = parsed.header().header_end();
@@ -217,12 +216,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
             ca: &ca,
         };
         for (name, _) in fixtures::sessions::WORKLOADS {
-            let variants = [
-                ("one copy, records inline", PACK),
-                ("runs object (--knot-holds-blocks)", IN_KNOT),
-                ("rows + proof (before)", NO_RUNS),
-            ];
-            for (variant, pack) in variants {
+            for (variant, pack, _) in PACKAGES {
                 let s = setup.session(&nginx, pack, name)?;
                 let (requests, wire, rtts) = setup.row(variant, name, &s)?;
                 if setup.http2 && name == "long_context" {

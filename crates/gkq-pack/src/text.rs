@@ -13,9 +13,16 @@ fn row_file(s: &mut String, c: &ColumnarReport) {
         (false, true) => "exact (block)",
         (false, false) => "not exact",
     };
+    // FORMAT.md 7e: the records inline, the file a runs object's layout
+    let inline = match c.bytes.checked_div(c.rows) {
+        Some(stride) if stride > c.row_bytes => {
+            format!(", each followed by its record ({stride} B strides)")
+        }
+        _ => String::new(),
+    };
     let _ = writeln!(
         s,
-        "  {}  {} rows x {} bytes ({} {})  sha256 {}  max abs error vs source {:e}, {exact}",
+        "  {}  {} rows x {} bytes{inline} ({} {})  sha256 {}  max abs error vs source {:e}, {exact}",
         c.path.display(),
         c.rows,
         c.row_bytes,

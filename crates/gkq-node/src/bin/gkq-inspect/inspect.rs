@@ -190,10 +190,12 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
     )?;
     for (i, b) in h.blocks.iter().enumerate() {
         let (enc, _) = encoding(b, &h.blocks);
-        let bytes = b
-            .encoding
-            .payload()
-            .map_or_else(|| "-".to_owned(), |p| p.len.to_string());
+        // FORMAT.md 7e: a block stored in its row file, not here
+        let bytes = match b.encoding.payload() {
+            Some(p) if b.in_row_file() => format!("{} in its row file", p.len),
+            Some(p) => p.len.to_string(),
+            None => "-".to_owned(),
+        };
         writeln!(
             out,
             "  {i:>4}  {:<44} {:<24} {:<6} {:<18} {:>#5x} {:>12}",
@@ -204,34 +206,7 @@ fn human(out: &mut impl Write, location: &str, k: &KnotHeader) -> std::io::Resul
             b.flags,
             bytes
         )?;
-        for d in &b.columnar {
-            writeln!(
-                out,
-                "        row file {} ({}, {} rows x {} bytes = {} bytes, sha256 {})",
-                d.object,
-                d.dtype.name(),
-                d.rows,
-                d.row_bytes,
-                d.byte_len,
-                hex(&d.sha256)
-            )?;
-            let exact = match (d.is_source_exact(), d.is_block_exact()) {
-                (true, true) => "SOURCE_EXACT | BLOCK_EXACT",
-                (true, false) => "SOURCE_EXACT",
-                (false, true) => "BLOCK_EXACT",
-                (false, false) => "not exact",
-            };
-            match d.proof {
-                Some(p) => writeln!(
-                    out,
-                    "          {exact}; proof {}.proof, height {}, merkle root {}",
-                    d.object,
-                    p.height,
-                    hex(&p.root)
-                )?,
-                None => writeln!(out, "          {exact}; no row proof (version 2 knot)")?,
-            }
-        }
+        row_files(out, b)?;
     }
     out.flush()
 }
@@ -290,6 +265,48 @@ pub(crate) fn run(a: &Args, started: std::time::Instant) -> anyhow::Result<()> {
                 knot.header().header_end(),
                 knot.beyond_header()
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// The lines of a block's row files: each one's layout, exactness and proof.
+fn row_files(out: &mut impl Write, b: &gkq_format::Block) -> std::io::Result<()> {
+    for d in &b.columnar {
+        let records = match d.inline_proof() {
+            true => format!(", each followed by its record ({} B strides)", d.stride()),
+            false => String::new(),
+        };
+        writeln!(
+            out,
+            "        row file {} ({}, {} rows x {} bytes{records} = {} bytes, sha256 {})",
+            d.object,
+            d.dtype.name(),
+            d.rows,
+            d.row_bytes,
+            d.byte_len,
+            hex(&d.sha256)
+        )?;
+        let exact = match (d.is_source_exact(), d.is_block_exact()) {
+            (true, true) => "SOURCE_EXACT | BLOCK_EXACT",
+            (true, false) => "SOURCE_EXACT",
+            (false, true) => "BLOCK_EXACT",
+            (false, false) => "not exact",
+        };
+        match d.proof {
+            Some(p) => writeln!(
+                out,
+                "          {exact}; proof {}.proof{}, height {}, merkle root {}",
+                d.object,
+                if d.inline_proof() {
+                    " (its chunk table alone)"
+                } else {
+                    ""
+                },
+                p.height,
+                hex(&p.root)
+            )?,
+            None => writeln!(out, "          {exact}; no row proof (version 2 knot)")?,
         }
     }
     Ok(())
