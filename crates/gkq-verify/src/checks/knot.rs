@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use super::columnar;
-use super::home::Homes;
+use super::home::{Buffers, Homes, Source};
 use crate::Progress;
 use crate::files::Pages;
 use crate::report::{CheckFindings, Finding};
@@ -59,7 +59,7 @@ pub(crate) fn check_block(
     let block = &knot.blocks()[index];
     let mut files = columnar::open_all(block, dir, &mut cols);
     homes.report(index, block, &mut acc);
-    let (Some(payload), Some(p)) = (homes.payload(knot, index), block.encoding.payload()) else {
+    let (Some(payload), Some(p)) = (homes.source(knot, index), block.encoding.payload()) else {
         return BlockChecked {
             knot: acc,
             columnar: cols,
@@ -71,8 +71,14 @@ pub(crate) fn check_block(
     let step = CHUNK
         .checked_div(src_row)
         .map_or(CHUNK, |n| n.max(1) * src_row);
-    let mut at = 0usize;
-    for chunk in payload.chunks(step.max(1)) {
+    let (mut at, mut bufs) = (0usize, Buffers::default());
+    let shown = format!("block {}", block.name);
+    while at < p.len as usize {
+        let n = step.max(1).min(p.len as usize - at);
+        let chunk = match payload.read(at as u64, n, &mut bufs) {
+            Ok(c) => c,
+            Err(e) => return unreadable((acc, cols), block, e),
+        };
         acc.bytes += chunk.len() as u64;
         progress.advance(chunk.len() as u64);
         let first_row = at.checked_div(src_row).unwrap_or(0) as u64;
@@ -81,15 +87,16 @@ pub(crate) fn check_block(
         let ((), taken) = rayon::join(
             || hasher.update(chunk),
             || {
+                let take = |rf: &mut columnar::RowFile<'_>| {
+                    (
+                        rf.object().to_owned(),
+                        rf.take(block, chunk, first_row, rows),
+                    )
+                };
                 files
                     .par_iter_mut()
                     .filter(|rf| !rf.broken())
-                    .map(|rf| {
-                        (
-                            rf.object().to_owned(),
-                            rf.take(block, chunk, first_row, rows),
-                        )
-                    })
+                    .map(take)
                     .collect::<Vec<_>>()
             },
         );
@@ -99,30 +106,56 @@ pub(crate) fn check_block(
                 Err(f) => cols.fail(dir.join(&object).display().to_string(), f),
             }
         }
-        at += chunk.len();
+        at += n;
         pages.release(chunk);
     }
     let digest: [u8; 32] = hasher.finalize().into();
-    let shown = format!("block {}", block.name);
     if let Err(e) = gkq_format::check_payload_digest(knot.header().header(), index, p, digest) {
         acc.fail(shown, e);
-    } else if let Err(f) = check_spectral_decodes(block, payload) {
+    } else if let Source::Knot(payload) = payload
+        && let Err(f) = check_spectral_decodes(block, payload)
+    {
         acc.fail(shown, f);
     }
-    for rf in files {
-        let d = rf.descriptor();
-        rf.finish(block, dir, &mut cols);
-        let h = knot.header().header();
-        if h.has_runs(&d.object) {
-            columnar::check_runs(d, dir, &mut cols);
-        }
-        if h.has_warm(&d.object) {
-            columnar::check_warm(d, &h.warm_rows(), dir, &mut cols);
-        }
-    }
+    finish_files(files, (knot, block), dir, &mut cols);
     BlockChecked {
         knot: acc,
         columnar: cols,
+    }
+}
+
+/// The checks of `block`'s row files that need them whole, and of the
+/// runs and warm objects beside them.
+fn finish_files(
+    files: Vec<columnar::RowFile<'_>>,
+    (knot, block): (&Knot<'_>, &Block),
+    dir: &Path,
+    cols: &mut CheckFindings,
+) {
+    let h = knot.header().header();
+    for rf in files {
+        let d = rf.descriptor();
+        rf.finish(block, dir, cols);
+        if h.has_runs(&d.object) {
+            columnar::check_runs(d, dir, cols);
+        }
+        if h.has_warm(&d.object) {
+            columnar::check_warm(d, &h.warm_rows(), dir, cols);
+        }
+    }
+}
+
+/// The findings so far, and a home row file that failed a read.
+fn unreadable(
+    (mut acc, columnar): (CheckFindings, CheckFindings),
+    block: &Block,
+    e: std::io::Error,
+) -> BlockChecked {
+    let finding = super::home::unreadable(block, e.to_string());
+    acc.fail(format!("block {}", block.name), finding);
+    BlockChecked {
+        knot: acc,
+        columnar,
     }
 }
 

@@ -10,7 +10,7 @@ use gkq_source::{SourceModel, SourceTensor};
 use sha2::{Digest, Sha256};
 
 use super::columnar::diff_rows;
-use super::home::Homes;
+use super::home::{Buffers, Homes, Source};
 use super::quant::QuantCheck;
 use super::spectral::SpectralCheck;
 use crate::Progress;
@@ -25,8 +25,10 @@ const MAX_LISTED: usize = 5;
 /// One source tensor against its block, chunk by chunk.
 struct TensorCheck<'k> {
     t: &'k SourceTensor,
-    /// The dense block and its payload.
-    target: Option<(&'k Block, &'k [u8])>,
+    /// The dense block and where its payload is read from.
+    target: Option<(&'k Block, Source<'k>)>,
+    /// The buffers of reads from a home row file.
+    bufs: Buffers,
     spectral: Option<SpectralCheck<'k>>,
     quant: Option<QuantCheck<'k>>,
     /// A block type on either side: compared row by row.
@@ -54,11 +56,16 @@ impl<'k> TensorCheck<'k> {
     ) -> TensorCheck<'k> {
         let header = knot.header().header();
         let index = header.block_index(&t.name);
-        let target: Option<(&Block, &[u8])> =
-            index.and_then(|i| Some((header.resolve(i)?, homes.payload(knot, i)?)));
-        let spectral = target
-            .filter(|(b, _)| matches!(b.encoding, Encoding::Spectral { .. }) && b.shape == t.shape)
-            .and_then(|(block, payload)| SpectralCheck::new(block, payload));
+        let target: Option<(&Block, Source<'_>)> =
+            index.and_then(|i| Some((header.resolve(i)?, homes.source(knot, i)?)));
+        let spectral = match &target {
+            Some((b, Source::Knot(payload)))
+                if matches!(b.encoding, Encoding::Spectral { .. }) && b.shape == t.shape =>
+            {
+                SpectralCheck::new(b, payload)
+            }
+            _ => None,
+        };
         let target = target.filter(|(b, _)| matches!(b.encoding, Encoding::Dense(_)));
         if index.is_none() {
             acc.fail(
@@ -106,6 +113,7 @@ impl<'k> TensorCheck<'k> {
         TensorCheck {
             t,
             target,
+            bufs: Buffers::default(),
             spectral,
             quant: quantized.and_then(|(b, _)| QuantCheck::new(b)),
             blocky,
@@ -160,9 +168,10 @@ impl<'k> TensorCheck<'k> {
         } else {
             (first_elem * b.dtype.itemsize()) as usize
         };
-        let got = payload
-            .get(start..start + expected.len())
-            .unwrap_or_default();
+        let mut bufs = std::mem::take(&mut self.bufs);
+        let Ok(got) = payload.read(start as u64, expected.len(), &mut bufs) else {
+            return false; // the block check reports the home row file
+        };
         let (rb, first_row) = if self.by_rows() {
             (self.out_row as usize, at / self.row)
         } else {
@@ -180,6 +189,7 @@ impl<'k> TensorCheck<'k> {
             self.loss = Some(self.loss.map_or(e, |l| l.max(e)));
         }
         pages.release(got);
+        self.bufs = bufs;
         true
     }
 
