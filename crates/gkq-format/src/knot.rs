@@ -68,8 +68,10 @@ impl KnotHeader {
     }
 }
 
-/// [`rows_of`] in place: the rows moved down over the records, the rest
-/// given back (no second buffer the size of the file).
+/// The rows of a whole row file of `stride` bytes a row (section 7e: the
+/// record after each row dropped), one after the other: the payload of a
+/// block stored in it. In place: the rows move down over the records and
+/// the rest is given back (no second buffer the size of the file).
 pub fn into_rows(mut file: Vec<u8>, row_bytes: u64, stride: u64) -> Vec<u8> {
     let (Ok(row), Ok(stride)) = (usize::try_from(row_bytes), usize::try_from(stride)) else {
         return Vec::new();
@@ -85,24 +87,6 @@ pub fn into_rows(mut file: Vec<u8>, row_bytes: u64, stride: u64) -> Vec<u8> {
     file.truncate(rows.saturating_mul(row));
     file.shrink_to_fit();
     file
-}
-
-/// The rows of a whole row file of `stride` bytes a row (section 7e: a
-/// row's record after it is dropped), one after the other: the payload of
-/// a block stored in it.
-pub fn rows_of(file: &[u8], row_bytes: u64, stride: u64) -> Vec<u8> {
-    if stride == row_bytes {
-        return file.to_vec();
-    }
-    let (Ok(row), Ok(stride)) = (usize::try_from(row_bytes), usize::try_from(stride)) else {
-        return Vec::new();
-    };
-    let rows = file.len().checked_div(stride).unwrap_or(0);
-    let mut out = Vec::with_capacity(rows.saturating_mul(row));
-    for s in file.chunks(stride.max(1)) {
-        out.extend_from_slice(s.get(..row).unwrap_or(s));
-    }
-    out
 }
 
 /// What [`parse_prefix`] learned from the first bytes of a knot.

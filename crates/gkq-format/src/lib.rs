@@ -49,7 +49,7 @@ pub use error::{Error, Result, error_chain, root_cause};
 pub use id::KnotId;
 pub use knot::{
     Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,
-    into_rows, parse_prefix, prefix_id, rows_of,
+    into_rows, parse_prefix, prefix_id,
 };
 pub use model::{
     BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, IN_ROW_FILE,
