@@ -15,6 +15,7 @@ mod llama_cpp;
 mod lm_quality;
 mod pack;
 mod quant;
+mod quantize;
 mod qwen;
 mod reader;
 mod report;
@@ -59,6 +60,8 @@ enum Which {
     Spectral,
     /// Quantized packages (qwen2.5-0.5b bf16, q8_0, q4_0; a Llama shape bf16 and q4_k) on the coldstart setup: wire bytes, TTFT, peak RSS, tokens/s, lm_head bytes, session bytes, logits error; RMSE per type on real MiniLM.
     Quant,
+    /// `gkq-pack --quant q4_0` and `Q4_K_M` against llama-quantize on the same bf16 GGUF of the qwen2.5-0.5b preset: wall times, interleaved pairs.
+    Quantize,
     /// 8 nodes boot the qwen2.5-0.5b preset at once: straight to a 100 MB/s origin, through an nginx slice cache, from a gkq-mirror copy, and with a hostile mirror: origin egress and ready times.
     Fleet,
     /// gkq-report on the qwen2.5-0.5b preset with the Qwen2.5 BPE and the six workloads of fixtures/texts, without and with a top-100 warm object: the warm-up's requests and the 100 sessions on the wire against the computed report.
@@ -108,6 +111,7 @@ fn run(which: Which, reps: usize) -> anyhow::Result<()> {
         Which::Big => big::run(),
         Which::Coldstart => coldstart::run(),
         Which::Quant => quant::run(),
+        Which::Quantize => quantize::run(reps),
         Which::Fleet => fleet::run(),
         Which::Report => report::run(),
         Which::Qwen => qwen::run(),
