@@ -18,128 +18,195 @@ fn nearest_int(x: f32) -> i32 {
     (bits & 0x007f_ffff) - 0x0040_0000
 }
 
-/// ggml's `make_qkx2_quants`: codes `l[i]` in `0..=nmax` and `(scale,
-/// -min)` fitting `x ≈ scale·l + min`, the weighted error searched over
-/// `nstep + 1` candidate scales (`use_mad` false: squared error).
-#[allow(clippy::too_many_arguments)]
-fn make_qkx2_quants(
+/// ggml's `make_qkx2_quants` (`use_mad` false: squared error) for `N`
+/// groups of 32 side by side: lane `j` of every array is group `j`. Each
+/// lane runs ggml's scalar steps in ggml's order, data-dependent branches
+/// becoming selects, so its codes `l[i][j]` in `0..=nmax` and `(scale,
+/// -min)` fitting `x ≈ scale·l + min` are the scalar function's bit for
+/// bit, while the compiler keeps the lanes in vector registers. The
+/// weighted error is searched over `nstep + 1` candidate scales.
+fn make_qkx2_lanes<const N: usize>(
     nmax: i32,
-    x: &[f32; 32],
-    weights: &[f32; 32],
-    l: &mut [u8; 32],
+    x: &[[f32; N]; 32],
+    w: &[[f32; N]; 32],
+    l: &mut [[u8; N]; 32],
     (rmin, rdelta, nstep): (f32, f32, i32),
-) -> (f32, f32) {
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
+) -> ([f32; N], [f32; N]) {
+    let (mut min, mut max, mut sum_w) = (x[0], x[0], w[0]);
+    let mut sum_x: [f32; N] = std::array::from_fn(|j| sum_w[j] * x[0][j]);
     for i in 1..32 {
-        if x[i] < min {
-            min = x[i];
+        for j in 0..N {
+            let v = x[i][j];
+            min[j] = if v < min[j] { v } else { min[j] };
+            max[j] = if v > max[j] { v } else { max[j] };
+            sum_w[j] += w[i][j];
+            sum_x[j] += w[i][j] * v;
         }
-        if x[i] > max {
-            max = x[i];
-        }
-        let w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
     }
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max == min {
-        *l = [0; 32];
-        return (0.0, -min);
-    }
+    min = min.map(|m| if m > 0.0 { 0.0 } else { m });
+    let first_min = min;
     let nmaxf = nmax as f32;
-    let mut iscale = nmaxf / (max - min);
-    let mut scale = 1.0 / iscale;
-    let mut best_error = 0f32;
-    for i in 0..32 {
-        let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-        l[i] = q as u8;
-        let diff = scale * l[i] as f32 + min - x[i];
-        best_error += weights[i] * (diff * diff);
-    }
-    let mut aux = [0u8; 32];
+    let iscale: [f32; N] = std::array::from_fn(|j| nmaxf / (max[j] - min[j]));
+    let mut scale = iscale.map(|i| 1.0 / i);
+    codes(nmax, x, iscale, min, l);
+    let mut best = weighted_error(x, w, l, scale, min);
+    let mut aux = [[0u8; N]; 32];
     for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
+        let top = rmin + rdelta * is as f32 + nmaxf;
+        codes(
+            nmax,
+            x,
+            std::array::from_fn(|j| top / (max[j] - min[j])),
+            min,
+            &mut aux,
+        );
+        let (mut sum_l, mut sum_l2, mut sum_xl) = ([0f32; N], [0f32; N], [0f32; N]);
         for i in 0..32 {
-            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            aux[i] = q as u8;
-            let (w, lf) = (weights[i], q as f32);
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * x[i];
+            for j in 0..N {
+                let (w, lf) = (w[i][j], f32::from(aux[i][j]));
+                sum_l[j] += w * lf;
+                sum_l2[j] += w * lf * lf;
+                sum_xl[j] += w * lf * x[i][j];
+            }
         }
-        let d = sum_w * sum_l2 - sum_l * sum_l;
-        if d > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
+        let (mut this_scale, mut this_min, mut better) = ([0f32; N], [0f32; N], [false; N]);
+        for j in 0..N {
+            let d = sum_w[j] * sum_l2[j] - sum_l[j] * sum_l[j];
+            better[j] = d > 0.0;
+            this_scale[j] = (sum_w[j] * sum_xl[j] - sum_x[j] * sum_l[j]) / d;
+            this_min[j] = (sum_l2[j] * sum_x[j] - sum_l[j] * sum_xl[j]) / d;
+            if this_min[j] > 0.0 {
+                this_min[j] = 0.0;
+                this_scale[j] = sum_xl[j] / sum_l2[j];
             }
-            let mut cur_error = 0f32;
-            for i in 0..32 {
-                let diff = this_scale * aux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
+        }
+        let cur_error = weighted_error(x, w, &aux, this_scale, this_min);
+        for j in 0..N {
+            better[j] &= cur_error[j] < best[j];
+            if better[j] {
+                best[j] = cur_error[j];
+                scale[j] = this_scale[j];
+                min[j] = this_min[j];
             }
-            if cur_error < best_error {
-                *l = aux;
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
+        }
+        for (l, aux) in l.iter_mut().zip(&aux) {
+            for j in 0..N {
+                l[j] = if better[j] { aux[j] } else { l[j] };
             }
         }
     }
-    (scale, -min)
+    // a flat group (max == min) is all zero codes, scale 0
+    for j in 0..N {
+        if max[j] == first_min[j] {
+            (scale[j], min[j]) = (0.0, first_min[j]);
+            l.iter_mut().for_each(|l| l[j] = 0);
+        }
+    }
+    (scale, min.map(|m| -m))
 }
 
-/// ggml's `make_qx_quants` with `rmse_type` 1 and no weights (Q6_K): codes
-/// `l[i] = q + nmax` with `q` in `-nmax..nmax`, and the scale.
-fn make_qx_quants(nmax: i32, x: &[f32; 16], l: &mut [u8; 16]) -> f32 {
-    let (mut max, mut amax) = (0f32, 0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
+/// The lanes' codes `nearest_int(iscale·(x − min))`, clipped to `0..=nmax`.
+fn codes<const N: usize>(
+    nmax: i32,
+    x: &[[f32; N]; 32],
+    iscale: [f32; N],
+    min: [f32; N],
+    l: &mut [[u8; N]; 32],
+) {
+    for (l, x) in l.iter_mut().zip(x) {
+        for j in 0..N {
+            l[j] = nearest_int(iscale[j] * (x[j] - min[j])).clamp(0, nmax) as u8;
         }
     }
-    if amax < GROUP_MAX_EPS {
-        *l = [0; 16];
-        return 0.0;
+}
+
+/// The lanes' weighted squared errors of `scale·l + min` against `x`,
+/// summed in value order.
+fn weighted_error<const N: usize>(
+    x: &[[f32; N]; 32],
+    w: &[[f32; N]; 32],
+    l: &[[u8; N]; 32],
+    scale: [f32; N],
+    min: [f32; N],
+) -> [f32; N] {
+    let mut err = [0f32; N];
+    for i in 0..32 {
+        for j in 0..N {
+            let diff = scale[j] * f32::from(l[i][j]) + min[j] - x[i][j];
+            err[j] += w[i][j] * (diff * diff);
+        }
+    }
+    err
+}
+
+/// ggml's `make_qx_quants` with `rmse_type` 1 and no weights (Q6_K) for
+/// `N` groups of 16 side by side, lane `j` of every array being group `j`
+/// (as [`make_qkx2_lanes`]): codes `l[i][j] = q + nmax` with `q` in
+/// `-nmax..nmax`, and the scales.
+fn make_qx_lanes<const N: usize>(nmax: i32, x: &[[f32; N]; 16], l: &mut [[u8; N]; 16]) -> [f32; N] {
+    let (mut max, mut amax) = ([0f32; N], [0f32; N]);
+    for x in x {
+        for j in 0..N {
+            if x[j].abs() > amax[j] {
+                amax[j] = x[j].abs();
+                max[j] = x[j];
+            }
+        }
     }
     let nmaxf = nmax as f32;
-    let fit = |iscale: f32, l: &mut [u8; 16]| {
-        let (mut sumlx, mut suml2) = (0f32, 0f32);
+    let fit = |iscale: [f32; N], l: &mut [[u8; N]; 16]| {
+        let (mut sumlx, mut suml2) = ([0f32; N], [0f32; N]);
         for i in 0..16 {
-            let q = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
-            l[i] = (q + nmax) as u8;
-            let (w, qf) = (x[i] * x[i], q as f32);
-            sumlx += w * x[i] * qf;
-            suml2 += w * qf * qf;
+            for j in 0..N {
+                let q = nearest_int(iscale[j] * x[i][j]).clamp(-nmax, nmax - 1);
+                l[i][j] = (q + nmax) as u8;
+                let (w, qf) = (x[i][j] * x[i][j], q as f32);
+                sumlx[j] += w * x[i][j] * qf;
+                suml2[j] += w * qf * qf;
+            }
         }
         (sumlx, suml2)
     };
-    let (sumlx, suml2) = fit(-nmaxf / max, l);
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    for is in -9..=9 {
-        if is == 0 {
-            continue;
+    let (sumlx, suml2) = fit(max.map(|m| -nmaxf / m), l);
+    let mut scale: [f32; N] = std::array::from_fn(|j| {
+        if suml2[j] != 0.0 {
+            sumlx[j] / suml2[j]
+        } else {
+            0.0
         }
-        let iscale = -(nmaxf + 0.1 * is as f32) / max;
-        let mut trial = [0u8; 16];
-        let (sumlx, suml2) = fit(iscale, &mut trial);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            *l = trial;
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+    });
+    let mut best: [f32; N] = std::array::from_fn(|j| scale[j] * sumlx[j]);
+    let mut trial = [[0u8; N]; 16];
+    for is in (-9..=9).filter(|&is| is != 0) {
+        let (sumlx, suml2) = fit(max.map(|m| -(nmaxf + 0.1 * is as f32) / m), &mut trial);
+        let mut better = [false; N];
+        for j in 0..N {
+            better[j] = suml2[j] > 0.0 && sumlx[j] * sumlx[j] > best[j] * suml2[j];
+            if better[j] {
+                scale[j] = sumlx[j] / suml2[j];
+                best[j] = scale[j] * sumlx[j];
+            }
+        }
+        for (l, t) in l.iter_mut().zip(&trial) {
+            for j in 0..N {
+                l[j] = if better[j] { t[j] } else { l[j] };
+            }
+        }
+    }
+    // a group below GROUP_MAX_EPS is all zero codes, scale 0
+    for j in 0..N {
+        if amax[j] < GROUP_MAX_EPS {
+            scale[j] = 0.0;
+            l.iter_mut().for_each(|l| l[j] = 0);
         }
     }
     scale
+}
+
+/// `x` (groups of `G` values, `N` groups) with group `j` in lane `j`:
+/// `out[i][j] = x[G·j + i]`.
+fn transpose<const G: usize, const N: usize>(x: &[f32]) -> [[f32; N]; G] {
+    std::array::from_fn(|i| std::array::from_fn(|j| x[G * j + i]))
 }
 
 /// The 6-bit scale and min of sub-block `j` of a Q4_K/Q5_K block's 12
@@ -165,23 +232,24 @@ fn quant_sub_blocks(
     l: &mut [u8; QK_K],
     search: (f32, f32, i32),
 ) {
-    let (mut scales, mut mins) = ([0f32; 8], [0f32; 8]);
+    let xt: [[f32; 8]; 32] = transpose(x);
+    let mut sum_x2 = [0f32; 8];
+    for x in &xt {
+        for j in 0..8 {
+            sum_x2[j] += x[j] * x[j];
+        }
+    }
+    let av_x = sum_x2.map(|s| (s / 32.0).sqrt());
+    let weights = xt.map(|x| std::array::from_fn(|j| av_x[j] + x[j].abs()));
+    let mut lt = [[0u8; 8]; 32];
+    let (scales, mins) = make_qkx2_lanes(nmax, &xt, &weights, &mut lt, search);
+    for (i, lt) in lt.iter().enumerate() {
+        for j in 0..8 {
+            l[32 * j + i] = lt[j];
+        }
+    }
     let (mut max_scale, mut max_min) = (0f32, 0f32);
     for j in 0..8 {
-        let mut xs = [0f32; 32];
-        xs.copy_from_slice(&x[32 * j..32 * j + 32]);
-        let mut sum_x2 = 0f32;
-        for &v in &xs {
-            sum_x2 += v * v;
-        }
-        let av_x = (sum_x2 / 32.0).sqrt();
-        let mut weights = [0f32; 32];
-        for (w, &v) in weights.iter_mut().zip(&xs) {
-            *w = av_x + v.abs();
-        }
-        let mut lj = [0u8; 32];
-        (scales[j], mins[j]) = make_qkx2_quants(nmax, &xs, &weights, &mut lj, search);
-        l[32 * j..32 * j + 32].copy_from_slice(&lj);
         if scales[j] > max_scale {
             max_scale = scales[j];
         }
@@ -260,14 +328,15 @@ pub(super) fn quant_q5_k(x: &[f32], b: &mut [u8]) {
 
 pub(super) fn quant_q6_k(x: &[f32], b: &mut [u8]) {
     let mut l = [0u8; QK_K];
-    let mut scales = [0f32; 16];
+    let mut lt = [[0u8; 16]; 16];
+    let scales = make_qx_lanes(32, &transpose(x), &mut lt);
+    for (i, lt) in lt.iter().enumerate() {
+        for ib in 0..16 {
+            l[16 * ib + i] = lt[ib];
+        }
+    }
     let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
     for ib in 0..16 {
-        let mut xs = [0f32; 16];
-        xs.copy_from_slice(&x[16 * ib..16 * ib + 16]);
-        let mut li = [0u8; 16];
-        scales[ib] = make_qx_quants(32, &xs, &mut li);
-        l[16 * ib..16 * ib + 16].copy_from_slice(&li);
         if scales[ib].abs() > max_abs_scale {
             max_abs_scale = scales[ib].abs();
             max_scale = scales[ib];
@@ -360,3 +429,7 @@ pub(super) fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "k_tests.rs"]
+mod tests;

@@ -102,9 +102,6 @@ pub(crate) const BLOCK_TYPES: [BlockType; 8] = {
     ]
 };
 
-/// The largest block, in bytes.
-const MAX_BLOCK_BYTES: usize = 210;
-
 pub(crate) fn block_type(dtype: DType) -> Option<&'static BlockType> {
     BLOCK_TYPES.iter().find(|t| t.dtype == dtype)
 }
@@ -130,12 +127,12 @@ pub fn dequantize(src: &[u8], dtype: DType, out: &mut Vec<f32>) -> bool {
     if !src.len().is_multiple_of(t.bytes) {
         return false;
     }
-    out.reserve(src.len() / t.bytes * t.values);
-    for b in src.chunks_exact(t.bytes) {
-        let mut y = [0f32; QK_K];
-        let y = &mut y[..t.values];
+    out.resize(src.len() / t.bytes * t.values, 0.0);
+    for (b, y) in src
+        .chunks_exact(t.bytes)
+        .zip(out.chunks_exact_mut(t.values))
+    {
         (t.dequant)(b, y);
-        out.extend_from_slice(y);
     }
     true
 }
@@ -151,12 +148,14 @@ pub fn quantize(src: &[f32], dtype: DType, out: &mut Vec<u8>) -> bool {
     if !src.len().is_multiple_of(t.values) {
         return false;
     }
-    out.reserve(src.len() / t.values * t.bytes);
-    for x in src.chunks_exact(t.values) {
-        let mut b = [0u8; MAX_BLOCK_BYTES];
-        let b = &mut b[..t.bytes];
+    let start = out.len();
+    out.resize(start + src.len() / t.values * t.bytes, 0);
+    let blocks = out.get_mut(start..).unwrap_or_default();
+    for (x, b) in src
+        .chunks_exact(t.values)
+        .zip(blocks.chunks_exact_mut(t.bytes))
+    {
         (t.quant)(x, b);
-        out.extend_from_slice(b);
     }
     true
 }

@@ -18,16 +18,43 @@ pub fn unhalf(b: [u8; 2]) -> f32 {
     f16::from_le_bytes(b).to_f32()
 }
 
-/// The value of largest magnitude (the first of them), as ggml finds it.
-fn signed_max(x: &[f32]) -> f32 {
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
+/// Lanes of the order-free maxima below.
+const LANES: usize = 8;
+
+/// The largest of `|v|` over `x` leaving NaN out (0 for none), by lanes,
+/// so that it vectorizes: a maximum does not depend on the order.
+fn abs_max(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    for &v in chunks.remainder() {
+        lanes[0] = if v.abs() > lanes[0] {
+            v.abs()
+        } else {
+            lanes[0]
+        };
+    }
+    for c in chunks {
+        for k in 0..LANES {
+            lanes[k] = if c[k].abs() > lanes[k] {
+                c[k].abs()
+            } else {
+                lanes[k]
+            };
         }
     }
-    max
+    lanes.iter().fold(0f32, |m, &a| if a > m { a } else { m })
+}
+
+/// The value of largest magnitude (the first of them), as ggml finds it
+/// (`if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`, from 0: a NaN is
+/// never taken, and all zeros give +0): that magnitude, then the first
+/// value that has it.
+fn signed_max(x: &[f32]) -> f32 {
+    let amax = abs_max(x);
+    if amax == 0.0 {
+        return 0.0;
+    }
+    x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0)
 }
 
 fn min_max(x: &[f32]) -> (f32, f32) {
@@ -143,9 +170,13 @@ pub(super) fn quant_q8_0(x: &[f32], b: &mut [u8]) {
     // ggml's `amax = MAX(amax, fabsf(v))`, `MAX(a, b)` being
     // `a > b ? a : b`: a NaN takes the place of the maximum, and a later
     // value replaces it (f32::max would skip the NaN instead)
-    let amax = x
-        .iter()
-        .fold(0f32, |a, v| if a > v.abs() { a } else { v.abs() });
+    let amax = if x.iter().fold(false, |n, v| n | v.is_nan()) {
+        x.iter()
+            .fold(0f32, |a, v| if a > v.abs() { a } else { v.abs() })
+    } else {
+        // without NaN, the order does not matter
+        abs_max(x)
+    };
     let d = amax / 127.0;
     let id = inverse(d);
     b[..2].copy_from_slice(&half(d));
@@ -209,5 +240,66 @@ pub(super) fn dequant_q8_0(b: &[u8], y: &mut [f32]) {
     let d = unhalf([b[0], b[1]]);
     for (o, &q) in y.iter_mut().zip(&b[2..34]) {
         *o = f32::from(q as i8) * d;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ggml's loops as written, one value after the other.
+    fn signed_max_scalar(x: &[f32]) -> f32 {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in x {
+            if amax < v.abs() {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        max
+    }
+
+    fn abs_max_scalar(x: &[f32]) -> f32 {
+        x.iter()
+            .fold(0f32, |a, v| if a > v.abs() { a } else { v.abs() })
+    }
+
+    /// The maxima by lanes equal ggml's loops bit for bit on the values
+    /// they branch on: ties of sign, zeros of both signs, NaN, infinities.
+    #[test]
+    fn lane_maxima_equal_the_loops() {
+        let mut cases: Vec<[f32; QK]> = Vec::new();
+        let ramp: [f32; QK] = std::array::from_fn(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0);
+        for (at, v) in [
+            (3, 0.79),
+            (30, -0.79),
+            (5, f32::NAN),
+            (31, f32::NAN),
+            (9, f32::INFINITY),
+            (12, f32::NEG_INFINITY),
+            (0, -0.0),
+        ] {
+            let mut c = ramp;
+            c[at] = v;
+            cases.push(c);
+        }
+        cases.push([-0.0; QK]);
+        cases.push([0.0; QK]);
+        let mut tie = [0.25f32; QK];
+        tie[4] = -0.5;
+        tie[20] = 0.5;
+        cases.push(tie);
+        cases.push([f32::NAN; QK]);
+        for c in &cases {
+            assert_eq!(
+                signed_max(c).to_bits(),
+                signed_max_scalar(c).to_bits(),
+                "{c:?}"
+            );
+            let mut ours = [0u8; 34];
+            quant_q8_0(c, &mut ours);
+            let d = abs_max_scalar(c) / 127.0;
+            assert_eq!(ours[..2], half(d), "{c:?}");
+        }
     }
 }
