@@ -186,26 +186,44 @@ pub fn write_proof(
     for r in &roots {
         out.write_all(r)?;
     }
-    let mut paths: Vec<Vec<Hash>> = Vec::new();
     let mut record = Vec::with_capacity(chunk.saturating_mul(32 * usize::from(height)));
     for c in leaves.chunks(chunk) {
-        paths.clear();
-        paths.resize_with(c.len(), || Vec::with_capacity(usize::from(height)));
-        all_paths(c, &mut paths);
         record.clear();
-        for path in &paths {
-            for p in path {
-                record.extend_from_slice(p);
-            }
-            // rows of a short last chunk have shorter paths: zero-filled
-            let fill = usize::from(height)
-                .saturating_sub(path.len())
-                .saturating_mul(32);
-            record.resize(record.len().saturating_add(fill), 0);
-        }
+        chunk_records(c, height, &mut record);
         out.write_all(&record)?;
     }
     Ok(tree_hash(&roots))
+}
+
+/// Streams the proof object of a row file whose records are inline
+/// (section 7e): its chunk table alone, from the chunk roots in order.
+/// Returns the root (`None` for no chunks).
+pub fn write_table(roots: &[Hash], out: &mut impl std::io::Write) -> std::io::Result<Option<Hash>> {
+    for r in roots {
+        out.write_all(r)?;
+    }
+    Ok(tree_hash(roots))
+}
+
+/// The records of one chunk's rows (whole, or the short last one), from
+/// their leaf hashes: each row's path within the chunk, bottom level first,
+/// zero-filled to `height` hashes, appended to `records`. Returns the
+/// chunk's root.
+pub fn chunk_records(leaves: &[Hash], height: u8, records: &mut Vec<u8>) -> Hash {
+    let mut paths: Vec<Vec<Hash>> = Vec::new();
+    paths.resize_with(leaves.len(), || Vec::with_capacity(usize::from(height)));
+    let root = all_paths(leaves, &mut paths);
+    for path in &paths {
+        for p in path {
+            records.extend_from_slice(p);
+        }
+        // rows of a short last chunk have shorter paths: zero-filled
+        let fill = usize::from(height)
+            .saturating_sub(path.len())
+            .saturating_mul(32);
+        records.resize(records.len().saturating_add(fill), 0);
+    }
+    root
 }
 
 /// The RFC 9162 tree hash of `leaves`, appending to `paths[m]` the path of

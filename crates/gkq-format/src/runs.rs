@@ -10,7 +10,7 @@
 
 use std::io::{Read, Write};
 
-use crate::merkle::{Hash, ProofLayout, check_row};
+use crate::merkle::{Hash, ProofLayout, check_row, chunk_records};
 use crate::model::ColumnarDescriptor;
 
 /// Suffix of a runs object's name: `<object>.runs`.
@@ -93,6 +93,32 @@ pub(crate) fn strides(
     bytes
         .chunks_exact(stride)
         .map(move |s| s.split_at(rb.min(s.len())))
+}
+
+/// One chunk of a row file whose records are inline (section 7e, the runs
+/// layout), appended to `out`: each of `rows` (whole rows of `row_bytes`,
+/// one chunk of `2^height`, or the short last one, with `leaves` their leaf
+/// hashes) followed by its record. Returns the chunk's root, its entry in
+/// the chunk table. A writer streams a row file this way, chunk by chunk,
+/// without the whole tree.
+pub fn inline_chunk(
+    rows: &[u8],
+    row_bytes: usize,
+    leaves: &[Hash],
+    height: u8,
+    out: &mut Vec<u8>,
+) -> Hash {
+    let record_len = 32 * usize::from(height);
+    let mut records = Vec::with_capacity(leaves.len().saturating_mul(record_len));
+    let root = chunk_records(leaves, height, &mut records);
+    let pairs = rows
+        .chunks_exact(row_bytes.max(1))
+        .zip(records.chunks_exact(record_len.max(1)));
+    for (row, record) in pairs {
+        out.extend_from_slice(row);
+        out.extend_from_slice(record);
+    }
+    root
 }
 
 /// Writes the runs object of a row file: `rows` yields the row file's

@@ -6,6 +6,7 @@ use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
 
 use crate::error::{PackError, Result};
 use gkq_source::{SourceModel, SourceTensor};
+use sha2::{Digest, Sha256};
 
 /// Chunks read ahead.
 const DEPTH: usize = 2;
@@ -50,32 +51,45 @@ impl Prefetch {
     }
 }
 
-/// Runs `body` while a scoped thread reads `plan` (tensor index, offset,
-/// length) from `src` in order.
+/// Runs `body` while a scoped thread reads `plan` (each tensor's chunks,
+/// in tensor order) from `src` and hashes what it reads, with the bytes
+/// after each tensor (a GGUF's padding), into its file's hasher: the source
+/// digests are of the bytes converted, and hashing them overlaps the work.
 pub(crate) fn with_prefetch<R>(
     src: &SourceModel,
-    plan: &[(usize, u64, usize)],
+    plan: &[Vec<(u64, usize)>],
+    hashers: &mut [Sha256],
     body: impl FnOnce(&mut Prefetch) -> Result<R>,
 ) -> Result<R> {
     std::thread::scope(|s| {
         let (tx, rx) = sync_channel::<Result<Vec<u8>>>(DEPTH);
         let (back, spare) = channel::<Vec<u8>>();
-        s.spawn(move || {
-            for &(t, at, len) in plan {
-                let mut buf = spare.try_recv().unwrap_or_default();
-                buf.resize(len, 0);
-                let r = src
-                    .read(&src.tensors[t], at, &mut buf)
-                    .map(|()| buf)
-                    .map_err(PackError::from);
-                let failed = r.is_err();
-                if tx.send(r).is_err() || failed {
-                    break;
+        let reader = s.spawn(move || -> Result<()> {
+            for (t, chunks) in src.tensors.iter().zip(plan) {
+                let hasher = hashers.get_mut(t.file).expect("a hasher per source file");
+                for &(at, len) in chunks {
+                    let mut buf = spare.try_recv().unwrap_or_default();
+                    buf.resize(len, 0);
+                    let r = src.read(t, at, &mut buf).map(|()| buf);
+                    if let Ok(buf) = &r {
+                        hasher.update(buf);
+                    }
+                    let failed = r.is_err();
+                    if tx.send(r.map_err(PackError::from)).is_err() || failed {
+                        return Ok(());
+                    }
+                }
+                if t.pad > 0 {
+                    hasher.update(src.read_pad(t)?);
                 }
             }
+            Ok(())
         });
         let mut pf = Prefetch { rx, back };
-        body(&mut pf)
-        // `pf` (and its receiver) drops here, which stops the reader early on error.
+        let out = body(&mut pf)?;
+        // `pf` (and its receiver) drops on error, which stops the reader early
+        drop(pf);
+        reader.join().expect("the reader thread does not panic")?;
+        Ok(out)
     })
 }

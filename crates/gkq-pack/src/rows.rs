@@ -26,16 +26,32 @@ pub(crate) struct RowSink {
     pub(crate) dtype: DType,
     pub(crate) path: PathBuf,
     pub(crate) w: BufWriter<File>,
-    /// `None` for the row file in the block's dtype: its digest is the payload's.
+    /// `None` for the row file in the block's dtype without inline records:
+    /// its digest is the payload's.
     pub(crate) hasher: Option<Sha256>,
-    /// Leaf hashes of the rows written so far (FORMAT.md 7a).
+    /// Leaf hashes of the rows written so far (FORMAT.md 7a); with inline
+    /// records, of the rows of the chunk not yet whole.
     pub(crate) leaves: Vec<Hash>,
+    /// Inline records (FORMAT.md 7e): the file is written a chunk at a time.
+    pub(crate) inline: Option<Inline>,
     pub(crate) source_exact: bool,
     pub(crate) block_exact: bool,
     /// Largest error against the source.
     pub(crate) vs_source: f64,
     /// The cast from the block's dtype (for the other dtypes).
     pub(crate) cast: CastReport,
+}
+
+/// A row file whose records are inline (FORMAT.md 7e) while packing: each
+/// chunk of rows is written, each row followed by its record, once it is
+/// whole, so the file is written once, in order, and hashed as it goes.
+pub(crate) struct Inline {
+    /// The proof's height: chunks of `2^height` rows.
+    pub(crate) height: u8,
+    /// The rows of the chunk not yet whole.
+    pub(crate) pending: Vec<u8>,
+    /// The chunk roots so far: the proof object's table.
+    pub(crate) roots: Vec<Hash>,
 }
 
 /// One role block and its row files while packing.
@@ -72,6 +88,17 @@ fn casts_back_exactly(values: &[u8], vd: DType, reference: &[u8], rd: DType, col
         .all(|(a, b)| gkq_format::first_inexact(a, vd, b, rd).is_none())
 }
 
+/// Where the rows pushed to a row file come from.
+pub(crate) enum Origin<'a> {
+    /// Cast or converted from the block's rows (bytes, dtype): checked
+    /// against them.
+    Block((&'a [u8], DType)),
+    /// The block's rows themselves (its row file in its own dtype), exact
+    /// to the block by identity, with their largest error against the
+    /// source when converting them measured it.
+    Own(Option<f64>),
+}
+
 impl RowSink {
     /// Writes the next rows of this file (`bytes`, in its dtype), and checks
     /// them against the source `chunk` and the block's rows.
@@ -79,15 +106,19 @@ impl RowSink {
         &mut self,
         bytes: &[u8],
         chunk: (&[u8], DType),
-        block: (&[u8], DType),
+        origin: Origin<'_>,
         cols: usize,
     ) -> Result<()> {
         let row_bytes = row_len(self.dtype, cols);
+        let (block, measured) = match origin {
+            Origin::Block(b) => (Some(b), None),
+            Origin::Own(loss) => (None, loss),
+        };
         // block-type values are never SOURCE_EXACT, and rows of a block
         // type are BLOCK_EXACT only as the block's own (FORMAT.md 3.5)
         if self.dtype.is_quantized() {
             self.source_exact = false;
-            self.block_exact &= self.dtype == block.1;
+            self.block_exact &= block.is_none_or(|b| self.dtype == b.1);
         }
         let (src_exact, (blk_exact, (vs, leaves))) = rayon::join(
             || self.source_exact && casts_back_exactly(bytes, self.dtype, chunk.0, chunk.1, cols),
@@ -95,11 +126,17 @@ impl RowSink {
                 rayon::join(
                     || {
                         self.block_exact
-                            && casts_back_exactly(bytes, self.dtype, block.0, block.1, cols)
+                            && block.is_none_or(|b| {
+                                casts_back_exactly(bytes, self.dtype, b.0, b.1, cols)
+                            })
                     },
                     || {
                         rayon::join(
-                            || loss_vs_source(chunk.0, chunk.1, bytes, self.dtype, cols),
+                            || {
+                                measured.unwrap_or_else(|| {
+                                    loss_vs_source(chunk.0, chunk.1, bytes, self.dtype, cols)
+                                })
+                            },
                             || leaves_of(bytes, row_bytes),
                         )
                     },
@@ -109,12 +146,53 @@ impl RowSink {
         self.source_exact = src_exact;
         self.block_exact = blk_exact;
         self.vs_source = self.vs_source.max(vs);
-        self.leaves.extend(leaves);
-        if let Some(h) = &mut self.hasher {
-            h.update(bytes);
-        }
-        write_all(&mut self.w, bytes, &self.path)
+        self.write_rows(bytes, leaves, row_bytes, false)
     }
+
+    /// Writes rows whose leaves are `leaves`, or with inline records, each
+    /// chunk made whole by them (every pending row when `last`).
+    fn write_rows(
+        &mut self,
+        bytes: &[u8],
+        leaves: Vec<Hash>,
+        row_bytes: usize,
+        last: bool,
+    ) -> Result<()> {
+        self.leaves.extend(leaves);
+        let Some(inline) = &mut self.inline else {
+            return emit(&mut self.hasher, &mut self.w, bytes, &self.path);
+        };
+        inline.pending.extend_from_slice(bytes);
+        let chunk = 1usize << inline.height;
+        let whole = match last {
+            true => self.leaves.len(),
+            false => self.leaves.len() / chunk * chunk,
+        };
+        let (rows, leaves) = (
+            inline.pending.drain(..whole * row_bytes),
+            self.leaves.drain(..whole),
+        );
+        let (rows, leaves) = (rows.as_slice(), leaves.as_slice());
+        let mut out = Vec::with_capacity(rows.len() + whole * 32 * usize::from(inline.height));
+        for (r, l) in rows.chunks(chunk * row_bytes).zip(leaves.chunks(chunk)) {
+            let root = gkq_format::runs::inline_chunk(r, row_bytes, l, inline.height, &mut out);
+            inline.roots.push(root);
+        }
+        emit(&mut self.hasher, &mut self.w, &out, &self.path)
+    }
+}
+
+/// Writes `bytes` to a row file, hashing them when its digest is its own.
+fn emit(
+    hasher: &mut Option<Sha256>,
+    w: &mut BufWriter<File>,
+    bytes: &[u8],
+    path: &Path,
+) -> Result<()> {
+    if let Some(h) = hasher {
+        h.update(bytes);
+    }
+    write_all(w, bytes, path)
 }
 
 /// Casts a chunk of whole rows of `cols` values between float dtypes in
@@ -148,12 +226,17 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
     out: &mut Output,
     writer: &mut KnotWriter<W>,
     block: usize,
-    f: RowSink,
+    mut f: RowSink,
     knot_tmp: &Path,
 ) -> Result<(ColumnarReport, Vec<(File, PathBuf)>)> {
-    let file = flush_file(f.w, &f.path)?;
     let fmt = |e| format_err(knot_tmp, e);
     let d = writer.columnar_mut(block, f.dtype).map_err(fmt)?;
+    if f.inline.is_some() {
+        // the short last chunk
+        let row_bytes = usize::try_from(d.row_bytes).unwrap_or(0);
+        f.write_rows(&[], Vec::new(), row_bytes, true)?;
+    }
+    let file = flush_file(f.w, &f.path)?;
     if let Some(h) = f.hasher {
         d.sha256 = h.finalize().into();
     }
@@ -163,11 +246,14 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
     let height = d.proof.map_or(0, |p| p.height);
     let proof_name = merkle::proof_object_name(&d.object);
     let (proof_path, mut pw) = out.create(&proof_name)?;
-    let root = merkle::write_proof(&f.leaves, height, &mut pw)
-        .at(&proof_path)?
-        .ok_or_else(|| PackError::Dtype(format!("{}: no rows to prove", d.object)))?;
+    let root = match &f.inline {
+        Some(inline) => merkle::write_table(&inline.roots, &mut pw),
+        None => merkle::write_proof(&f.leaves, height, &mut pw),
+    }
+    .at(&proof_path)?
+    .ok_or_else(|| PackError::Dtype(format!("{}: no rows to prove", d.object)))?;
     d.proof = Some(RowProof { height, root });
-    let mut d = d.clone();
+    let d = d.clone();
     let proof_file = flush_file(pw, &proof_path)?;
     let mut synced = vec![(file, f.path.clone()), (proof_file, proof_path.clone())];
     let listed = writer.header().has_runs(&d.object);
@@ -179,14 +265,6 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
         }
         None => None,
     };
-    if d.inline_proof() {
-        // FORMAT.md 7e: the records move into the row file, the proof
-        // object keeps its table
-        let (file, sha) = make_inline(&d, &f.path, &proof_path)?;
-        d.sha256 = sha;
-        writer.columnar_mut(block, d.dtype).map_err(fmt)?.sha256 = sha;
-        synced[0] = (file, f.path.clone());
-    }
     let warm = match writer.header().has_warm(&d.object) {
         true => {
             let ids = writer.header().warm_rows();
@@ -220,58 +298,6 @@ pub(crate) fn finish_row_file<W: Write + std::io::Seek>(
         warm,
     };
     Ok((report, synced))
-}
-
-/// Rewrites a closed row file and its proof object as FORMAT.md 7e says:
-/// the row file with each row's record after it (a runs object's layout),
-/// the proof object cut to its chunk table. Returns the new row file and
-/// its digest.
-fn make_inline(
-    d: &gkq_format::ColumnarDescriptor,
-    rows_path: &Path,
-    proof_path: &Path,
-) -> Result<(File, [u8; 32])> {
-    use std::io::{BufReader, Seek, SeekFrom};
-    let layout = gkq_format::runs::RunsLayout::of(d)
-        .ok_or_else(|| PackError::Dtype(format!("{}: no records to put inline", d.object)))?;
-    let tmp = rows_path.with_extension("gkq-tmp");
-    let mut w = Hashing {
-        out: BufWriter::with_capacity(1 << 20, File::create(&tmp).at(&tmp)?),
-        sha: Sha256::new(),
-    };
-    let mut rows = BufReader::with_capacity(1 << 20, File::open(rows_path).at(rows_path)?);
-    let mut proof = File::open(proof_path).at(proof_path)?;
-    let table = merkle::layout_of(d).map_or(0, |l| l.table_len());
-    proof.seek(SeekFrom::Start(table)).at(proof_path)?;
-    let mut records = BufReader::with_capacity(1 << 20, proof);
-    gkq_format::runs::write_runs(&layout, &mut rows, &mut records, &mut w).at(&tmp)?;
-    let sha = w.sha.finalize().into();
-    let file = flush_file(w.out, &tmp)?;
-    std::fs::rename(&tmp, rows_path).at(rows_path)?;
-    let cut = std::fs::OpenOptions::new()
-        .write(true)
-        .open(proof_path)
-        .at(proof_path)?;
-    cut.set_len(table).at(proof_path)?;
-    Ok((file, sha))
-}
-
-/// A writer that hashes what passes through it.
-struct Hashing {
-    out: BufWriter<File>,
-    sha: Sha256,
-}
-
-impl Write for Hashing {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.out.write(buf)?;
-        self.sha.update(buf.get(..n).unwrap_or_default());
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
-    }
 }
 
 /// Writes the runs object of a closed row file (FORMAT.md 7b): each row

@@ -20,7 +20,7 @@ use crate::prefetch;
 use crate::quantize::{Measure, convert_rows, figure};
 use crate::report::QuantReport;
 use crate::report::{CastSummary, ColumnarReport, FileReport};
-use crate::rows::{RoleOut, RowSink, cast_rows, finish_row_file, row_len};
+use crate::rows::{Inline, Origin, RoleOut, RowSink, cast_rows, finish_row_file, row_len};
 use crate::writeback::Writeback;
 
 /// Bytes of source read per step.
@@ -107,12 +107,18 @@ fn role_outs(header: &Header, embed: &str, out: &mut Output) -> Result<Vec<RoleO
         let mut files = Vec::new();
         for d in &b.columnar {
             let (path, w) = out.create(&d.object)?;
+            let inline = d.inline_proof().then(|| Inline {
+                height: d.proof.map_or(0, |p| p.height),
+                pending: Vec::new(),
+                roots: Vec::new(),
+            });
             files.push(RowSink {
                 dtype: d.dtype,
                 path,
                 w,
-                hasher: (d.dtype != b.dtype).then(Sha256::new),
+                hasher: (d.dtype != b.dtype || inline.is_some()).then(Sha256::new),
                 leaves: Vec::with_capacity(usize::try_from(d.rows).unwrap_or(0)),
+                inline,
                 source_exact: true,
                 block_exact: true,
                 vs_source: 0.0,
@@ -188,33 +194,29 @@ impl<'a> Run<'a> {
                 (index, role)
             })
             .collect();
-        let read_plan: Vec<(usize, u64, usize)> = src
+        let read_plan: Vec<Vec<(u64, usize)>> = src
             .tensors
             .iter()
             .zip(&targets)
-            .enumerate()
-            .flat_map(|(ti, (t, (index, role)))| {
+            .map(|(t, (index, role))| {
                 let rows = role.is_some() || converts(header, *index, t);
                 prefetch::plan(t, rows, CHUNK)
-                    .into_iter()
-                    .map(move |(at, n)| (ti, at, n))
             })
             .collect();
         self.progress.start(src.total_bytes());
-        prefetch::with_prefetch(src, &read_plan, |pf| {
+        let mut hashers = std::mem::take(&mut self.hashers);
+        let done = prefetch::with_prefetch(src, &read_plan, &mut hashers, |pf| {
             for (t, &(index, role)) in src.tensors.iter().zip(&targets) {
                 match (index, role) {
                     (Some(index), Some(role)) => self.role_tensor(pf, t, index, role)?,
                     (index, _) => self.plain_tensor(pf, t, index)?,
                 }
-                if t.pad > 0 {
-                    // the bytes between tensors (a GGUF's padding), for the file's digest
-                    self.hashers[t.file].update(src.read_pad(t)?);
-                    self.progress.advance(t.pad);
-                }
+                self.progress.advance(t.pad);
             }
             Ok(())
-        })
+        });
+        self.hashers = hashers;
+        done
     }
 
     /// A plain block, a spectral block (its payload computed before: the
@@ -232,24 +234,20 @@ impl<'a> Run<'a> {
         let to = converts(self.writer.header(), copy, t).then(|| self.dtype_of(copy));
         for (at, n) in prefetch::plan(t, to.is_some(), CHUNK) {
             let buf = pf.next()?;
-            let hasher = &mut self.hashers[t.file];
             match (copy, to) {
                 (Some(i), Some(to)) => {
-                    let ((bytes, m), ()) = rayon::join(
-                        || convert_rows(&buf, t.dtype, to, t.shape[1] as usize),
-                        || hasher.update(&buf),
-                    );
+                    let (bytes, m) = convert_rows(&buf, t.dtype, to, t.shape[1] as usize);
                     self.measured(t, i, to, m, &buf, at)?;
                     self.writer
                         .write_chunk(i, &bytes)
                         .map_err(|e| self.fmt_err(e))?;
                 }
-                (Some(i), None) => {
-                    let (w, ()) =
-                        rayon::join(|| self.writer.write_chunk(i, &buf), || hasher.update(&buf));
-                    w.map_err(|e| format_err(&self.knot_tmp, e))?;
-                }
-                (None, _) => hasher.update(&buf),
+                (Some(i), None) => self
+                    .writer
+                    .write_chunk(i, &buf)
+                    .map_err(|e| self.fmt_err(e))?,
+                // read for the source file's digest alone (the reader hashes)
+                (None, _) => {}
             }
             self.progress.advance(n as u64);
             self.writeback.advance(n as u64, None);
@@ -351,28 +349,22 @@ impl<'a> Run<'a> {
         let block_dtype = self.writer.header().blocks[index].dtype;
         let cols = t.shape[1] as usize;
         let first_row = at / row_len(t.dtype, cols) as u64;
-        let hasher = &mut self.hashers[t.file];
-        let ((block_bytes, r), ()) = rayon::join(
-            || {
-                if block_dtype.is_quantized() && t.dtype != block_dtype {
-                    let (b, m) = convert_rows(chunk, t.dtype, block_dtype, cols);
-                    (b, Err(m))
-                } else {
-                    let (b, r) = cast_rows(chunk, t.dtype, block_dtype, cols);
-                    (b, Ok(r))
-                }
-            },
-            || hasher.update(chunk),
-        );
+        let (block_bytes, r) = if block_dtype.is_quantized() && t.dtype != block_dtype {
+            let (b, m) = convert_rows(chunk, t.dtype, block_dtype, cols);
+            (b, Err(m))
+        } else {
+            let (b, r) = cast_rows(chunk, t.dtype, block_dtype, cols);
+            (b, Ok(r))
+        };
         let lossy = self.opts.allow_lossy;
-        let r = match r {
+        let (r, measured) = match r {
             Ok(r) => {
                 check_overflow(lossy, t, &r, chunk, (t.dtype, block_dtype), first_row)?;
-                r
+                (r, None)
             }
             Err(m) => {
                 self.measured(t, index, block_dtype, m, chunk, at)?;
-                CastReport::default()
+                (CastReport::default(), Some(m.max_abs))
             }
         };
         let src = (chunk, t.dtype);
@@ -384,7 +376,7 @@ impl<'a> Run<'a> {
         let writer = &mut self.writer;
         let (k, w) = rayon::join(
             || writer.write_chunk(index, &block_bytes),
-            || first.push(&block_bytes, src, blk, cols),
+            || first.push(&block_bytes, src, Origin::Own(measured), cols),
         );
         k.map_err(|e| format_err(&self.knot_tmp, e))?;
         w?;
@@ -531,7 +523,7 @@ fn other_rows(
         let pair = (block_dtype, f.dtype);
         check_overflow(opts.allow_lossy, t, &fr, block_bytes, pair, first_row)?;
         f.cast.merge(fr, 0);
-        f.push(&bytes, src, blk, cols)?;
+        f.push(&bytes, src, Origin::Block(blk), cols)?;
     }
     Ok(())
 }
