@@ -48,74 +48,97 @@ impl Measure {
     }
 }
 
-/// `values` (decoded source) stored as `to`, into `out`, and what it cost.
+/// `values` (decoded source) stored as `to`, into `out`, and what it cost
+/// (a block type's measured block by block, as each is quantized).
 fn convert_values(x: &[f32], to: DType, out: &mut Vec<u8>) -> Measure {
-    let start = out.len();
+    let mut e = Errors::default();
     if to.is_quantized() {
-        let whole = quant::quantize(x, to, out);
+        let whole = quant::quantize_seen(x, to, out, |x, y| e.add(x, y));
         debug_assert!(whole, "rows are whole blocks");
     } else {
+        let start = out.len();
         let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
         cast_row(&bytes, DType::F32, to, out).expect("f32 casts to a float type");
+        let mut y = Vec::with_capacity(x.len());
+        decode_f32(&out[start..], to, &mut y);
+        e.add(x, &y);
     }
-    let mut y = Vec::with_capacity(x.len());
-    decode_f32(&out[start..], to, &mut y);
-    measure(x, &y)
+    e.finish()
 }
 
 /// Lanes of the error sums: element `i` adds to lane `i % LANES`, and the
 /// lanes are added in order at the end, so the sums do not depend on the
-/// machine or the thread count, and the compiler can keep them in vector
-/// registers.
+/// machine, the thread count or how the values are handed in, and the
+/// compiler can keep them in vector registers.
 const LANES: usize = 8;
 
-/// The errors of `y` (stored) against `x` (source), over the positions where
-/// both are finite, and the first non-finite of each.
-fn measure(x: &[f32], y: &[f32]) -> Measure {
-    let finite = |v: &[f32]| v.iter().fold(true, |ok, v| ok & v.is_finite());
-    let all_finite = finite(x) & finite(y);
-    let (mut sum, mut max, mut count) = ([0f64; LANES], [0f64; LANES], [0u64; LANES]);
-    let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
-    let tail = xs.remainder().iter().zip(ys.remainder()).enumerate();
-    if all_finite {
-        // the usual case, without selects: the compiler vectorizes it
-        for (a, b) in xs.zip(ys) {
-            for k in 0..LANES {
-                let d = (f64::from(a[k]) - f64::from(b[k])).abs();
-                sum[k] += d * d;
-                max[k] = if d > max[k] { d } else { max[k] };
+/// The errors of stored values against their source, as they come: over
+/// the positions where both are finite, and the first non-finite of each.
+#[derive(Default)]
+struct Errors {
+    sum: [f64; LANES],
+    max: [f64; LANES],
+    count: [u64; LANES],
+    /// Values added so far.
+    seen: u64,
+    first_nonfinite: Option<u64>,
+    first_overflow: Option<u64>,
+}
+
+impl Errors {
+    /// Adds `y` (stored) against `x` (source): a multiple of [`LANES`]
+    /// values, but for the last call.
+    fn add(&mut self, x: &[f32], y: &[f32]) {
+        let finite = |v: &[f32]| v.iter().fold(true, |ok, v| ok & v.is_finite());
+        let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+        let tail = xs.remainder().iter().zip(ys.remainder()).enumerate();
+        if finite(x) & finite(y) {
+            // the usual case, without selects: the compiler vectorizes it
+            let n = (x.len() / LANES) as u64;
+            for (a, b) in xs.zip(ys) {
+                for k in 0..LANES {
+                    let d = (f64::from(a[k]) - f64::from(b[k])).abs();
+                    self.sum[k] += d * d;
+                    self.max[k] = if d > self.max[k] { d } else { self.max[k] };
+                }
             }
-        }
-        count = [x.len() as u64 / LANES as u64; LANES];
-        for (k, (&a, &b)) in tail {
-            let d = (f64::from(a) - f64::from(b)).abs();
-            (sum[k], max[k], count[k]) = (sum[k] + d * d, max[k].max(d), count[k] + 1);
-        }
-    } else {
-        let pairs = xs.zip(ys).flat_map(|(a, b)| a.iter().zip(b).enumerate());
-        for (k, (&a, &b)) in pairs.chain(tail) {
-            if a.is_finite() && b.is_finite() {
-                let d = (f64::from(a) - f64::from(b)).abs();
-                (sum[k], max[k], count[k]) = (sum[k] + d * d, max[k].max(d), count[k] + 1);
+            self.count.iter_mut().for_each(|c| *c += n);
+            tail.for_each(|(k, (&a, &b))| self.one(k, a, b));
+        } else {
+            let pairs = xs.zip(ys).flat_map(|(a, b)| a.iter().zip(b).enumerate());
+            for (k, (&a, &b)) in pairs.chain(tail) {
+                if a.is_finite() && b.is_finite() {
+                    self.one(k, a, b);
+                }
             }
+            let at = |i: Option<usize>| i.map(|i| self.seen + i as u64);
+            let nonfinite = at(x.iter().position(|a| !a.is_finite()));
+            let overflow = at(x
+                .iter()
+                .zip(y)
+                .position(|(a, b)| a.is_finite() && !b.is_finite()));
+            self.first_nonfinite = self.first_nonfinite.or(nonfinite);
+            self.first_overflow = self.first_overflow.or(overflow);
         }
+        self.seen += x.len() as u64;
     }
-    Measure {
-        sum_sq: sum.iter().sum(),
-        count: count.iter().sum(),
-        max_abs: max.iter().fold(0.0, |a, &b| a.max(b)),
-        first_nonfinite: (!all_finite)
-            .then(|| x.iter().position(|a| !a.is_finite()))
-            .flatten()
-            .map(|i| i as u64),
-        first_overflow: (!all_finite)
-            .then(|| {
-                x.iter()
-                    .zip(y)
-                    .position(|(a, b)| a.is_finite() && !b.is_finite())
-            })
-            .flatten()
-            .map(|i| i as u64),
+
+    /// One pair of finite values, in lane `k`.
+    fn one(&mut self, k: usize, a: f32, b: f32) {
+        let d = (f64::from(a) - f64::from(b)).abs();
+        self.sum[k] += d * d;
+        self.max[k] = self.max[k].max(d);
+        self.count[k] += 1;
+    }
+
+    fn finish(self) -> Measure {
+        Measure {
+            sum_sq: self.sum.iter().sum(),
+            count: self.count.iter().sum(),
+            max_abs: self.max.iter().fold(0.0, |a, &b| a.max(b)),
+            first_nonfinite: self.first_nonfinite,
+            first_overflow: self.first_overflow,
+        }
     }
 }
 

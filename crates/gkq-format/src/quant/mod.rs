@@ -142,15 +142,9 @@ pub fn dequantize(src: &[u8], dtype: DType, out: &mut Vec<f32>) -> bool {
 /// not whole blocks. Non-finite values give deterministic but meaningless
 /// blocks: callers refuse them first (`gkq-pack` unless `--allow-nonfinite`).
 pub fn quantize(src: &[f32], dtype: DType, out: &mut Vec<u8>) -> bool {
-    let Some(t) = block_type(dtype) else {
+    let Some((t, blocks)) = blocks_for(src, dtype, out) else {
         return false;
     };
-    if !src.len().is_multiple_of(t.values) {
-        return false;
-    }
-    let start = out.len();
-    out.resize(start + src.len() / t.values * t.bytes, 0);
-    let blocks = out.get_mut(start..).unwrap_or_default();
     for (x, b) in src
         .chunks_exact(t.values)
         .zip(blocks.chunks_exact_mut(t.bytes))
@@ -158,6 +152,52 @@ pub fn quantize(src: &[f32], dtype: DType, out: &mut Vec<u8>) -> bool {
         (t.quant)(x, b);
     }
     true
+}
+
+/// Values handed to [`quantize_seen`]'s callback at a time: whole blocks of
+/// every type (32 or 256), 4 KiB of f32 (in L1).
+const SEEN: usize = 1024;
+
+/// As [`quantize`], handing the values and the values their blocks
+/// dequantize to, a few blocks at a time while they are in cache, to
+/// `seen` (for error figures without a second pass over the blocks).
+pub fn quantize_seen(
+    src: &[f32],
+    dtype: DType,
+    out: &mut Vec<u8>,
+    mut seen: impl FnMut(&[f32], &[f32]),
+) -> bool {
+    let Some((t, blocks)) = blocks_for(src, dtype, out) else {
+        return false;
+    };
+    let per = SEEN / t.values * t.bytes;
+    let mut y = [0f32; SEEN];
+    for (x, b) in src.chunks(SEEN).zip(blocks.chunks_mut(per)) {
+        let y = &mut y[..x.len()];
+        let blocks = x.chunks_exact(t.values).zip(b.chunks_exact_mut(t.bytes));
+        for ((x, b), y) in blocks.zip(y.chunks_exact_mut(t.values)) {
+            (t.quant)(x, b);
+            (t.dequant)(b, y);
+        }
+        seen(x, y);
+    }
+    true
+}
+
+/// The block type of `dtype` and room in `out` for the blocks of `src`
+/// (zeroed), when `dtype` is a block type and `src` whole blocks.
+fn blocks_for<'a>(
+    src: &[f32],
+    dtype: DType,
+    out: &'a mut Vec<u8>,
+) -> Option<(&'static BlockType, &'a mut [u8])> {
+    let t = block_type(dtype)?;
+    if !src.len().is_multiple_of(t.values) {
+        return None;
+    }
+    let start = out.len();
+    out.resize(start + src.len() / t.values * t.bytes, 0);
+    Some((t, out.get_mut(start..)?))
 }
 
 /// The block types, in code order: those of the block-type table

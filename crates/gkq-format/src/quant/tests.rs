@@ -174,3 +174,24 @@ fn rounding_without_libm_equals_round_and_trunc() {
         assert_eq!(x as u8, x.trunc() as u8, "{x:e}");
     }
 }
+
+/// `quantize_seen` writes `quantize`'s blocks and hands over every value
+/// once, in order, with what its block dequantizes to.
+#[test]
+fn quantize_seen_hands_over_each_value_with_its_dequantized_value() {
+    let x = ramp(2048 + 256);
+    for dtype in QUANTIZED {
+        let (mut plain, mut seen_bytes) = (Vec::new(), Vec::new());
+        assert!(quantize(&x, dtype, &mut plain));
+        let (mut xs, mut ys) = (Vec::new(), Vec::new());
+        assert!(quantize_seen(&x, dtype, &mut seen_bytes, |a, b| {
+            xs.extend_from_slice(a);
+            ys.extend_from_slice(b);
+        }));
+        assert_eq!(seen_bytes, plain, "{dtype}");
+        assert_eq!(xs, x, "{dtype}");
+        let mut y = Vec::new();
+        assert!(dequantize(&plain, dtype, &mut y));
+        assert_eq!(ys, y, "{dtype}");
+    }
+}
