@@ -106,6 +106,7 @@ fn make_qkx2_lanes<const N: usize>(
 }
 
 /// The lanes' codes `nearest_int(iscale·(x − min))`, clipped to `0..=nmax`.
+#[inline(always)]
 fn codes<const N: usize>(
     nmax: i32,
     x: &[[f32; N]; 32],
@@ -122,6 +123,7 @@ fn codes<const N: usize>(
 
 /// The lanes' weighted squared errors of `scale·l + min` against `x`,
 /// summed in value order.
+#[inline(always)]
 fn weighted_error<const N: usize>(
     x: &[[f32; N]; 32],
     w: &[[f32; N]; 32],
