@@ -2,7 +2,9 @@
 //! as its rows stream by, cast from the block (in parallel), checked for
 //! exactness against the source and the block, and hashed into Merkle
 //! leaves; at the end its proof object is written and its descriptor
-//! completed (FORMAT.md 3.4, 7a).
+//! completed (FORMAT.md 3.4, 7a). A row file with inline records (7e) is
+//! written a chunk at a time, each row followed by its record, as soon as
+//! the chunk is whole; its proof object is the chunk table.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
