@@ -176,7 +176,10 @@ impl RowSink {
         );
         let (rows, leaves) = (rows.as_slice(), leaves.as_slice());
         let mut out = Vec::with_capacity(rows.len() + whole * 32 * usize::from(inline.height));
-        for (r, l) in rows.chunks(chunk * row_bytes).zip(leaves.chunks(chunk)) {
+        for (r, l) in rows
+            .chunks((chunk * row_bytes).max(1))
+            .zip(leaves.chunks(chunk))
+        {
             let root = gkq_format::runs::inline_chunk(r, row_bytes, l, inline.height, &mut out);
             inline.roots.push(root);
         }
