@@ -183,16 +183,14 @@ pub fn write_proof(
     }
     let chunk = 1usize << height;
     let roots: Vec<Hash> = leaves.chunks(chunk).filter_map(tree_hash).collect();
-    for r in &roots {
-        out.write_all(r)?;
-    }
+    let root = write_table(&roots, out)?;
     let mut record = Vec::with_capacity(chunk.saturating_mul(32 * usize::from(height)));
     for c in leaves.chunks(chunk) {
         record.clear();
         chunk_records(c, height, &mut record);
         out.write_all(&record)?;
     }
-    Ok(tree_hash(&roots))
+    Ok(root)
 }
 
 /// Streams the proof object of a row file whose records are inline
