@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::{Q8Block, RowDot};
+use crate::{Q8Block, Q8KBlock, RowDot, Token, quantize_activations, quantize_activations_k};
 
 /// Tokens that meet a row while it is in cache.
 const TOKEN_TILE: usize = 32;
@@ -22,11 +22,45 @@ pub struct MatPart<'a> {
     pub rows: usize,
 }
 
-/// `[tokens, rows]` for each part: each row dotted with each token's
-/// blocks of `acts`, the rows of all the parts split among the threads in
-/// one pass, tokens in tiles.
-pub fn matmul(parts: &[MatPart<'_>], acts: &[Q8Block], tokens: usize) -> Vec<Vec<f32>> {
-    let per_token = acts.len() / tokens.max(1);
+/// Some tokens' activations quantized once, in each form the parts'
+/// kernels take.
+struct Acts {
+    q8: Vec<Q8Block>,
+    q8k: Vec<Q8KBlock>,
+    tokens: usize,
+}
+
+impl Acts {
+    fn new(x: &[f32], tokens: usize, parts: &[MatPart<'_>]) -> Acts {
+        let (mut q8, mut q8k) = (Vec::new(), Vec::new());
+        if parts.iter().any(|p| !p.dot.takes_q8k()) {
+            quantize_activations(x, &mut q8);
+        }
+        if parts.iter().any(|p| p.dot.takes_q8k()) {
+            quantize_activations_k(x, &mut q8k);
+        }
+        Acts {
+            q8,
+            q8k,
+            tokens: tokens.max(1),
+        }
+    }
+
+    fn token(&self, t: usize) -> Token<'_> {
+        let (n8, n8k) = (self.q8.len() / self.tokens, self.q8k.len() / self.tokens);
+        Token {
+            q8: &self.q8[t * n8..(t + 1) * n8],
+            q8k: &self.q8k[t * n8k..(t + 1) * n8k],
+        }
+    }
+}
+
+/// `[tokens, rows]` for each part: each row dotted with each token of the
+/// `[tokens, cols]` activations `x` (quantized once, as the parts' kernels
+/// take them), the rows of all the parts split among the threads in one
+/// pass, tokens in tiles. A row whose length disagrees gives NaN.
+pub fn matmul(parts: &[MatPart<'_>], x: &[f32], tokens: usize) -> Vec<Vec<f32>> {
+    let acts = Acts::new(x, tokens, parts);
     let total: usize = parts.iter().map(|p| p.rows).sum();
     // a few chunks per thread, a row at least
     let chunk = total.div_ceil(rayon::current_num_threads() * 4).max(1);
@@ -43,7 +77,7 @@ pub fn matmul(parts: &[MatPart<'_>], acts: &[Q8Block], tokens: usize) -> Vec<Vec
         for t0 in (0..tokens).step_by(TOKEN_TILE) {
             let tile = t0..(t0 + TOKEN_TILE).min(tokens);
             for (o, row) in out.chunks_exact_mut(tokens).zip(w.chunks_exact(row_bytes)) {
-                dot_tile(dot, row, acts, per_token, tile.clone(), o);
+                dot_tile(dot, row, &acts, tile.clone(), o);
             }
         }
     });
@@ -66,15 +100,8 @@ pub fn matmul(parts: &[MatPart<'_>], acts: &[Q8Block], tokens: usize) -> Vec<Vec
 }
 
 /// `out[t] = row · acts[t]` for the tokens `t` of `tile`, four at a time.
-fn dot_tile(
-    dot: RowDot,
-    row: &[u8],
-    acts: &[Q8Block],
-    per_token: usize,
-    tile: std::ops::Range<usize>,
-    out: &mut [f32],
-) {
-    let act = |t: usize| &acts[t * per_token..(t + 1) * per_token];
+fn dot_tile(dot: RowDot, row: &[u8], acts: &Acts, tile: std::ops::Range<usize>, out: &mut [f32]) {
+    let act = |t: usize| acts.token(t);
     let mut t = tile.start;
     while t + 4 <= tile.end {
         let four = dot.dot4(row, [act(t), act(t + 1), act(t + 2), act(t + 3)]);

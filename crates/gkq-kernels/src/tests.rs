@@ -8,7 +8,7 @@ use half::f16;
 use super::*;
 
 /// Values in [-1, 1) from a fixed linear congruential sequence.
-fn noise(n: usize, seed: u64) -> Vec<f32> {
+pub(crate) fn noise(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
@@ -26,15 +26,29 @@ const DOT_TYPES: [DType; 5] = [
     DType::Q8_0,
 ];
 
-/// The table: every 32-value block type has kernels, the K types none
-/// (candle multiplies them), and each entry is its own type's.
+/// One token's blocks of 32.
+fn q8(a: &[Q8Block]) -> Token<'_> {
+    Token { q8: a, q8k: &[] }
+}
+
+/// The table: every 32-value block type has kernels, and Q4_K and Q6_K
+/// (Q5_K none: candle multiplies it), each entry its own type's; a K type
+/// is multiplied here only where the CPU has its SIMD kernel.
 #[test]
-fn the_32_value_types_have_kernels_and_the_k_types_none() {
+fn the_table_has_the_32_value_types_q4_k_and_q6_k() {
     for dtype in gkq_format::QUANTIZED {
         let (values, _) = dtype.block().expect("a block type");
+        let small = values == QK as u64;
+        let want = small || matches!(dtype, DType::Q4_K | DType::Q6_K);
         let has = KERNELS.iter().filter(|k| k.dtype == dtype).count();
-        assert_eq!(has, usize::from(values == QK as u64), "{dtype}");
-        assert_eq!(RowDot::of(dtype).is_some(), values == QK as u64);
+        assert_eq!(has, usize::from(want), "{dtype}");
+        let simd = KERNELS
+            .iter()
+            .find(|k| k.dtype == dtype)
+            .and_then(|k| k.simd)
+            .is_some_and(|(isa, _)| isa.available());
+        assert_eq!(RowDot::of(dtype).is_some(), small || (want && simd));
+        assert_eq!(RowDot::portable(dtype).is_some(), want, "{dtype}");
     }
 }
 
@@ -65,6 +79,19 @@ fn activations_are_ggml_q8_1_blocks() {
     assert!(!quantize_activations(&x[..31], &mut a));
 }
 
+/// The f64 dot product of row `b` of `dtype`, dequantized, with the
+/// activations `av(i)`, and the sum of the products' magnitudes.
+pub(crate) fn dequantized_dot(b: &[u8], dtype: DType, av: impl Fn(usize) -> f64) -> (f64, f64) {
+    let mut wd = Vec::new();
+    assert!(dequantize(b, dtype, &mut wd));
+    let (mut want, mut scale) = (0f64, 0f64);
+    for (i, &v) in wd.iter().enumerate() {
+        want += f64::from(v) * av(i);
+        scale += (f64::from(v) * av(i)).abs();
+    }
+    (want, scale)
+}
+
 /// Every kernel (this CPU's and the portable one) against the f64 dot
 /// product of the dequantized row with the dequantized activations.
 #[test]
@@ -75,17 +102,11 @@ fn row_dots_equal_the_dequantized_dot_product() {
     for dtype in DOT_TYPES {
         let mut b = Vec::new();
         assert!(quantize(&w, dtype, &mut b));
-        let mut wd = Vec::new();
-        assert!(dequantize(&b, dtype, &mut wd));
-        let (mut want, mut scale) = (0f64, 0f64);
-        for (i, &v) in wd.iter().enumerate() {
-            let y = &a[i / QK];
-            let av = f64::from(y.qs[i % QK]) * f64::from(y.d);
-            want += f64::from(v) * av;
-            scale += f64::from(v).abs() * av.abs();
-        }
+        let (want, scale) = dequantized_dot(&b, dtype, |i| {
+            f64::from(a[i / QK].qs[i % QK]) * f64::from(a[i / QK].d)
+        });
         for k in [RowDot::of(dtype), RowDot::portable(dtype)] {
-            let got = k.expect("a kernel").dot(&b, &a).expect("lengths agree");
+            let got = k.expect("a kernel").dot(&b, q8(&a)).expect("lengths agree");
             // the minimum's term uses ggml's f16 `s`: a relative 2^-11
             assert!(
                 (f64::from(got) - want).abs() <= scale * 1e-3,
@@ -93,7 +114,7 @@ fn row_dots_equal_the_dequantized_dot_product() {
             );
         }
         let short = RowDot::of(dtype).expect("a kernel");
-        assert_eq!(short.dot(&b[1..], &a), None, "{dtype}");
+        assert_eq!(short.dot(&b[1..], q8(&a)), None, "{dtype}");
     }
 }
 
@@ -124,8 +145,8 @@ fn kernels_agree_on_arbitrary_bytes() {
         {
             assert_eq!(k.isa(), Isa::Avx2, "{dtype}");
         }
-        let fast = k.dot(&raw, &a);
-        let slow = RowDot::portable(dtype).and_then(|k| k.dot(&raw, &a));
+        let fast = k.dot(&raw, q8(&a));
+        let slow = RowDot::portable(dtype).and_then(|k| k.dot(&raw, q8(&a)));
         let (f, s) = (fast.expect("a dot"), slow.expect("a dot"));
         assert!((f - s).abs() <= 1e-4 * s.abs().max(1.0), "{dtype}: {f} {s}");
     }
@@ -138,7 +159,7 @@ fn four_token_dots_equal_single_ones() {
     let mut a = Vec::new();
     assert!(quantize_activations(&x, &mut a));
     let t: Vec<&[Q8Block]> = a.chunks_exact(8).collect();
-    let four = [t[0], t[1], t[2], t[3]];
+    let four = [q8(t[0]), q8(t[1]), q8(t[2]), q8(t[3])];
     for dtype in DOT_TYPES {
         let mut b = Vec::new();
         assert!(quantize(&noise(256, 5), dtype, &mut b));
@@ -149,7 +170,10 @@ fn four_token_dots_equal_single_ones() {
                 let one = k.dot(&b, a).expect("lengths agree");
                 assert_eq!(g.to_bits(), one.to_bits(), "{dtype}: {g} {one}");
             }
-            assert_eq!(k.dot4(&b, [t[0], t[1], t[2], &t[3][1..]]), None);
+            assert_eq!(
+                k.dot4(&b, [four[0], four[1], four[2], q8(&t[3][1..])]),
+                None
+            );
         }
     }
 }

@@ -1,0 +1,197 @@
+//! The K types' portable kernels, and the activations they take: 256
+//! activations with a scale per 32 (the 32-value types' precision), with
+//! the sums of each 16 and 32 codes. ggml's Q8_K has one scale per 256:
+//! with it, Gemma 3's first logits were 5.5 % of the largest logit from the
+//! f64 reference (candle's kernels, the same Q8_K: 4.1 %; the test's
+//! line: 5 %); with a scale per 32, 3.0 % (Pearson 0.99936). A row's blocks are summed in one fixed order, whatever the
+//! vector width of the kernel that runs it:
+//!
+//! - **16 lanes.** In each 64 values `v` of a block (`v` = 0..4), lane `l`
+//!   is the exact integer sum of the products of values `64v + 4l ..
+//!   64v + 4l + 4`, each times its scale (Q6_K: its codes unsigned).
+//!   `acc[l] = fma(d·d_a, lane, acc[l])`, `d_a` the scale of the 32 the
+//!   lane's values are in, 64 values after 64, block after block.
+//! - **8 lanes of the offsets**, one per 32 values `j`: Q4_K's minimums
+//!   (`m_j · P_j`, `P` the sum of the 32 codes; `fma(dmin·d_a, …)`), or
+//!   Q6_K's 32 (`32 · (sc_2j·B_2j + sc_2j+1·B_2j+1)`, `B` the sums of 16;
+//!   `fma(d·d_a, …)`).
+//! - **The row**: the 16 lanes folded in halves (`l + 8`, `+ 4`, `+ 2`,
+//!   `+ 1`), less the offsets' 8 folded the same way.
+//!
+//! The integers are exact (at most 2^24 in magnitude), and the f32 steps
+//! are the same in every kernel, so an AVX-512 kernel (one register of 16
+//! lanes, no sum across it until the row's end) and this one give the same
+//! bits.
+
+use gkq_format::quant::{QK, QK_K, unhalf};
+
+/// 256 activations quantized to 8 bits, a scale per 32.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct Q8KBlock {
+    /// The scale of each 32: `qs · d` approximates the values.
+    pub d: [f32; 8],
+    /// The codes, in [-127, 127].
+    pub qs: [i8; QK_K],
+    /// The sums of each 16 codes.
+    pub bsums: [i16; 16],
+    /// The sums of each 32 codes.
+    pub psums: [i16; 8],
+}
+
+impl Default for Q8KBlock {
+    fn default() -> Q8KBlock {
+        Q8KBlock {
+            d: [0.0; 8],
+            qs: [0; QK_K],
+            bsums: [0; 16],
+            psums: [0; 8],
+        }
+    }
+}
+
+/// Quantizes `x` (whole blocks of 256) to `out` (cleared first): each 32
+/// as ggml's Q8_0 (`d = max |x| / 127`, kept in f32, codes rounded to
+/// nearest, ties to even). `false` when `x` is not whole blocks.
+pub fn quantize_activations_k(x: &[f32], out: &mut Vec<Q8KBlock>) -> bool {
+    out.clear();
+    if !x.len().is_multiple_of(QK_K) {
+        return false;
+    }
+    out.reserve(x.len() / QK_K);
+    for c in x.chunks_exact(QK_K) {
+        let mut b = Q8KBlock::default();
+        for (j, c) in c.chunks_exact(QK).enumerate() {
+            let amax = c.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            for (o, &v) in b.qs[QK * j..QK * (j + 1)].iter_mut().zip(c) {
+                *o = nearest(v * id).clamp(-127, 127) as i8;
+            }
+            b.d[j] = d;
+        }
+        for (s, q) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            *s = q.iter().map(|&q| i16::from(q)).sum();
+        }
+        for (p, s) in b.psums.iter_mut().zip(b.bsums.chunks_exact(2)) {
+            *p = s[0] + s[1];
+        }
+        out.push(b);
+    }
+    true
+}
+
+/// `x` rounded to the nearest integer, ties to even, for |x| ≤ 2^22
+/// (ggml's `nearest_int`: the f32 add rounds, with no call to `rintf`).
+#[inline(always)]
+pub(crate) fn nearest(x: f32) -> i32 {
+    let f = x + 12_582_912.0;
+    (f.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
+}
+
+/// Bytes of a Q4_K block, and of a Q6_K block.
+pub(crate) const Q4_K_BYTES: usize = 144;
+pub(crate) const Q6_K_BYTES: usize = 210;
+
+/// The eight 6-bit scales and minimums of a Q4_K block's 12 scale bytes
+/// (ggml's `get_scale_min_k4`, four at a time as its kernels take them).
+#[inline(always)]
+pub(crate) fn scales_mins(q: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let w = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (w0, w1, w2) = (w(0), w(1), w(2));
+    let (six, four, two) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
+    let sc_hi = (w2 & four) | (((w0 >> 6) & two) << 4);
+    let m_hi = ((w2 >> 4) & four) | (((w1 >> 6) & two) << 4);
+    let join = |lo: u32, hi: u32| (u64::from(lo) | u64::from(hi) << 32).to_le_bytes();
+    (join(w0 & six, sc_hi), join(w1 & six, m_hi))
+}
+
+/// The row's result from its 16 lanes and its offsets' 8, folded in
+/// halves.
+pub(crate) fn fold(acc: [f32; 16], off: [f32; 8]) -> f32 {
+    let mut a = acc;
+    for half in [8, 4, 2, 1] {
+        for l in 0..half {
+            a[l] += a[l + half];
+        }
+    }
+    let mut m = off;
+    for half in [4, 2, 1] {
+        for l in 0..half {
+            m[l] += m[l + half];
+        }
+    }
+    a[0] - m[0]
+}
+
+/// `acc[l] = fma(d·d_a, lane, acc[l])` for the 16 lanes of a block, `code`
+/// its codes in value order and `scale` the scale of value `i`.
+fn lanes(
+    acc: &mut [f32; 16],
+    d: f32,
+    y: &Q8KBlock,
+    code: impl Fn(usize) -> i32,
+    scale: impl Fn(usize) -> i32,
+) {
+    for v in 0..4 {
+        for l in 0..16 {
+            let at = 64 * v + 4 * l;
+            let lane: i32 = (at..at + 4)
+                .map(|i| scale(i) * code(i) * i32::from(y.qs[i]))
+                .sum();
+            let dd = d * y.d[at / QK];
+            acc[l] = dd.mul_add(lane as f32, acc[l]);
+        }
+    }
+}
+
+pub(crate) fn dot_q4_k(w: &[u8], a: &[Q8KBlock]) -> f32 {
+    let (mut acc, mut off) = ([0f32; 16], [0f32; 8]);
+    for (b, y) in w.chunks_exact(Q4_K_BYTES).zip(a) {
+        let (sc, m) = scales_mins(&b[4..16]);
+        let q = &b[16..];
+        let code = |i: usize| i32::from((q[i / 64 * 32 + i % 32] >> (i % 64 / 32 * 4)) & 0xF);
+        lanes(&mut acc, unhalf([b[0], b[1]]), y, code, |i| {
+            i32::from(sc[i / QK])
+        });
+        let dmin = unhalf([b[2], b[3]]);
+        for j in 0..8 {
+            let lane = i32::from(m[j]) * i32::from(y.psums[j]);
+            off[j] = (dmin * y.d[j]).mul_add(lane as f32, off[j]);
+        }
+    }
+    fold(acc, off)
+}
+
+/// The 256 codes of a Q6_K block, less 32, in value order.
+fn q6_k_codes(b: &[u8]) -> [i32; QK_K] {
+    let mut q = [0i32; QK_K];
+    for n in 0..2 {
+        let (ql, qh) = (&b[64 * n..64 * n + 64], &b[128 + 32 * n..160 + 32 * n]);
+        for l in 0..32 {
+            let v = |low: u8, shift: u8| i32::from(low | ((qh[l] >> shift) & 3) << 4) - 32;
+            q[128 * n + l] = v(ql[l] & 0xF, 0);
+            q[128 * n + l + 32] = v(ql[l + 32] & 0xF, 2);
+            q[128 * n + l + 64] = v(ql[l] >> 4, 4);
+            q[128 * n + l + 96] = v(ql[l + 32] >> 4, 6);
+        }
+    }
+    q
+}
+
+pub(crate) fn dot_q6_k(w: &[u8], a: &[Q8KBlock]) -> f32 {
+    let (mut acc, mut off) = ([0f32; 16], [0f32; 8]);
+    for (b, y) in w.chunks_exact(Q6_K_BYTES).zip(a) {
+        let u = q6_k_codes(b).map(|q| q + 32);
+        let sc = |s: usize| i32::from(b[192 + s] as i8);
+        let d = unhalf([b[208], b[209]]);
+        lanes(&mut acc, d, y, |i| u[i], |i| sc(i / 16));
+        for j in 0..8 {
+            let bias: i32 = (2 * j..2 * j + 2)
+                .map(|s| sc(s) * i32::from(y.bsums[s]))
+                .sum();
+            off[j] = (d * y.d[j]).mul_add((32 * bias) as f32, off[j]);
+        }
+    }
+    fold(acc, off)
+}
