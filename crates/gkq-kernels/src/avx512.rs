@@ -1,11 +1,12 @@
-//! AVX-512 forms of `kquant.rs`'s kernels (F, BW and VNNI, as ggml's
-//! `-march=native` build uses here): a K block's codes unpacked to 64
-//! bytes at a time, in value order, their products with the activations
-//! summed in pairs by `maddubs`, scaled and added by `dpwssd` (VNNI), the
-//! block's 16 lanes added up exactly, then the portable kernel's f32 steps.
-//! Four tokens share each block's unpacking.
+//! AVX-512 forms of `kquant.rs`'s kernels (F and BW; `madd` then an add,
+//! which is what the compiler emitted for VNNI's `dpwssd` here anyway): a
+//! K block's codes unpacked 64 values
+//! at a time, in value order, their products with the activations summed
+//! in pairs by `maddubs` and scaled in pairs (`madd`) into 16 i32 lanes,
+//! then `kquant.rs`'s f32 steps lane by lane in one register. Four tokens
+//! share each block's unpacking.
 //!
-//! Unsafe code: loads of 32 or 64 bytes from slices indexed to that length
+//! Unsafe code: loads of 64 bytes from slices indexed to that length
 //! first, and calls of these functions once the CPU is known to have the
 //! features.
 #![allow(unsafe_code)]
@@ -13,14 +14,12 @@
 use std::arch::x86_64::*;
 
 use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
+use crate::simd256::{bits45, bsums, bytes8, halves, load16, load32, psums, scaled, six};
 use crate::{DotK, DotK4};
 
 /// Whether this CPU has the features: the kernels below may run.
 pub(crate) fn available() -> bool {
-    is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512vnni")
-        && is_x86_feature_detected!("avx2")
+    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
 }
 
 /// The kernels of a K type.
@@ -54,16 +53,8 @@ pub(crate) const fn kernels<T: KType>() -> (DotK, DotK4) {
     (|w, a| T::dots(w, [a])[0], T::dots::<4>)
 }
 
-/// 32 bytes of `b` (indexed to them first).
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-fn load32(b: &[u8]) -> __m256i {
-    let b = &b[..32];
-    // SAFETY: `b` has 32 bytes; the load is unaligned
-    unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
-}
-
 /// 64 codes of `y` from `at`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+#[target_feature(enable = "avx512f,avx512bw")]
 fn acts64(y: &Q8KBlock, at: usize) -> __m512i {
     let q = &y.qs[at..at + 64];
     // SAFETY: `q` has 64 bytes; the load is unaligned
@@ -71,7 +62,7 @@ fn acts64(y: &Q8KBlock, at: usize) -> __m512i {
 }
 
 /// `lo` in the low half, `hi` in the high half.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+#[target_feature(enable = "avx512f,avx512bw")]
 fn join(lo: __m256i, hi: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
@@ -98,43 +89,12 @@ const SPREAD_Q4_K: [[i16; 32]; 4] = spreads(16);
 const SPREAD_Q6_K: [[i16; 32]; 4] = spreads(8);
 
 /// The scales of `s` lined up with vector `v`'s pairs, by table `idx`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+#[target_feature(enable = "avx512f,avx512bw")]
 fn spread(s: __m512i, idx: &[[i16; 32]; 4], v: usize) -> __m512i {
     let idx = &idx[v];
     // SAFETY: `idx` is 64 bytes; the load is unaligned
     let idx = unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) };
     _mm512_permutexvar_epi16(idx, s)
-}
-
-/// The f32 scale pair at `b` (two f16: Q4_K's `d` and `dmin`), exactly.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-fn halves(b: &[u8]) -> (f32, f32) {
-    let b = &b[..4];
-    let h = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
-        b[0], b[1], b[2], b[3],
-    ])));
-    (_mm_cvtss_f32(h), _mm_cvtss_f32(_mm_movehdup_ps(h)))
-}
-
-/// The sums of each 32 codes of `y`, eight i32.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-fn psums(y: &Q8KBlock) -> __m256i {
-    // SAFETY: `psums` is 16 bytes; the load is unaligned
-    _mm256_cvtepi16_epi32(unsafe { _mm_loadu_si128(y.psums.as_ptr().cast()) })
-}
-
-/// The 16 sums of 16 codes of `y`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-fn bsums(y: &Q8KBlock) -> __m256i {
-    // SAFETY: `bsums` is 32 bytes; the load is unaligned
-    unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) }
-}
-
-/// `d` times each of `y`'s eight scales.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-fn scaled(d: f32, y: &Q8KBlock) -> __m256 {
-    // SAFETY: `d` is 32 bytes; the load is unaligned
-    _mm256_mul_ps(_mm256_set1_ps(d), unsafe { _mm256_loadu_ps(y.d.as_ptr()) })
 }
 
 /// Lane `l` of 64 values' vector `v`: the scale of its 32 (`2v + l / 8`).
@@ -154,7 +114,7 @@ const SCALE_OF_LANE: [[i32; 16]; 4] = {
 
 /// `acc + dd[2v + l / 8] · isum[l]` in each lane `l` (one FMA), `dd` the
 /// eight products of the weights' and the activations' scales.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+#[target_feature(enable = "avx512f,avx512bw")]
 fn add_lanes(acc: __m512, dd: __m256, v: usize, isum: __m512i) -> __m512 {
     let idx = &SCALE_OF_LANE[v];
     // SAFETY: `idx` is 64 bytes; the load is unaligned
@@ -165,7 +125,7 @@ fn add_lanes(acc: __m512, dd: __m256, v: usize, isum: __m512i) -> __m512 {
 
 /// The row's result: the 16 lanes folded in halves, less the offsets' 8
 /// folded the same way (`kquant::fold`'s order).
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+#[target_feature(enable = "avx512f,avx512bw")]
 fn fold(acc: __m512, off: __m256) -> f32 {
     let h = _mm256_add_ps(
         _mm512_castps512_ps256(acc),
@@ -175,7 +135,7 @@ fn fold(acc: __m512, off: __m256) -> f32 {
 }
 
 /// Eight lanes folded in halves.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+#[target_feature(enable = "avx512f,avx512bw")]
 fn fold8(h: __m256) -> f32 {
     let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
     let q = _mm_add_ps(q, _mm_movehl_ps(q, q));
@@ -183,7 +143,7 @@ fn fold8(h: __m256) -> f32 {
 }
 
 /// `[w · a[t]]` for `N` tokens of a Q4_K row: each block unpacked once.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+#[target_feature(enable = "avx512f,avx512bw")]
 fn q4_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     let (mut acc, mut off) = ([_mm512_setzero_ps(); N], [_mm256_setzero_ps(); N]);
     let low = _mm256_set1_epi8(0x0F);
@@ -215,23 +175,9 @@ fn q4_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     std::array::from_fn(|t| fold(acc[t], off[t]))
 }
 
-/// `v`'s two bits at `shift` of each byte, moved to bits 4 and 5.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-fn bits45(v: __m256i, shift: i32) -> __m256i {
-    let v = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift));
-    _mm256_slli_epi16::<4>(_mm256_and_si256(v, _mm256_set1_epi8(3)))
-}
-
-/// The low nibbles of `v` (`high`: the high ones) with bits 4 and 5 `h`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-fn six(v: __m256i, high: bool, h: __m256i) -> __m256i {
-    let v = if high { _mm256_srli_epi16::<4>(v) } else { v };
-    _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), h)
-}
-
 /// `[w · a[t]]` for `N` tokens of a Q6_K row: the unsigned codes' sums,
 /// less 32 times the scales' products with the code sums (the offsets).
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+#[target_feature(enable = "avx512f,avx512bw")]
 fn q6_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     let (mut acc, mut off) = ([_mm512_setzero_ps(); N], [_mm256_setzero_ps(); N]);
     for (i, b) in w.chunks_exact(Q6_K_BYTES).enumerate() {
@@ -262,18 +208,4 @@ fn q6_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
         }
     }
     std::array::from_fn(|t| fold(acc[t], off[t]))
-}
-
-/// 16 bytes of `b` (indexed to them first).
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-fn load16(b: &[u8]) -> __m128i {
-    let b = &b[..16];
-    // SAFETY: `b` has 16 bytes; the load is unaligned
-    unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
-}
-
-/// Eight bytes in the low half.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
-fn bytes8(b: [u8; 8]) -> __m128i {
-    _mm_cvtsi64_si128(i64::from_le_bytes(b))
 }

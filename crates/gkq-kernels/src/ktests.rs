@@ -14,11 +14,13 @@ fn q8k(a: &[Q8KBlock]) -> Token<'_> {
     Token { q8: &[], q8k: a }
 }
 
-/// This CPU's kernel and the portable one (the same one twice on a CPU
-/// without the SIMD kernel).
-fn both(dtype: DType) -> [RowDot; 2] {
-    let p = RowDot::portable(dtype).expect("a portable kernel");
-    [RowDot::of(dtype).unwrap_or(p), p]
+/// This CPU's kernels of `dtype`: each SIMD one it has, and the portable
+/// one last.
+fn all(dtype: DType) -> Vec<RowDot> {
+    [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter_map(|isa| RowDot::with_isa(dtype, isa))
+        .collect()
 }
 
 #[test]
@@ -65,7 +67,7 @@ fn k_row_dots_equal_the_dequantized_dot_product() {
             let y = &a[i / QK_K];
             f64::from(y.qs[i % QK_K]) * f64::from(y.d[i % QK_K / 32])
         });
-        for k in both(dtype) {
+        for k in all(dtype) {
             let got = k.dot(&b, q8k(&a)).expect("lengths agree");
             assert!(
                 (f64::from(got) - want).abs() <= scale * 1e-5,
@@ -114,22 +116,31 @@ fn k_kernels_equal_the_portable_ones_bit_for_bit() {
                 blk[4.min(end)..end].fill(0xFF);
             }
         }
-        let [fast, slow] = both(dtype);
+        let kernels = all(dtype);
         #[cfg(target_arch = "x86_64")]
-        if Isa::Avx512Vnni.available() {
-            assert_eq!(fast.isa(), Isa::Avx512Vnni, "{dtype}");
+        for isa in [Isa::Avx512, Isa::Avx2] {
+            let has = kernels.iter().any(|k| k.isa() == isa);
+            assert_eq!(has, isa.available(), "{dtype} {isa:?}");
         }
-        let want4 = slow.dot4(&raw, four).expect("lengths agree");
-        let got4 = fast.dot4(&raw, four).expect("lengths agree");
-        for i in 0..4 {
-            let one = fast.dot(&raw, four[i]).expect("lengths agree");
-            let want = slow.dot(&raw, four[i]).expect("lengths agree");
-            assert_eq!(one.to_bits(), want.to_bits(), "{dtype}: {one} {want}");
-            assert_eq!(got4[i].to_bits(), want.to_bits(), "{dtype} of four");
-            assert_eq!(want4[i].to_bits(), want.to_bits(), "{dtype} of four");
+        let slow = RowDot::portable(dtype).expect("portable");
+        for fast in kernels {
+            let want4 = slow.dot4(&raw, four).expect("lengths agree");
+            let got4 = fast.dot4(&raw, four).expect("lengths agree");
+            for i in 0..4 {
+                let one = fast.dot(&raw, four[i]).expect("lengths agree");
+                let want = slow.dot(&raw, four[i]).expect("lengths agree");
+                let isa = fast.isa();
+                assert_eq!(
+                    one.to_bits(),
+                    want.to_bits(),
+                    "{dtype} {isa:?}: {one} {want}"
+                );
+                assert_eq!(got4[i].to_bits(), want.to_bits(), "{dtype} {isa:?} of four");
+                assert_eq!(want4[i].to_bits(), want.to_bits(), "{dtype} of four");
+            }
+            let short = [four[0], four[1], four[2], q8k(&a[1..blocks])];
+            assert_eq!(fast.dot4(&raw, short), None);
         }
-        let short = [four[0], four[1], four[2], q8k(&a[1..blocks])];
-        assert_eq!(fast.dot4(&raw, short), None);
     }
 }
 

@@ -6,9 +6,9 @@
 //!   ([`Q8Block`]), for the 32-value types; [`quantize_activations_k`]: to
 //!   blocks of 256 ([`Q8KBlock`]), for the K types.
 //! - [`RowDot`]: the dot product of one block type, the fastest kernel this
-//!   CPU has (detected at run time: AVX-512 with VNNI for Q4_K and Q6_K,
-//!   AVX2 with FMA and F16C for the 32-value types), else the portable
-//!   one; the kernels of a type are one entry of [`KERNELS`].
+//!   CPU has (detected at run time: AVX-512 F/BW, then AVX2 with FMA and
+//!   F16C, for Q4_K and Q6_K; AVX2 for the 32-value types), else the
+//!   portable one; the kernels of a type are one entry of [`KERNELS`].
 //! - [`matmul`]: the rows of one or more matrices among rayon's threads,
 //!   each row meeting a tile of tokens while it is in cache.
 //!
@@ -30,10 +30,14 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2k;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod kquant;
 mod matmul;
 mod portable;
+#[cfg(target_arch = "x86_64")]
+mod simd256;
 mod types;
 
 use gkq_format::DType;
@@ -78,8 +82,8 @@ pub enum Isa {
     Portable,
     /// AVX2 with FMA and F16C.
     Avx2,
-    /// AVX-512 F and BW with VNNI.
-    Avx512Vnni,
+    /// AVX-512 F and BW.
+    Avx512,
 }
 
 impl Isa {
@@ -88,7 +92,7 @@ impl Isa {
         match self {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
-            Isa::Avx512Vnni => "avx512-vnni",
+            Isa::Avx512 => "avx512",
         }
     }
 
@@ -99,7 +103,7 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => avx2::available(),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni => avx512::available(),
+            Isa::Avx512 => avx512::available(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -107,13 +111,14 @@ impl Isa {
 }
 
 /// The kernels of one block type: the portable dot product, and the
-/// SIMD ones (one token, four tokens) where an instruction set has them.
+/// SIMD ones (one token, four tokens) where an instruction set has them,
+/// the widest first.
 #[derive(Debug)]
 pub struct Kernels {
     /// The block type.
     pub dtype: DType,
     portable: Kern,
-    simd: Option<(Isa, Kern)>,
+    simd: [Option<(Isa, Kern)>; 2],
     /// Whether the portable kernel multiplies when the CPU lacks the SIMD
     /// one (else the caller's fallback does: candle's, for the K types).
     portable_serves: bool,
@@ -132,11 +137,14 @@ const fn avx2_of<T: types::Ty>() -> Option<(Isa, Kern)> {
     }
 }
 
-/// The AVX-512 kernels of K type `T` (none off x86-64).
+/// The AVX-512 and AVX2 kernels of K type `T` (none off x86-64).
 #[cfg(target_arch = "x86_64")]
-const fn avx512_of<T: avx512::KType>() -> Option<(Isa, Kern)> {
+const fn k_simd<T: avx512::KType>(avx2: (DotK, DotK4)) -> [Option<(Isa, Kern)>; 2] {
     let (one, four) = avx512::kernels::<T>();
-    Some((Isa::Avx512Vnni, Kern::Q8K(one, Some(four))))
+    [
+        Some((Isa::Avx512, Kern::Q8K(one, Some(four)))),
+        Some((Isa::Avx2, Kern::Q8K(avx2.0, Some(avx2.1)))),
+    ]
 }
 
 /// The kernels of every block type that has them, the one table of them:
@@ -145,9 +153,12 @@ const fn avx512_of<T: avx512::KType>() -> Option<(Isa, Kern)> {
 pub static KERNELS: [Kernels; 7] = {
     use types::*;
     #[cfg(target_arch = "x86_64")]
-    let (q4k, q6k) = (avx512_of::<avx512::Q4K>(), avx512_of::<avx512::Q6K>());
+    let (q4k, q6k) = (
+        k_simd::<avx512::Q4K>(avx2k::Q4_K),
+        k_simd::<avx512::Q6K>(avx2k::Q6_K),
+    );
     #[cfg(not(target_arch = "x86_64"))]
-    let (q4k, q6k) = (None, None);
+    let (q4k, q6k) = ([None, None], [None, None]);
     [
         small(DType::Q4_0, portable::dot_q4_0, avx2_of::<Q4_0>()),
         small(DType::Q4_1, portable::dot_q4_1, avx2_of::<Q4_1>()),
@@ -164,14 +175,14 @@ const fn small(dtype: DType, portable: Dot, simd: Option<(Isa, Kern)>) -> Kernel
     Kernels {
         dtype,
         portable: Kern::Q8(portable, None),
-        simd,
+        simd: [simd, None],
         portable_serves: true,
     }
 }
 
 /// An entry of [`KERNELS`] for a K type: on a CPU without its SIMD kernel
 /// candle's kernels are faster than the portable one.
-const fn k(dtype: DType, portable: DotK, simd: Option<(Isa, Kern)>) -> Kernels {
+const fn k(dtype: DType, portable: DotK, simd: [Option<(Isa, Kern)>; 2]) -> Kernels {
     Kernels {
         dtype,
         portable: Kern::Q8K(portable, None),
@@ -194,14 +205,30 @@ impl RowDot {
     /// without kernels, or a K type on a CPU without its SIMD kernel.
     pub fn of(dtype: DType) -> Option<RowDot> {
         let k = KERNELS.iter().find(|k| k.dtype == dtype)?;
-        match k.simd {
-            Some((isa, kern)) if isa.available() => Some(RowDot {
+        match k.simd.iter().flatten().find(|(isa, _)| isa.available()) {
+            Some(&(isa, kern)) => Some(RowDot {
                 isa,
                 kern,
                 ..RowDot::portable(dtype)?
             }),
-            _ => RowDot::portable(dtype).filter(|_| k.portable_serves),
+            None => RowDot::portable(dtype).filter(|_| k.portable_serves),
         }
+    }
+
+    /// The kernel of `dtype` for instruction set `isa`, if it has one and
+    /// this CPU has `isa` (for tests and benchmarks).
+    pub fn with_isa(dtype: DType, isa: Isa) -> Option<RowDot> {
+        if isa == Isa::Portable {
+            return RowDot::portable(dtype);
+        }
+        let k = KERNELS.iter().find(|k| k.dtype == dtype)?;
+        let &(isa, kern) = k.simd.iter().flatten().find(|(i, _)| *i == isa)?;
+        isa.available().then_some(())?;
+        Some(RowDot {
+            isa,
+            kern,
+            ..RowDot::portable(dtype)?
+        })
     }
 
     /// The portable kernel of `dtype`, whatever the CPU (for tests).

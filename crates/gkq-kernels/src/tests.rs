@@ -45,8 +45,7 @@ fn the_table_has_the_32_value_types_q4_k_and_q6_k() {
         let simd = KERNELS
             .iter()
             .find(|k| k.dtype == dtype)
-            .and_then(|k| k.simd)
-            .is_some_and(|(isa, _)| isa.available());
+            .is_some_and(|k| k.simd.iter().flatten().any(|(isa, _)| isa.available()));
         assert_eq!(RowDot::of(dtype).is_some(), small || (want && simd));
         assert_eq!(RowDot::portable(dtype).is_some(), want, "{dtype}");
     }

@@ -2,8 +2,8 @@
 //! gkq-kernels' row dot products on the blocks as pulled, no copy, where
 //! it has a kernel for the type on this CPU (the 32-value types, with the
 //! results of candle's kernels bit for bit; Q4_K and Q6_K where the CPU has
-//! AVX-512 with VNNI); else by candle's quantized matmul (Q5_K, and the K
-//! types on other CPUs), which keeps a repacked copy of some. With
+//! AVX-512 or AVX2); else by candle's quantized matmul (Q5_K, and the K
+//! types on CPUs without AVX2), which keeps a repacked copy of some. With
 //! `CANDLE_DEQUANTIZE_ALL` set, every type goes to candle, which then
 //! widens it to f32.
 //!
