@@ -27,7 +27,8 @@ pub struct MatPart<'a> {
 struct Acts {
     q8: Vec<Q8Block>,
     q8k: Vec<Q8KBlock>,
-    tokens: usize,
+    /// Blocks of each form per token.
+    per_token: (usize, usize),
 }
 
 impl Acts {
@@ -39,15 +40,13 @@ impl Acts {
         if parts.iter().any(|p| p.dot.takes_q8k()) {
             quantize_activations_k(x, &mut q8k);
         }
-        Acts {
-            q8,
-            q8k,
-            tokens: tokens.max(1),
-        }
+        let tokens = tokens.max(1);
+        let per_token = (q8.len() / tokens, q8k.len() / tokens);
+        Acts { q8, q8k, per_token }
     }
 
     fn token(&self, t: usize) -> Token<'_> {
-        let (n8, n8k) = (self.q8.len() / self.tokens, self.q8k.len() / self.tokens);
+        let (n8, n8k) = self.per_token;
         Token {
             q8: &self.q8[t * n8..(t + 1) * n8],
             q8k: &self.q8k[t * n8k..(t + 1) * n8k],
