@@ -3,8 +3,11 @@
 //! the sums of each 16 and 32 codes. ggml's Q8_K has one scale per 256:
 //! with it, Gemma 3's first logits were 5.5 % of the largest logit from the
 //! f64 reference (candle's kernels, the same Q8_K: 4.1 %; the test's
-//! line: 5 %); with a scale per 32, 3.0 % (Pearson 0.99936). A row's blocks are summed in one fixed order, whatever the
-//! vector width of the kernel that runs it:
+//! line: 5 %); with a scale per 32, 3.0 % (Pearson 0.99936).
+//!
+//! A row's blocks are summed in one fixed order, whatever the vector width
+//! of the kernel that runs it (`avx512.rs`: one register of 16 lanes;
+//! `avx2k.rs`: two of 8):
 //!
 //! - **16 lanes.** In each 64 values `v` of a block (`v` = 0..4), lane `l`
 //!   is the exact integer sum of the products of values `64v + 4l ..
@@ -19,9 +22,8 @@
 //!   `+ 1`), less the offsets' 8 folded the same way.
 //!
 //! The integers are exact (at most 2^24 in magnitude), and the f32 steps
-//! are the same in every kernel, so an AVX-512 kernel (one register of 16
-//! lanes, no sum across it until the row's end) and this one give the same
-//! bits.
+//! are the same in every kernel, lane by lane, with no sum across lanes
+//! until the row's end: every kernel gives this one's bits.
 
 use gkq_format::quant::{QK, QK_K, unhalf};
 

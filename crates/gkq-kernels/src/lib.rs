@@ -4,7 +4,7 @@
 //!
 //! - [`quantize_activations`]: activations to 8-bit blocks of 32
 //!   ([`Q8Block`]), for the 32-value types; [`quantize_activations_k`]: to
-//!   blocks of 256 ([`Q8KBlock`]), for the K types.
+//!   blocks of 256 with a scale per 32 ([`Q8KBlock`]), for the K types.
 //! - [`RowDot`]: the dot product of one block type, the fastest kernel this
 //!   CPU has (detected at run time: AVX-512 F/BW, then AVX2 with FMA and
 //!   F16C, for Q4_K and Q6_K; AVX2 for the 32-value types), else the
