@@ -11,7 +11,7 @@
 use std::arch::x86_64::*;
 
 use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
-use crate::simd256::{bits45, bsums, bytes8, halves, load16, load32, psums, scaled, six};
+use crate::simd256::{bits45, bsums, bytes8, fold8, halves, load16, load32, psums, scaled, six};
 use crate::{DotK, DotK4};
 
 /// The one-token and four-token kernels of Q4_K and Q6_K, callable once
@@ -46,14 +46,6 @@ fn add_half(acc: __m256, d: f32, q: __m256i, a: __m256i, s: __m256i) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn fold(acc: [__m256; 2], off: __m256) -> f32 {
     fold8(_mm256_add_ps(acc[0], acc[1])) - fold8(off)
-}
-
-/// Eight lanes folded in halves.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn fold8(h: __m256) -> f32 {
-    let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-    let q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)))
 }
 
 /// `y`'s eight scales times `d`, as an array.

@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
-use crate::simd256::{bits45, bsums, bytes8, halves, load16, load32, psums, scaled, six};
+use crate::simd256::{bits45, bsums, bytes8, fold8, halves, load16, load32, psums, scaled, six};
 use crate::{DotK, DotK4};
 
 /// Whether this CPU has the features: the kernels below may run.
@@ -22,36 +22,17 @@ pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
 }
 
-/// The kernels of a K type.
-pub(crate) trait KType {
-    /// `[w · a[t]]` for `N` tokens, callable once [`available`] said yes.
-    fn dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N];
-}
-
-/// Q4_K.
-pub(crate) struct Q4K;
-/// Q6_K.
-pub(crate) struct Q6K;
-
-impl KType for Q4K {
-    fn dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
-        // SAFETY: `available()` said yes before these kernels were handed out
-        unsafe { q4_k_dots(w, a) }
-    }
-}
-
-impl KType for Q6K {
-    fn dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
-        // SAFETY: as for Q4K
-        unsafe { q6_k_dots(w, a) }
-    }
-}
-
-/// The one-token and four-token kernels of `T`, callable once
+/// The one-token and four-token kernels of Q4_K and Q6_K, callable once
 /// [`available`] said yes (the only caller, `RowDot::of`, asks first).
-pub(crate) const fn kernels<T: KType>() -> (DotK, DotK4) {
-    (|w, a| T::dots(w, [a])[0], T::dots::<4>)
-}
+pub(crate) const Q4_K: (DotK, DotK4) = (
+    // SAFETY (each): the CPU has AVX-512 F and BW
+    |w, a| unsafe { q4_k_dots(w, [a]) }[0],
+    |w, a| unsafe { q4_k_dots(w, a) },
+);
+pub(crate) const Q6_K: (DotK, DotK4) = (
+    |w, a| unsafe { q6_k_dots(w, [a]) }[0],
+    |w, a| unsafe { q6_k_dots(w, a) },
+);
 
 /// 64 codes of `y` from `at`.
 #[target_feature(enable = "avx512f,avx512bw")]
@@ -132,14 +113,6 @@ fn fold(acc: __m512, off: __m256) -> f32 {
         _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc))),
     );
     fold8(h) - fold8(off)
-}
-
-/// Eight lanes folded in halves.
-#[target_feature(enable = "avx512f,avx512bw")]
-fn fold8(h: __m256) -> f32 {
-    let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-    let q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)))
 }
 
 /// `[w · a[t]]` for `N` tokens of a Q4_K row: each block unpacked once.

@@ -137,12 +137,11 @@ const fn avx2_of<T: types::Ty>() -> Option<(Isa, Kern)> {
     }
 }
 
-/// The AVX-512 and AVX2 kernels of K type `T` (none off x86-64).
+/// The AVX-512 and AVX2 kernels of a K type.
 #[cfg(target_arch = "x86_64")]
-const fn k_simd<T: avx512::KType>(avx2: (DotK, DotK4)) -> [Option<(Isa, Kern)>; 2] {
-    let (one, four) = avx512::kernels::<T>();
+const fn k_simd(avx512: (DotK, DotK4), avx2: (DotK, DotK4)) -> [Option<(Isa, Kern)>; 2] {
     [
-        Some((Isa::Avx512, Kern::Q8K(one, Some(four)))),
+        Some((Isa::Avx512, Kern::Q8K(avx512.0, Some(avx512.1)))),
         Some((Isa::Avx2, Kern::Q8K(avx2.0, Some(avx2.1)))),
     ]
 }
@@ -154,8 +153,8 @@ pub static KERNELS: [Kernels; 7] = {
     use types::*;
     #[cfg(target_arch = "x86_64")]
     let (q4k, q6k) = (
-        k_simd::<avx512::Q4K>(avx2k::Q4_K),
-        k_simd::<avx512::Q6K>(avx2k::Q6_K),
+        k_simd(avx512::Q4_K, avx2k::Q4_K),
+        k_simd(avx512::Q6_K, avx2k::Q6_K),
     );
     #[cfg(not(target_arch = "x86_64"))]
     let (q4k, q6k) = ([None, None], [None, None]);
@@ -165,8 +164,8 @@ pub static KERNELS: [Kernels; 7] = {
         small(DType::Q5_0, portable::dot_q5_0, avx2_of::<Q5_0>()),
         small(DType::Q5_1, portable::dot_q5_1, avx2_of::<Q5_1>()),
         small(DType::Q8_0, portable::dot_q8_0, avx2_of::<Q8_0>()),
-        k(DType::Q4_K, kquant::dot_q4_k, q4k),
-        k(DType::Q6_K, kquant::dot_q6_k, q6k),
+        k_type(DType::Q4_K, kquant::dot_q4_k, q4k),
+        k_type(DType::Q6_K, kquant::dot_q6_k, q6k),
     ]
 };
 
@@ -182,7 +181,7 @@ const fn small(dtype: DType, portable: Dot, simd: Option<(Isa, Kern)>) -> Kernel
 
 /// An entry of [`KERNELS`] for a K type: on a CPU without its SIMD kernel
 /// candle's kernels are faster than the portable one.
-const fn k(dtype: DType, portable: DotK, simd: [Option<(Isa, Kern)>; 2]) -> Kernels {
+const fn k_type(dtype: DType, portable: DotK, simd: [Option<(Isa, Kern)>; 2]) -> Kernels {
     Kernels {
         dtype,
         portable: Kern::Q8K(portable, None),

@@ -74,3 +74,11 @@ pub(crate) fn load16(b: &[u8]) -> __m128i {
 pub(crate) fn bytes8(b: [u8; 8]) -> __m128i {
     _mm_cvtsi64_si128(i64::from_le_bytes(b))
 }
+
+/// Eight lanes folded in halves (`kquant::fold`'s order).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn fold8(h: __m256) -> f32 {
+    let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+    let q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)))
+}
