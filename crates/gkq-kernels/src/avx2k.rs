@@ -10,21 +10,18 @@
 
 use std::arch::x86_64::*;
 
+use crate::RowsK;
 use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
 use crate::simd256::{bits45, bsums, bytes8, fold8, halves, load16, load32, psums, scaled, six};
-use crate::{DotK, DotK4};
 
 /// The one-token and four-token kernels of Q4_K and Q6_K, callable once
 /// `avx2::available()` said yes (the only caller, `RowDot::of`, asks).
-pub(crate) const Q4_K: (DotK, DotK4) = (
-    // SAFETY (each): the CPU has AVX2, FMA and F16C
-    |w, a| unsafe { q4_k_dots(w, [a]) }[0],
-    |w, a| unsafe { q4_k_dots(w, a) },
-);
-pub(crate) const Q6_K: (DotK, DotK4) = (
-    |w, a| unsafe { q6_k_dots(w, [a]) }[0],
-    |w, a| unsafe { q6_k_dots(w, a) },
-);
+pub(crate) const Q4_K: RowsK =
+    // SAFETY (each): `RowDot::of` hands these out only when the CPU has
+    // the features
+    |w, rb, a, n, out, stride| unsafe { q4_k_rows(w, rb, a, n, out, stride) };
+pub(crate) const Q6_K: RowsK =
+    |w, rb, a, n, out, stride| unsafe { q6_k_rows(w, rb, a, n, out, stride) };
 
 /// 32 activations of `y` from `at`.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -127,3 +124,18 @@ fn q6_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     }
     std::array::from_fn(|t| fold(acc[t], off[t]))
 }
+
+crate::rows_fn!(
+    q4_k_rows,
+    "avx2,fma,f16c",
+    &[Q8KBlock],
+    q4_k_dots::<4>,
+    q4_k_dots::<1>
+);
+crate::rows_fn!(
+    q6_k_rows,
+    "avx2,fma,f16c",
+    &[Q8KBlock],
+    q6_k_dots::<4>,
+    q6_k_dots::<1>
+);

@@ -13,9 +13,9 @@
 
 use std::arch::x86_64::*;
 
+use crate::RowsK;
 use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
 use crate::simd256::{bits45, bsums, bytes8, fold8, halves, load16, load32, psums, scaled, six};
-use crate::{DotK, DotK4};
 
 /// Whether this CPU has the features: the kernels below may run.
 pub(crate) fn available() -> bool {
@@ -24,15 +24,12 @@ pub(crate) fn available() -> bool {
 
 /// The one-token and four-token kernels of Q4_K and Q6_K, callable once
 /// [`available`] said yes (the only caller, `RowDot::of`, asks first).
-pub(crate) const Q4_K: (DotK, DotK4) = (
-    // SAFETY (each): the CPU has AVX-512 F and BW
-    |w, a| unsafe { q4_k_dots(w, [a]) }[0],
-    |w, a| unsafe { q4_k_dots(w, a) },
-);
-pub(crate) const Q6_K: (DotK, DotK4) = (
-    |w, a| unsafe { q6_k_dots(w, [a]) }[0],
-    |w, a| unsafe { q6_k_dots(w, a) },
-);
+pub(crate) const Q4_K: RowsK =
+    // SAFETY (each): `RowDot::of` hands these out only when the CPU has
+    // the features
+    |w, rb, a, n, out, stride| unsafe { q4_k_rows(w, rb, a, n, out, stride) };
+pub(crate) const Q6_K: RowsK =
+    |w, rb, a, n, out, stride| unsafe { q6_k_rows(w, rb, a, n, out, stride) };
 
 /// 64 codes of `y` from `at`.
 #[target_feature(enable = "avx512f,avx512bw")]
@@ -182,3 +179,18 @@ fn q6_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     }
     std::array::from_fn(|t| fold(acc[t], off[t]))
 }
+
+crate::rows_fn!(
+    q4_k_rows,
+    "avx512f,avx512bw",
+    &[Q8KBlock],
+    q4_k_dots::<4>,
+    q4_k_dots::<1>
+);
+crate::rows_fn!(
+    q6_k_rows,
+    "avx512f,avx512bw",
+    &[Q8KBlock],
+    q6_k_dots::<4>,
+    q6_k_dots::<1>
+);

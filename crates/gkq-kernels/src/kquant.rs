@@ -64,13 +64,7 @@ pub fn quantize_activations_k(x: &[f32], out: &mut Vec<Q8KBlock>) -> bool {
     for c in x.chunks_exact(QK_K) {
         let mut b = Q8KBlock::default();
         for (j, c) in c.chunks_exact(QK).enumerate() {
-            let amax = c.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            for (o, &v) in b.qs[QK * j..QK * (j + 1)].iter_mut().zip(c) {
-                *o = nearest(v * id).clamp(-127, 127) as i8;
-            }
-            b.d[j] = d;
+            b.d[j] = quantize32(c, &mut b.qs[QK * j..QK * (j + 1)]);
         }
         for (s, q) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
             *s = q.iter().map(|&q| i16::from(q)).sum();
@@ -81,6 +75,18 @@ pub fn quantize_activations_k(x: &[f32], out: &mut Vec<Q8KBlock>) -> bool {
         out.push(b);
     }
     true
+}
+
+/// 32 values `c` to codes `q` as ggml's Q8_0 (`d = max |x| / 127`, kept
+/// in f32, rounded to nearest, ties to even); returns `d`.
+pub(crate) fn quantize32(c: &[f32], q: &mut [i8]) -> f32 {
+    let amax = c.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    for (o, &v) in q.iter_mut().zip(c) {
+        *o = nearest(v * id).clamp(-127, 127) as i8;
+    }
+    d
 }
 
 /// `x` rounded to the nearest integer, ties to even, for |x| ≤ 2^22
@@ -108,22 +114,27 @@ pub(crate) fn scales_mins(q: &[u8]) -> ([u8; 8], [u8; 8]) {
     (join(w0 & six, sc_hi), join(w1 & six, m_hi))
 }
 
-/// The row's result from its 16 lanes and its offsets' 8, folded in
-/// halves.
-pub(crate) fn fold(acc: [f32; 16], off: [f32; 8]) -> f32 {
+/// 16 lanes folded in halves (`l + 8`, `+ 4`, `+ 2`, `+ 1`).
+pub(crate) fn fold16(acc: [f32; 16]) -> f32 {
     let mut a = acc;
     for half in [8, 4, 2, 1] {
         for l in 0..half {
             a[l] += a[l + half];
         }
     }
+    a[0]
+}
+
+/// The row's result from its 16 lanes and its offsets' 8, folded in
+/// halves.
+pub(crate) fn fold(acc: [f32; 16], off: [f32; 8]) -> f32 {
     let mut m = off;
     for half in [4, 2, 1] {
         for l in 0..half {
             m[l] += m[l + half];
         }
     }
-    a[0] - m[0]
+    fold16(acc) - m[0]
 }
 
 /// `acc[l] = fma(d·d_a, lane, acc[l])` for the 16 lanes of a block, `code`

@@ -5,22 +5,16 @@ use gkq_format::DType;
 use gkq_format::quant::{QK_K, quantize};
 use half::f16;
 
-use super::tests::{dequantized_dot, noise};
+use super::tests::{all, dequantized_dot, noise};
 use super::*;
 
 const K_TYPES: [DType; 2] = [DType::Q4_K, DType::Q6_K];
 
 fn q8k(a: &[Q8KBlock]) -> Token<'_> {
-    Token { q8: &[], q8k: a }
-}
-
-/// This CPU's kernels of `dtype`: each SIMD one it has, and the portable
-/// one last.
-fn all(dtype: DType) -> Vec<RowDot> {
-    [Isa::Avx512, Isa::Avx2, Isa::Portable]
-        .into_iter()
-        .filter_map(|isa| RowDot::with_isa(dtype, isa))
-        .collect()
+    Token {
+        q8: Q8Token::default(),
+        q8k: a,
+    }
 }
 
 #[test]
@@ -170,14 +164,14 @@ fn matmul_quantizes_each_form_its_parts_take() {
         })
         .collect();
     let out = matmul(&mp, &x, 5);
-    let (mut a8, mut a8k) = (Vec::new(), Vec::new());
+    let (mut a8, mut a8k) = (Q8Acts::default(), Vec::new());
     assert!(quantize_activations(&x, &mut a8) && quantize_activations_k(&x, &mut a8k));
     for (p, o) in mp.iter().zip(&out) {
         assert_eq!(o.len(), 5 * p.rows);
         let row_bytes = p.w.len() / p.rows;
         for t in 0..5 {
             let tok = Token {
-                q8: &a8[t * cols / 32..(t + 1) * cols / 32],
+                q8: a8.token(t, cols / 32),
                 q8k: &a8k[t * cols / QK_K..(t + 1) * cols / QK_K],
             };
             for r in 0..p.rows {

@@ -2,21 +2,20 @@
 //! their bytes, which `gkq-format` knows): the dot product of a quantized
 //! row with quantized activations, and the quantized matmul over it.
 //!
-//! - [`quantize_activations`]: activations to 8-bit blocks of 32
-//!   ([`Q8Block`]), for the 32-value types; [`quantize_activations_k`]: to
-//!   blocks of 256 with a scale per 32 ([`Q8KBlock`]), for the K types.
+//! - [`quantize_activations`]: activations to 8 bits with a scale per 32
+//!   ([`Q8Acts`]), for the 32-value types; [`quantize_activations_k`]: the
+//!   same codes and scales in blocks of 256 ([`Q8KBlock`]), for the K types.
 //! - [`RowDot`]: the dot product of one block type, the fastest kernel this
 //!   CPU has (detected at run time: AVX-512 F/BW, then AVX2 with FMA and
-//!   F16C, for Q4_K and Q6_K; AVX2 for the 32-value types), else the
-//!   portable one; the kernels of a type are one entry of [`KERNELS`].
+//!   F16C), else the portable one; the kernels of a type are one entry of
+//!   [`KERNELS`].
 //! - [`matmul`]: the rows of one or more matrices among rayon's threads,
 //!   each row meeting a tile of tokens while it is in cache.
 //!
-//! The 32-value types' f32 results are candle 0.11's bit for bit (its
-//! kernels were the decoder's before these): activation quantization turns
-//! a last-bit difference into another 8-bit code in the next layer. The K
-//! types' are their portable kernels' bit for bit, in one order whatever
-//! the vector width (`kquant.rs`).
+//! Every kernel gives its portable kernel's bits, in one order whatever the
+//! vector width (`portable.rs`, `kquant.rs`): activation quantization turns
+//! a last-bit difference into another 8-bit code in the next layer, so a
+//! node's tokens do not depend on its CPU.
 //!
 //! This crate is optimised in test builds (the workspace's profile): its
 //! intrinsics are calls, not instructions, at opt-level 0.
@@ -33,6 +32,8 @@ mod avx2;
 mod avx2k;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512q;
 mod kquant;
 mod matmul;
 mod portable;
@@ -44,35 +45,66 @@ use gkq_format::DType;
 
 pub use kquant::{Q8KBlock, quantize_activations_k};
 pub use matmul::{MatPart, matmul};
-pub use portable::{Q8Block, quantize_activations};
+pub use portable::{Q8Acts, Q8Token, quantize_activations};
 
-/// A row's dot product: its blocks' bytes, the activations' blocks.
-pub(crate) type Dot = fn(&[u8], &[Q8Block]) -> f32;
-/// A row's dot products with four tokens' activations.
-pub(crate) type Dot4 = fn(&[u8], [&[Q8Block]; 4]) -> [f32; 4];
+/// A row's dot product: its blocks' bytes, a token's activations.
+pub(crate) type Dot = fn(&[u8], Q8Token<'_>) -> f32;
+/// Rows' dot products with the first `n` (1 or 4) of four tokens'
+/// activations: `w` whole rows of `row_bytes`, row `r`'s in `out[r ·
+/// stride..][..n]`.
+pub(crate) type Rows = fn(&[u8], usize, [Q8Token<'_>; 4], usize, &mut [f32], usize);
 /// A K type's row dot product, with 256-value activation blocks.
 pub(crate) type DotK = fn(&[u8], &[Q8KBlock]) -> f32;
-/// A K type's row dot products with four tokens' activations.
-pub(crate) type DotK4 = fn(&[u8], [&[Q8KBlock]; 4]) -> [f32; 4];
+/// A K type's rows' dot products (as [`Rows`]).
+pub(crate) type RowsK = fn(&[u8], usize, [&[Q8KBlock]; 4], usize, &mut [f32], usize);
+
+/// A SIMD kernel's [`Rows`] (or [`RowsK`]) `$name`, in its target
+/// `$features`: each row of `w` through `$four` (four tokens' activations
+/// of type `$act`) or `$one` (the first), which inline into it.
+macro_rules! rows_fn {
+    ($name:ident $(<$t:ident: $bound:path>)?, $features:literal, $act:ty, $four:path, $one:path) => {
+        /// The rows of `w` with `n` (1 or 4) of four tokens.
+        #[target_feature(enable = $features)]
+        fn $name $(<$t: $bound>)? (
+            w: &[u8],
+            row_bytes: usize,
+            a: [$act; 4],
+            n: usize,
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            for (r, row) in w.chunks_exact(row_bytes).enumerate() {
+                let o = &mut out[r * stride..];
+                if n == 4 {
+                    o[..4].copy_from_slice(&$four(row, a));
+                } else {
+                    o[0] = $one(row, [a[0]])[0];
+                }
+            }
+        }
+    };
+}
+pub(crate) use rows_fn;
 
 /// One token's quantized activations, in the forms the kernels take (a
 /// form not needed may be empty).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Token<'a> {
-    /// Blocks of 32, for the 32-value types.
-    pub q8: &'a [Q8Block],
+    /// Scales per 32, for the 32-value types.
+    pub q8: Q8Token<'a>,
     /// Blocks of 256, for the K types.
     pub q8k: &'a [Q8KBlock],
 }
 
-/// A block type's kernels: which activations they take, one token's and
-/// (where the instruction set has it) four tokens'.
+/// A block type's kernel: a row at a time (the portable ones) or rows
+/// and four tokens at a time (the SIMD ones), with a token's [`Q8Token`]
+/// or its blocks of 256 ([`Q8KBlock`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Kern {
-    /// With blocks of 32 ([`Q8Block`]).
-    Q8(Dot, Option<Dot4>),
-    /// With blocks of 256 ([`Q8KBlock`]).
-    Q8K(DotK, Option<DotK4>),
+    Q8(Dot),
+    Q8Rows(Rows),
+    Q8K(DotK),
+    Q8KRows(RowsK),
 }
 
 /// The instruction set a kernel uses.
@@ -124,25 +156,27 @@ pub struct Kernels {
     portable_serves: bool,
 }
 
-/// The AVX2 kernels of type `T` (none off x86-64).
-const fn avx2_of<T: types::Ty>() -> Option<(Isa, Kern)> {
+/// The AVX-512 and AVX2 kernels of 32-value type `T` (none off x86-64).
+const fn simd_of<T: types::Ty>() -> [Option<(Isa, Kern)>; 2] {
     #[cfg(target_arch = "x86_64")]
     {
-        let (one, four) = avx2::kernels::<T>();
-        Some((Isa::Avx2, Kern::Q8(one, Some(four))))
+        [
+            Some((Isa::Avx512, Kern::Q8Rows(avx512q::kernels::<T>()))),
+            Some((Isa::Avx2, Kern::Q8Rows(avx2::kernels::<T>()))),
+        ]
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        None
+        [None, None]
     }
 }
 
 /// The AVX-512 and AVX2 kernels of a K type.
 #[cfg(target_arch = "x86_64")]
-const fn k_simd(avx512: (DotK, DotK4), avx2: (DotK, DotK4)) -> [Option<(Isa, Kern)>; 2] {
+const fn k_simd(avx512: RowsK, avx2: RowsK) -> [Option<(Isa, Kern)>; 2] {
     [
-        Some((Isa::Avx512, Kern::Q8K(avx512.0, Some(avx512.1)))),
-        Some((Isa::Avx2, Kern::Q8K(avx2.0, Some(avx2.1)))),
+        Some((Isa::Avx512, Kern::Q8KRows(avx512))),
+        Some((Isa::Avx2, Kern::Q8KRows(avx2))),
     ]
 }
 
@@ -159,22 +193,22 @@ pub static KERNELS: [Kernels; 7] = {
     #[cfg(not(target_arch = "x86_64"))]
     let (q4k, q6k) = ([None, None], [None, None]);
     [
-        small(DType::Q4_0, portable::dot_q4_0, avx2_of::<Q4_0>()),
-        small(DType::Q4_1, portable::dot_q4_1, avx2_of::<Q4_1>()),
-        small(DType::Q5_0, portable::dot_q5_0, avx2_of::<Q5_0>()),
-        small(DType::Q5_1, portable::dot_q5_1, avx2_of::<Q5_1>()),
-        small(DType::Q8_0, portable::dot_q8_0, avx2_of::<Q8_0>()),
+        small(DType::Q4_0, portable::dot_q4_0, simd_of::<Q4_0>()),
+        small(DType::Q4_1, portable::dot_q4_1, simd_of::<Q4_1>()),
+        small(DType::Q5_0, portable::dot_q5_0, simd_of::<Q5_0>()),
+        small(DType::Q5_1, portable::dot_q5_1, simd_of::<Q5_1>()),
+        small(DType::Q8_0, portable::dot_q8_0, simd_of::<Q8_0>()),
         k_type(DType::Q4_K, kquant::dot_q4_k, q4k),
         k_type(DType::Q6_K, kquant::dot_q6_k, q6k),
     ]
 };
 
 /// An entry of [`KERNELS`] for a 32-value type.
-const fn small(dtype: DType, portable: Dot, simd: Option<(Isa, Kern)>) -> Kernels {
+const fn small(dtype: DType, portable: Dot, simd: [Option<(Isa, Kern)>; 2]) -> Kernels {
     Kernels {
         dtype,
-        portable: Kern::Q8(portable, None),
-        simd: [simd, None],
+        portable: Kern::Q8(portable),
+        simd,
         portable_serves: true,
     }
 }
@@ -184,7 +218,7 @@ const fn small(dtype: DType, portable: Dot, simd: Option<(Isa, Kern)>) -> Kernel
 const fn k_type(dtype: DType, portable: DotK, simd: [Option<(Isa, Kern)>; 2]) -> Kernels {
     Kernels {
         dtype,
-        portable: Kern::Q8K(portable, None),
+        portable: Kern::Q8K(portable),
         simd,
         portable_serves: false,
     }
@@ -254,40 +288,93 @@ impl RowDot {
 
     /// Whether it takes blocks of 256 activations ([`Token::q8k`]).
     pub fn takes_q8k(&self) -> bool {
-        matches!(self.kern, Kern::Q8K(..))
+        matches!(self.kern, Kern::Q8K(_) | Kern::Q8KRows(_))
     }
 
     /// The blocks `a` holds for this kernel.
     fn blocks(&self, a: &Token<'_>) -> usize {
         match self.kern {
-            Kern::Q8(..) => a.q8.len(),
-            Kern::Q8K(..) => a.q8k.len(),
+            Kern::Q8(_) | Kern::Q8Rows(_) => a.q8.blocks(),
+            Kern::Q8K(_) | Kern::Q8KRows(_) => a.q8k.len(),
         }
     }
 
     /// `w · a`: `w` a row of whole blocks, `a` one block per block of it.
     /// `None` when their lengths disagree.
     pub fn dot(&self, w: &[u8], a: Token<'_>) -> Option<f32> {
-        (w.len() == self.blocks(&a) * self.block_bytes).then(|| match self.kern {
-            Kern::Q8(one, _) => one(w, a.q8),
-            Kern::Q8K(one, _) => one(w, a.q8k),
-        })
+        let mut out = [0f32];
+        self.rows(w, w.len(), &[a], &mut out, 1)?;
+        Some(out[0])
     }
 
     /// `[w · a[0], …, w · a[3]]`, each block of `w` read once. `None` when
     /// a length disagrees.
     pub fn dot4(&self, w: &[u8], a: [Token<'_>; 4]) -> Option<[f32; 4]> {
-        if a.iter()
-            .any(|a| w.len() != self.blocks(a) * self.block_bytes)
+        let mut out = [0f32; 4];
+        self.rows(w, w.len(), &a, &mut out, 4)?;
+        Some(out)
+    }
+
+    /// The dot products of each row of `w` (whole rows of `row_bytes`)
+    /// with each token's activations `a`, row `r`'s in `out[r · stride..]
+    /// [..a.len()]` (`stride` ≥ `a.len()`), in few calls: four tokens at a
+    /// time over all the rows, each block read once per four. `None` when
+    /// a length disagrees (nothing written).
+    pub fn rows(
+        &self,
+        w: &[u8],
+        row_bytes: usize,
+        a: &[Token<'_>],
+        out: &mut [f32],
+        stride: usize,
+    ) -> Option<()> {
+        let rows = w.len().checked_div(row_bytes)?;
+        let room = rows
+            .checked_sub(1)
+            .is_none_or(|r| r * stride + a.len() <= out.len());
+        let whole = w.len().is_multiple_of(row_bytes) && stride >= a.len() && room;
+        if !whole
+            || a.iter()
+                .any(|a| row_bytes != self.blocks(a) * self.block_bytes)
         {
             return None;
         }
-        Some(match self.kern {
-            Kern::Q8(_, Some(k)) => k(w, a.map(|a| a.q8)),
-            Kern::Q8K(_, Some(k)) => k(w, a.map(|a| a.q8k)),
-            Kern::Q8(k, None) => a.map(|a| k(w, a.q8)),
-            Kern::Q8K(k, None) => a.map(|a| k(w, a.q8k)),
-        })
+        let mut t = 0;
+        while t < a.len() {
+            let n = if a.len() - t >= 4 { 4 } else { 1 };
+            let four = std::array::from_fn(|k| a[(t + k).min(a.len() - 1)]);
+            self.run(w, row_bytes, four, n, &mut out[t..], stride);
+            t += n;
+        }
+        Some(())
+    }
+
+    /// [`RowDot::rows`] for the first `n` (1 or 4) of four tokens, the
+    /// lengths checked.
+    fn run(
+        &self,
+        w: &[u8],
+        row_bytes: usize,
+        a: [Token<'_>; 4],
+        n: usize,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        let each = w.chunks_exact(row_bytes).zip(out.chunks_mut(stride));
+        match self.kern {
+            Kern::Q8Rows(k) => k(w, row_bytes, a.map(|a| a.q8), n, out, stride),
+            Kern::Q8KRows(k) => k(w, row_bytes, a.map(|a| a.q8k), n, out, stride),
+            Kern::Q8(k) => each.for_each(|(w, o)| {
+                for (o, a) in o.iter_mut().zip(&a[..n]) {
+                    *o = k(w, a.q8);
+                }
+            }),
+            Kern::Q8K(k) => each.for_each(|(w, o)| {
+                for (o, a) in o.iter_mut().zip(&a[..n]) {
+                    *o = k(w, a.q8k);
+                }
+            }),
+        }
     }
 }
 

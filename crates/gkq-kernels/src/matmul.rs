@@ -1,15 +1,15 @@
-//! `x @ w^T` with `w` kept in its blocks (feature `matmul`): the rows of
-//! one or more matrices split among rayon's threads, each row dotted with
-//! the quantized activations of a tile of tokens while it is in cache.
+//! `x @ w^T` with `w` kept in its blocks: the rows of one or more matrices
+//! split among rayon's threads, tiles of rows each meeting the quantized
+//! activations of four tokens at a time while they are in cache.
 //! Here rather than in the reader so that the loop is compiled with the
 //! kernels (this crate is optimised in test builds).
 
 use rayon::prelude::*;
 
-use crate::{Q8Block, Q8KBlock, RowDot, Token, quantize_activations, quantize_activations_k};
+use crate::{Q8Acts, Q8KBlock, RowDot, Token, quantize_activations, quantize_activations_k};
 
-/// Tokens that meet a row while it is in cache.
-const TOKEN_TILE: usize = 32;
+/// Rows that meet each four tokens while they are in cache.
+const ROW_TILE: usize = 16;
 
 /// A matrix of [`matmul`]: its blocks, their dot product, its rows.
 #[derive(Clone, Copy, Debug)]
@@ -25,7 +25,7 @@ pub struct MatPart<'a> {
 /// Some tokens' activations quantized once, in each form the parts'
 /// kernels take.
 struct Acts {
-    q8: Vec<Q8Block>,
+    q8: Q8Acts,
     q8k: Vec<Q8KBlock>,
     /// Blocks of each form per token.
     per_token: (usize, usize),
@@ -33,7 +33,7 @@ struct Acts {
 
 impl Acts {
     fn new(x: &[f32], tokens: usize, parts: &[MatPart<'_>]) -> Acts {
-        let (mut q8, mut q8k) = (Vec::new(), Vec::new());
+        let (mut q8, mut q8k) = (Q8Acts::default(), Vec::new());
         if parts.iter().any(|p| !p.dot.takes_q8k()) {
             quantize_activations(x, &mut q8);
         }
@@ -41,14 +41,14 @@ impl Acts {
             quantize_activations_k(x, &mut q8k);
         }
         let tokens = tokens.max(1);
-        let per_token = (q8.len() / tokens, q8k.len() / tokens);
+        let per_token = (q8.blocks() / tokens, q8k.len() / tokens);
         Acts { q8, q8k, per_token }
     }
 
     fn token(&self, t: usize) -> Token<'_> {
         let (n8, n8k) = self.per_token;
         Token {
-            q8: &self.q8[t * n8..(t + 1) * n8],
+            q8: self.q8.token(t, n8),
             q8k: &self.q8k[t * n8k..(t + 1) * n8k],
         }
     }
@@ -57,9 +57,10 @@ impl Acts {
 /// `[tokens, rows]` for each part: each row dotted with each token of the
 /// `[tokens, cols]` activations `x` (quantized once, as the parts' kernels
 /// take them), the rows of all the parts split among the threads in one
-/// pass, tokens in tiles. A row whose length disagrees gives NaN.
+/// pass. A row whose length disagrees gives NaN.
 pub fn matmul(parts: &[MatPart<'_>], x: &[f32], tokens: usize) -> Vec<Vec<f32>> {
-    let acts = Acts::new(x, tokens, parts);
+    let quantized = Acts::new(x, tokens, parts);
+    let acts: Vec<Token<'_>> = (0..tokens).map(|t| quantized.token(t)).collect();
     let total: usize = parts.iter().map(|p| p.rows).sum();
     // a few chunks per thread, a row at least
     let chunk = total.div_ceil(rayon::current_num_threads() * 4).max(1);
@@ -73,11 +74,11 @@ pub fn matmul(parts: &[MatPart<'_>], x: &[f32], tokens: usize) -> Vec<Vec<f32>> 
         tasks.extend(pieces.map(|(o, w)| (o, w, p.dot, row_bytes)));
     }
     tasks.into_par_iter().for_each(|(out, w, dot, row_bytes)| {
-        for t0 in (0..tokens).step_by(TOKEN_TILE) {
-            let tile = t0..(t0 + TOKEN_TILE).min(tokens);
-            for (o, row) in out.chunks_exact_mut(tokens).zip(w.chunks_exact(row_bytes)) {
-                dot_tile(dot, row, &acts, tile.clone(), o);
-            }
+        let rows = out
+            .chunks_mut(ROW_TILE * tokens)
+            .zip(w.chunks(ROW_TILE * row_bytes));
+        for (out, w) in rows {
+            dot_tile(dot, w, row_bytes, &acts, out);
         }
     });
     if tokens == 1 {
@@ -98,16 +99,10 @@ pub fn matmul(parts: &[MatPart<'_>], x: &[f32], tokens: usize) -> Vec<Vec<f32>> 
         .collect()
 }
 
-/// `out[t] = row · acts[t]` for the tokens `t` of `tile`, four at a time.
-fn dot_tile(dot: RowDot, row: &[u8], acts: &Acts, tile: std::ops::Range<usize>, out: &mut [f32]) {
-    let act = |t: usize| acts.token(t);
-    let mut t = tile.start;
-    while t + 4 <= tile.end {
-        let four = dot.dot4(row, [act(t), act(t + 1), act(t + 2), act(t + 3)]);
-        out[t..t + 4].copy_from_slice(&four.unwrap_or([f32::NAN; 4]));
-        t += 4;
-    }
-    for (t, o) in (t..tile.end).zip(&mut out[t..tile.end]) {
-        *o = dot.dot(row, act(t)).unwrap_or(f32::NAN);
+/// `out[r · tokens + t] = row r · acts[t]` for the rows of `w` (NaN
+/// where a length disagrees).
+fn dot_tile(dot: RowDot, w: &[u8], row_bytes: usize, acts: &[Token<'_>], out: &mut [f32]) {
+    if dot.rows(w, row_bytes, acts, out, acts.len()).is_none() {
+        out.iter_mut().for_each(|o| *o = f32::NAN);
     }
 }

@@ -26,9 +26,25 @@ const DOT_TYPES: [DType; 5] = [
     DType::Q8_0,
 ];
 
-/// One token's blocks of 32.
-fn q8(a: &[Q8Block]) -> Token<'_> {
+/// One token's activations for the 32-value types.
+fn q8(a: Q8Token<'_>) -> Token<'_> {
     Token { q8: a, q8k: &[] }
+}
+
+/// `x` quantized as one token.
+fn one_token(x: &[f32]) -> Q8Acts {
+    let mut a = Q8Acts::default();
+    assert!(quantize_activations(x, &mut a));
+    a
+}
+
+/// This CPU's kernels of `dtype`: each SIMD one it has, and the portable
+/// one last.
+pub(crate) fn all(dtype: DType) -> Vec<RowDot> {
+    [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter_map(|isa| RowDot::with_isa(dtype, isa))
+        .collect()
 }
 
 /// The table: every 32-value block type has kernels, and Q4_K and Q6_K
@@ -51,31 +67,33 @@ fn the_table_has_the_32_value_types_q4_k_and_q6_k() {
     }
 }
 
+/// Each 32 as ggml's Q8_0 (the K types' codes; their scales through f16),
+/// and the sums of each 4 codes.
 #[test]
-fn activations_are_ggml_q8_1_blocks() {
-    let x = noise(256, 7);
-    let mut a = Vec::new();
-    assert!(quantize_activations(&x, &mut a));
-    assert_eq!(a.len(), 8);
-    for (b, c) in a.iter().zip(x.chunks_exact(QK)) {
-        let amax = c.iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert_eq!(b.d, f16::from_f32(amax / 127.0).to_f32());
-        assert_eq!(b.qs.iter().map(|&q| i32::from(q).abs()).max(), Some(127));
-        let sum: i32 = b.qs.iter().map(|&q| i32::from(q)).sum();
-        let d = f16::from_f32(amax / 127.0);
-        assert_eq!(
-            b.s,
-            (f16::from_f32(sum as f32) * d).to_f32(),
-            "candle's rounding"
-        );
-        for (&q, &v) in b.qs.iter().zip(c) {
-            assert!(
-                (f32::from(q) * b.d - v).abs() <= b.d * 0.51 + 1e-3,
-                "{q} {v}"
-            );
-        }
+fn activations_have_a_scale_per_32_and_sums_of_4() {
+    let mut x = noise(256 + 64, 7);
+    x[40] = -3.0;
+    let a = one_token(&x);
+    let t = a.token(0, 10);
+    assert_eq!((a.blocks(), t.blocks()), (10, 10));
+    let f16 = |d: f32| f16::from_f32(d).to_f32();
+    assert_eq!((t.codes()[40], t.scales()[1]), (-127, f16(3.0 / 127.0)));
+    let mut k = Vec::new();
+    assert!(quantize_activations_k(&x[..256], &mut k));
+    assert_eq!(&t.codes()[..256], &k[0].qs[..]);
+    assert_eq!(&t.scales()[..8], &k[0].d.map(f16)[..]);
+    for (i, (&q, &v)) in t.codes().iter().zip(&x).take(256).enumerate() {
+        // the code is of the f32 scale, the scale stored through f16
+        let (d16, d) = (t.scales()[i / QK], k[0].d[i / QK]);
+        let bound = 127.0 * (d16 - d).abs() + d * 0.51;
+        assert!((f32::from(q) * d16 - v).abs() <= bound, "{q} {v}");
     }
-    assert!(!quantize_activations(&x[..31], &mut a));
+    for (s, q) in t.sums.iter().zip(t.codes().chunks_exact(4)) {
+        assert_eq!(*s, q.iter().map(|&q| f32::from(q)).sum::<f32>());
+    }
+    let mut b = Q8Acts::default();
+    assert!(!quantize_activations(&x[..31], &mut b));
+    assert_eq!(b.blocks(), 0);
 }
 
 /// The f64 dot product of row `b` of `dtype`, dequantized, with the
@@ -96,33 +114,35 @@ pub(crate) fn dequantized_dot(b: &[u8], dtype: DType, av: impl Fn(usize) -> f64)
 #[test]
 fn row_dots_equal_the_dequantized_dot_product() {
     let (w, x) = (noise(4096, 1), noise(4096, 2));
-    let mut a = Vec::new();
-    assert!(quantize_activations(&x, &mut a));
+    let a = one_token(&x);
+    let t = a.token(0, 4096 / QK);
     for dtype in DOT_TYPES {
         let mut b = Vec::new();
         assert!(quantize(&w, dtype, &mut b));
         let (want, scale) = dequantized_dot(&b, dtype, |i| {
-            f64::from(a[i / QK].qs[i % QK]) * f64::from(a[i / QK].d)
+            f64::from(t.codes()[i]) * f64::from(t.scales()[i / QK])
         });
-        for k in [RowDot::of(dtype), RowDot::portable(dtype)] {
-            let got = k.expect("a kernel").dot(&b, q8(&a)).expect("lengths agree");
-            // the minimum's term uses ggml's f16 `s`: a relative 2^-11
+        for k in all(dtype) {
+            let got = k.dot(&b, q8(t)).expect("lengths agree");
             assert!(
-                (f64::from(got) - want).abs() <= scale * 1e-3,
-                "{dtype}: {got} {want}"
+                (f64::from(got) - want).abs() <= scale * 1e-5,
+                "{dtype} {:?}: {got} {want}",
+                k.isa()
             );
         }
         let short = RowDot::of(dtype).expect("a kernel");
-        assert_eq!(short.dot(&b[1..], q8(&a)), None, "{dtype}");
+        assert_eq!(short.dot(&b[1..], q8(t)), None, "{dtype}");
     }
 }
 
-/// Any bytes: no panic, and this CPU's kernel agrees with the portable one.
+/// Any bytes: no panic, and every kernel of this CPU gives the portable
+/// one's bits, one token and four, with an even and an odd number of
+/// blocks.
 #[test]
 fn kernels_agree_on_arbitrary_bytes() {
-    let x = noise(17 * 32, 3);
-    let mut a = Vec::new();
-    assert!(quantize_activations(&x, &mut a));
+    let x = noise(4 * 17 * 32, 3);
+    let a = one_token(&x);
+    let tokens: Vec<Q8Token<'_>> = (0..4).map(|t| a.token(t, 17)).collect();
     for (seed, dtype) in DOT_TYPES.into_iter().enumerate() {
         let bytes = dtype.block().expect("a block type").1 as usize;
         let mut raw: Vec<u8> = noise(bytes * 17, 10 + seed as u64)
@@ -136,18 +156,37 @@ fn kernels_agree_on_arbitrary_bytes() {
                 blk[2..4].copy_from_slice(&f16::from_f32(-0.3).to_le_bytes());
             }
         }
-        let k = RowDot::of(dtype).expect("a kernel");
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")
         {
-            assert_eq!(k.isa(), Isa::Avx2, "{dtype}");
+            assert_ne!(RowDot::of(dtype).map(|k| k.isa()), Some(Isa::Portable));
         }
-        let fast = k.dot(&raw, q8(&a));
-        let slow = RowDot::portable(dtype).and_then(|k| k.dot(&raw, q8(&a)));
-        let (f, s) = (fast.expect("a dot"), slow.expect("a dot"));
-        assert!((f - s).abs() <= 1e-4 * s.abs().max(1.0), "{dtype}: {f} {s}");
+        let slow = RowDot::portable(dtype).expect("a kernel");
+        for blocks in [17, 16, 1] {
+            let raw = &raw[..blocks * bytes];
+            let t: Vec<Token<'_>> = tokens.iter().map(|&t| q8(t)).collect();
+            let t: Vec<Token<'_>> = t
+                .iter()
+                .map(|t| Token {
+                    q8: Q8Token {
+                        qs: &t.q8.qs[..32 * blocks],
+                        d: &t.q8.d[..blocks],
+                        sums: &t.q8.sums[..8 * blocks],
+                    },
+                    q8k: &[],
+                })
+                .collect();
+            let four = [t[0], t[1], t[2], t[3]];
+            let want = four.map(|t| slow.dot(raw, t).expect("a dot").to_bits());
+            for k in all(dtype) {
+                let got = k.dot4(raw, four).expect("a dot").map(f32::to_bits);
+                assert_eq!(got, want, "{dtype} {:?} {blocks}", k.isa());
+                let one = k.dot(raw, four[1]).expect("a dot").to_bits();
+                assert_eq!(one, want[1], "{dtype} {:?} {blocks}", k.isa());
+            }
+        }
     }
 }
 
@@ -155,24 +194,51 @@ fn kernels_agree_on_arbitrary_bytes() {
 #[test]
 fn four_token_dots_equal_single_ones() {
     let x = noise(4 * 256, 4);
-    let mut a = Vec::new();
-    assert!(quantize_activations(&x, &mut a));
-    let t: Vec<&[Q8Block]> = a.chunks_exact(8).collect();
-    let four = [q8(t[0]), q8(t[1]), q8(t[2]), q8(t[3])];
+    let a = one_token(&x);
+    let four: [Token<'_>; 4] = std::array::from_fn(|t| q8(a.token(t, 8)));
     for dtype in DOT_TYPES {
         let mut b = Vec::new();
         assert!(quantize(&noise(256, 5), dtype, &mut b));
-        for k in [RowDot::of(dtype), RowDot::portable(dtype)] {
-            let k = k.expect("a kernel");
+        for k in all(dtype) {
             let got = k.dot4(&b, four).expect("lengths agree");
             for (g, a) in got.iter().zip(four) {
                 let one = k.dot(&b, a).expect("lengths agree");
                 assert_eq!(g.to_bits(), one.to_bits(), "{dtype}: {g} {one}");
             }
-            assert_eq!(
-                k.dot4(&b, [four[0], four[1], four[2], q8(&t[3][1..])]),
-                None
-            );
+            let short = q8(a.token(0, 7));
+            assert_eq!(k.dot4(&b, [four[0], four[1], four[2], short]), None);
+        }
+    }
+}
+
+/// Rows and tokens in one call equal each row's dot product with each
+/// token, bit for bit, with the results `stride` apart; lengths that do
+/// not fit are refused with nothing written.
+#[test]
+fn rows_equal_each_rows_dot_products() {
+    let (rows, blocks, tokens) = (5, 3, 6);
+    let a = one_token(&noise(tokens * blocks * QK, 8));
+    let t: Vec<Token<'_>> = (0..tokens).map(|t| q8(a.token(t, blocks))).collect();
+    for dtype in DOT_TYPES {
+        let mut w = Vec::new();
+        assert!(quantize(&noise(rows * blocks * QK, 9), dtype, &mut w));
+        let row_bytes = w.len() / rows;
+        for k in all(dtype) {
+            let stride = tokens + 1;
+            let mut out = vec![-1f32; rows * stride];
+            assert_eq!(k.rows(&w, row_bytes, &t, &mut out, stride), Some(()));
+            for (r, row) in w.chunks_exact(row_bytes).enumerate() {
+                for (j, &tok) in t.iter().enumerate() {
+                    let want = k.dot(row, tok).expect("a dot").to_bits();
+                    assert_eq!(out[r * stride + j].to_bits(), want, "{dtype} {r} {j}");
+                }
+                assert_eq!(out[r * stride + tokens], -1.0, "untouched");
+            }
+            let mut short = vec![-1f32; rows * tokens - 1];
+            assert_eq!(k.rows(&w, row_bytes, &t, &mut short, tokens), None);
+            assert_eq!(k.rows(&w, row_bytes, &t, &mut out, tokens - 1), None);
+            assert_eq!(k.rows(&w[1..], row_bytes, &t, &mut out, stride), None);
+            assert!(short.iter().all(|&v| v == -1.0), "nothing written");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The 32-value block types as the SIMD kernels see them: a marker type
-//! each, with its block's size, whether it has a minimum, the order its
-//! sums are taken in, and where its codes are. The kernels are generic
-//! over them, so that each type's choices are made when it is compiled.
+//! each, with its block's size, whether it has a minimum, and where its
+//! codes are. The kernels are generic over them, so that each type's
+//! choices are made when it is compiled.
 
 /// Where a block type's codes are, and how they read as bytes.
 #[derive(Clone, Copy)]
@@ -21,15 +21,6 @@ pub(crate) trait Ty {
     const BYTES: usize;
     /// Whether it has a minimum (its codes are then unsigned).
     const MIN: bool;
-    /// Whether it is summed in candle 0.11's AVX2 order (eight f32 lanes,
-    /// `fmadd(d_w·d_a, Σ, acc)`, added up at the end: Q4_0, Q8_0) or in its
-    /// scalar order (a block's exact integer sum, then
-    /// `sum += Σ·d_w·d_a (+ m_w·s_a)` in f32: Q4_1, Q5_0, Q5_1, which candle
-    /// has no AVX2 kernel for). Either way the f32 results equal candle's,
-    /// bit for bit: activation quantization turns a last-bit difference into
-    /// a different 8-bit code in the next layer, and the logits of a 270M
-    /// model moved by 2 % of the largest when the order changed.
-    const LANES: bool;
     /// Its codes.
     const CODES: Codes;
 }
@@ -53,7 +44,6 @@ pub(crate) struct Q8_0;
 impl Ty for Q4_0 {
     const BYTES: usize = 18;
     const MIN: bool = false;
-    const LANES: bool = true;
     const CODES: Codes = Codes::Nib4 {
         qs: 2,
         minus8: true,
@@ -63,7 +53,6 @@ impl Ty for Q4_0 {
 impl Ty for Q4_1 {
     const BYTES: usize = 20;
     const MIN: bool = true;
-    const LANES: bool = false;
     const CODES: Codes = Codes::Nib4 {
         qs: 4,
         minus8: false,
@@ -73,7 +62,6 @@ impl Ty for Q4_1 {
 impl Ty for Q5_0 {
     const BYTES: usize = 22;
     const MIN: bool = false;
-    const LANES: bool = false;
     const CODES: Codes = Codes::Nib5 {
         qh: 2,
         qs: 6,
@@ -84,7 +72,6 @@ impl Ty for Q5_0 {
 impl Ty for Q5_1 {
     const BYTES: usize = 24;
     const MIN: bool = true;
-    const LANES: bool = false;
     const CODES: Codes = Codes::Nib5 {
         qh: 4,
         qs: 8,
@@ -95,6 +82,5 @@ impl Ty for Q5_1 {
 impl Ty for Q8_0 {
     const BYTES: usize = 34;
     const MIN: bool = false;
-    const LANES: bool = true;
     const CODES: Codes = Codes::Int8 { qs: 2 };
 }
