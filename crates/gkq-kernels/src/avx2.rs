@@ -21,7 +21,7 @@ pub(crate) fn available() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// The one-token and four-token kernels of type `T`, callable once
+/// The kernels of type `T` (rows with one, four or eight tokens), callable once
 /// [`available`] said yes (the only caller, `RowDot::of`, asks first).
 pub(crate) const fn kernels<T: Ty>() -> Rows {
     // SAFETY (each call): `RowDot::of` hands these out only when the CPU
@@ -188,4 +188,4 @@ fn dots<T: Ty, const N: usize>(w: &[u8], a: [Q8Token<'_>; N]) -> [f32; N] {
     std::array::from_fn(|t| fold::<T>(acc[t], accm[t]))
 }
 
-crate::rows_fn!(rows<T: Ty>, "avx2,fma,f16c", Q8Token<'_>, dots::<T, 4>, dots::<T, 1>);
+crate::rows_fn!(rows<T: Ty>, "avx2,fma,f16c", Q8Token<'_>, dots::<T, 8>, dots::<T, 4>, dots::<T, 1>);

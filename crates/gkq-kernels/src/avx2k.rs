@@ -1,8 +1,8 @@
 //! AVX2 forms of `kquant.rs`'s kernels, for CPUs without AVX-512: the 16
 //! lanes of `avx512.rs` as two registers of 8 (values `64v .. 64v + 32` in
 //! the first, the next 32 in the second), the same exact integers, the
-//! same f32 steps lane by lane, so the same bits. Four tokens share each
-//! block's unpacking.
+//! same f32 steps lane by lane, so the same bits. Up to eight tokens share
+//! each block's unpacking.
 //!
 //! Unsafe code: calls of these functions once the CPU is known to have
 //! AVX2, FMA and F16C.
@@ -14,7 +14,7 @@ use crate::RowsK;
 use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
 use crate::simd256::{bits45, bsums, bytes8, fold8, halves, load16, load32, psums, scaled, six};
 
-/// The one-token and four-token kernels of Q4_K and Q6_K, callable once
+/// The kernels of Q4_K and Q6_K (rows with one, four or eight tokens), callable once
 /// `avx2::available()` said yes (the only caller, `RowDot::of`, asks).
 pub(crate) const Q4_K: RowsK =
     // SAFETY (each): `RowDot::of` hands these out only when the CPU has
@@ -129,6 +129,7 @@ crate::rows_fn!(
     q4_k_rows,
     "avx2,fma,f16c",
     &[Q8KBlock],
+    q4_k_dots::<8>,
     q4_k_dots::<4>,
     q4_k_dots::<1>
 );
@@ -136,6 +137,7 @@ crate::rows_fn!(
     q6_k_rows,
     "avx2,fma,f16c",
     &[Q8KBlock],
+    q6_k_dots::<8>,
     q6_k_dots::<4>,
     q6_k_dots::<1>
 );

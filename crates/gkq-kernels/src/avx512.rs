@@ -3,8 +3,8 @@
 //! K block's codes unpacked 64 values
 //! at a time, in value order, their products with the activations summed
 //! in pairs by `maddubs` and scaled in pairs (`madd`) into 16 i32 lanes,
-//! then `kquant.rs`'s f32 steps lane by lane in one register. Four tokens
-//! share each block's unpacking.
+//! then `kquant.rs`'s f32 steps lane by lane in one register. Up to eight
+//! tokens share each block's unpacking.
 //!
 //! Unsafe code: loads of 64 bytes from slices indexed to that length
 //! first, and calls of these functions once the CPU is known to have the
@@ -22,7 +22,7 @@ pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
 }
 
-/// The one-token and four-token kernels of Q4_K and Q6_K, callable once
+/// The kernels of Q4_K and Q6_K (rows with one, four or eight tokens), callable once
 /// [`available`] said yes (the only caller, `RowDot::of`, asks first).
 pub(crate) const Q4_K: RowsK =
     // SAFETY (each): `RowDot::of` hands these out only when the CPU has
@@ -184,6 +184,7 @@ crate::rows_fn!(
     q4_k_rows,
     "avx512f,avx512bw",
     &[Q8KBlock],
+    q4_k_dots::<8>,
     q4_k_dots::<4>,
     q4_k_dots::<1>
 );
@@ -191,6 +192,7 @@ crate::rows_fn!(
     q6_k_rows,
     "avx512f,avx512bw",
     &[Q8KBlock],
+    q6_k_dots::<8>,
     q6_k_dots::<4>,
     q6_k_dots::<1>
 );

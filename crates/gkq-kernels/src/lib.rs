@@ -6,7 +6,8 @@
 //!   ([`Q8Acts`]), for the 32-value types; [`quantize_activations_k`]: the
 //!   same codes and scales in blocks of 256 ([`Q8KBlock`]), for the K types.
 //! - [`RowDot`]: the dot product of one block type, the fastest kernel this
-//!   CPU has (detected at run time: AVX-512 F/BW, then AVX2 with FMA and
+//!   CPU has (detected at run time: AVX-512 F/BW, with VNNI for the
+//!   32-value types, then AVX2 with FMA and
 //!   F16C), else the portable one; the kernels of a type are one entry of
 //!   [`KERNELS`].
 //! - [`matmul`]: the rows of one or more matrices among rayon's threads,
@@ -49,36 +50,41 @@ pub use portable::{Q8Acts, Q8Token, quantize_activations};
 
 /// A row's dot product: its blocks' bytes, a token's activations.
 pub(crate) type Dot = fn(&[u8], Q8Token<'_>) -> f32;
-/// Rows' dot products with the first `n` (1 or 4) of four tokens'
-/// activations: `w` whole rows of `row_bytes`, row `r`'s in `out[r ·
-/// stride..][..n]`.
-pub(crate) type Rows = fn(&[u8], usize, [Q8Token<'_>; 4], usize, &mut [f32], usize);
+/// Rows' dot products with the first `n` (1, 4 or [`TILE`]) of `TILE`
+/// tokens' activations: `w` whole rows of `row_bytes`, row `r`'s in
+/// `out[r · stride..][..n]`.
+pub(crate) type Rows = fn(&[u8], usize, [Q8Token<'_>; TILE], usize, &mut [f32], usize);
 /// A K type's row dot product, with 256-value activation blocks.
 pub(crate) type DotK = fn(&[u8], &[Q8KBlock]) -> f32;
 /// A K type's rows' dot products (as [`Rows`]).
-pub(crate) type RowsK = fn(&[u8], usize, [&[Q8KBlock]; 4], usize, &mut [f32], usize);
+pub(crate) type RowsK = fn(&[u8], usize, [&[Q8KBlock]; TILE], usize, &mut [f32], usize);
+
+/// The most tokens a kernel call takes.
+pub(crate) const TILE: usize = 8;
 
 /// A SIMD kernel's [`Rows`] (or [`RowsK`]) `$name`, in its target
-/// `$features`: each row of `w` through `$four` (four tokens' activations
-/// of type `$act`) or `$one` (the first), which inline into it.
+/// `$features`: each row of `w` through `$eight` (eight tokens'
+/// activations of type `$act`), `$four` (the first four) or `$one` (the
+/// first), which inline into it.
 macro_rules! rows_fn {
-    ($name:ident $(<$t:ident: $bound:path>)?, $features:literal, $act:ty, $four:path, $one:path) => {
-        /// The rows of `w` with `n` (1 or 4) of four tokens.
+    ($name:ident $(<$t:ident: $bound:path>)?, $features:literal, $act:ty,
+     $eight:path, $four:path, $one:path) => {
+        /// The rows of `w` with `n` (1, 4 or 8) of eight tokens.
         #[target_feature(enable = $features)]
         fn $name $(<$t: $bound>)? (
             w: &[u8],
             row_bytes: usize,
-            a: [$act; 4],
+            a: [$act; 8],
             n: usize,
             out: &mut [f32],
             stride: usize,
         ) {
             for (r, row) in w.chunks_exact(row_bytes).enumerate() {
                 let o = &mut out[r * stride..];
-                if n == 4 {
-                    o[..4].copy_from_slice(&$four(row, a));
-                } else {
-                    o[0] = $one(row, [a[0]])[0];
+                match n {
+                    8 => o[..8].copy_from_slice(&$eight(row, a)),
+                    4 => o[..4].copy_from_slice(&$four(row, [a[0], a[1], a[2], a[3]])),
+                    _ => o[0] = $one(row, [a[0]])[0],
                 }
             }
         }
@@ -97,7 +103,7 @@ pub struct Token<'a> {
 }
 
 /// A block type's kernel: a row at a time (the portable ones) or rows
-/// and four tokens at a time (the SIMD ones), with a token's [`Q8Token`]
+/// and up to eight tokens at a time (the SIMD ones), with a token's [`Q8Token`]
 /// or its blocks of 256 ([`Q8KBlock`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Kern {
@@ -116,6 +122,8 @@ pub enum Isa {
     Avx2,
     /// AVX-512 F and BW.
     Avx512,
+    /// AVX-512 F, BW and VNNI.
+    Avx512Vnni,
 }
 
 impl Isa {
@@ -125,6 +133,7 @@ impl Isa {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Avx512Vnni => "avx512-vnni",
         }
     }
 
@@ -136,6 +145,8 @@ impl Isa {
             Isa::Avx2 => avx2::available(),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => avx512::available(),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => avx512q::available(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -143,7 +154,7 @@ impl Isa {
 }
 
 /// The kernels of one block type: the portable dot product, and the
-/// SIMD ones (one token, four tokens) where an instruction set has them,
+/// SIMD ones (rows and tokens a call) where an instruction set has them,
 /// the widest first.
 #[derive(Debug)]
 pub struct Kernels {
@@ -161,7 +172,7 @@ const fn simd_of<T: types::Ty>() -> [Option<(Isa, Kern)>; 2] {
     #[cfg(target_arch = "x86_64")]
     {
         [
-            Some((Isa::Avx512, Kern::Q8Rows(avx512q::kernels::<T>()))),
+            Some((Isa::Avx512Vnni, Kern::Q8Rows(avx512q::kernels::<T>()))),
             Some((Isa::Avx2, Kern::Q8Rows(avx2::kernels::<T>()))),
         ]
     }
@@ -317,8 +328,9 @@ impl RowDot {
 
     /// The dot products of each row of `w` (whole rows of `row_bytes`)
     /// with each token's activations `a`, row `r`'s in `out[r · stride..]
-    /// [..a.len()]` (`stride` ≥ `a.len()`), in few calls: four tokens at a
-    /// time over all the rows, each block read once per four. `None` when
+    /// [..a.len()]` (`stride` ≥ `a.len()`), in few calls: eight tokens at
+    /// a time over all the rows (then four, then one), each block unpacked
+    /// once per call. `None` when
     /// a length disagrees (nothing written).
     pub fn rows(
         &self,
@@ -341,21 +353,25 @@ impl RowDot {
         }
         let mut t = 0;
         while t < a.len() {
-            let n = if a.len() - t >= 4 { 4 } else { 1 };
-            let four = std::array::from_fn(|k| a[(t + k).min(a.len() - 1)]);
-            self.run(w, row_bytes, four, n, &mut out[t..], stride);
+            let n = match a.len() - t {
+                TILE.. => TILE,
+                4.. => 4,
+                _ => 1,
+            };
+            let tile = std::array::from_fn(|k| a[(t + k).min(a.len() - 1)]);
+            self.run(w, row_bytes, tile, n, &mut out[t..], stride);
             t += n;
         }
         Some(())
     }
 
-    /// [`RowDot::rows`] for the first `n` (1 or 4) of four tokens, the
-    /// lengths checked.
+    /// [`RowDot::rows`] for the first `n` (1, 4 or [`TILE`]) of `TILE`
+    /// tokens, the lengths checked.
     fn run(
         &self,
         w: &[u8],
         row_bytes: usize,
-        a: [Token<'_>; 4],
+        a: [Token<'_>; TILE],
         n: usize,
         out: &mut [f32],
         stride: usize,

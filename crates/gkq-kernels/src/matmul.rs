@@ -1,6 +1,6 @@
 //! `x @ w^T` with `w` kept in its blocks: the rows of one or more matrices
 //! split among rayon's threads, tiles of rows each meeting the quantized
-//! activations of four tokens at a time while they are in cache.
+//! activations of eight tokens at a time while they are in cache.
 //! Here rather than in the reader so that the loop is compiled with the
 //! kernels (this crate is optimised in test builds).
 
@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use crate::{Q8Acts, Q8KBlock, RowDot, Token, quantize_activations, quantize_activations_k};
 
-/// Rows that meet each four tokens while they are in cache.
+/// Rows that meet each eight tokens while they are in cache.
 const ROW_TILE: usize = 16;
 
 /// A matrix of [`matmul`]: its blocks, their dot product, its rows.

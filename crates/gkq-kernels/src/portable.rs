@@ -38,6 +38,7 @@ use crate::kquant::{fold16, quantize32};
 pub struct Q8Acts {
     qs: Vec<i8>,
     d: Vec<f32>,
+    d8: Vec<f32>,
     sums: Vec<f32>,
 }
 
@@ -49,6 +50,8 @@ pub struct Q8Token<'a> {
     /// The scale of each 32 (through f16): `qs · d` approximates the
     /// values.
     pub(crate) d: &'a [f32],
+    /// Each scale eight times (the AVX-512 kernels' lanes).
+    pub(crate) d8: &'a [f32],
     /// The sum of each 4 codes.
     pub(crate) sums: &'a [f32],
 }
@@ -60,6 +63,7 @@ impl Q8Acts {
         Q8Token {
             qs: &self.qs[at(QK)],
             d: &self.d[at(1)],
+            d8: &self.d8[at(8)],
             sums: &self.sums[at(QK / 4)],
         }
     }
@@ -93,6 +97,7 @@ impl Q8Token<'_> {
 pub fn quantize_activations(x: &[f32], out: &mut Q8Acts) -> bool {
     out.qs.clear();
     out.d.clear();
+    out.d8.clear();
     out.sums.clear();
     if !x.len().is_multiple_of(QK) {
         return false;
@@ -103,6 +108,7 @@ pub fn quantize_activations(x: &[f32], out: &mut Q8Acts) -> bool {
         // the scale through f16, as ggml's Q8_0 stores it
         out.d.push(f16::from_f32(quantize32(c, q)).to_f32());
     }
+    out.d8.extend(out.d.iter().flat_map(|&d| [d; 8]));
     let four = out.qs.chunks_exact(4);
     out.sums
         .extend(four.map(|q| q.iter().map(|&q| f32::from(q)).sum::<f32>()));

@@ -41,7 +41,7 @@ fn one_token(x: &[f32]) -> Q8Acts {
 /// This CPU's kernels of `dtype`: each SIMD one it has, and the portable
 /// one last.
 pub(crate) fn all(dtype: DType) -> Vec<RowDot> {
-    [Isa::Avx512, Isa::Avx2, Isa::Portable]
+    [Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2, Isa::Portable]
         .into_iter()
         .filter_map(|isa| RowDot::with_isa(dtype, isa))
         .collect()
@@ -173,6 +173,7 @@ fn kernels_agree_on_arbitrary_bytes() {
                     q8: Q8Token {
                         qs: &t.q8.qs[..32 * blocks],
                         d: &t.q8.d[..blocks],
+                        d8: &t.q8.d8[..8 * blocks],
                         sums: &t.q8.sums[..8 * blocks],
                     },
                     q8k: &[],
@@ -216,7 +217,8 @@ fn four_token_dots_equal_single_ones() {
 /// not fit are refused with nothing written.
 #[test]
 fn rows_equal_each_rows_dot_products() {
-    let (rows, blocks, tokens) = (5, 3, 6);
+    // 13 tokens: a tile of eight, one of four and one alone
+    let (rows, blocks, tokens) = (5, 3, 13);
     let a = one_token(&noise(tokens * blocks * QK, 8));
     let t: Vec<Token<'_>> = (0..tokens).map(|t| q8(a.token(t, blocks))).collect();
     for dtype in DOT_TYPES {
