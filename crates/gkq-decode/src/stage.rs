@@ -296,7 +296,9 @@ impl Stage {
         let norm = self.final_norm()?;
         let picked = x.narrow(0, rows.start, rows.len())?;
         let h = rms_norm(&picked, &norm, self.cfg.eps)?;
+        let t = Instant::now();
         self.loaded.wait_lm_head()?;
+        self.waited += t.elapsed();
         let logits = self.reader.lm_head()?.logits(&h)?;
         soft_cap(logits, self.cfg.logit_softcap)
     }
