@@ -139,11 +139,12 @@ fn k_kernels_equal_the_portable_ones_bit_for_bit() {
 }
 
 /// The matmul of a K matrix with a 32-value one, on activations each form
-/// is quantized from, equals each row's dot product.
+/// is quantized from, equals each row's dot product (21 tokens: tiles of
+/// eight, four and one, two tiles of the transpose).
 #[test]
 fn matmul_quantizes_each_form_its_parts_take() {
     let cols = 512;
-    let x = noise(13 * cols, 8);
+    let x = noise(21 * cols, 8);
     let parts: Vec<(Vec<u8>, DType, usize)> =
         [(DType::Q4_K, 7), (DType::Q8_0, 3), (DType::Q6_K, 5)]
             .into_iter()
@@ -163,13 +164,13 @@ fn matmul_quantizes_each_form_its_parts_take() {
             rows: *rows,
         })
         .collect();
-    let out = matmul(&mp, &x, 13);
+    let out = matmul(&mp, &x, 21);
     let (mut a8, mut a8k) = (Q8Acts::default(), Vec::new());
     assert!(quantize_activations(&x, &mut a8) && quantize_activations_k(&x, &mut a8k));
     for (p, o) in mp.iter().zip(&out) {
-        assert_eq!(o.len(), 13 * p.rows);
+        assert_eq!(o.len(), 21 * p.rows);
         let row_bytes = p.w.len() / p.rows;
-        for t in 0..13 {
+        for t in 0..21 {
             let tok = Token {
                 q8: a8.token(t, cols / 32),
                 q8k: &a8k[t * cols / QK_K..(t + 1) * cols / QK_K],

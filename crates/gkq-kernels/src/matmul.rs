@@ -85,18 +85,33 @@ pub fn matmul(parts: &[MatPart<'_>], x: &[f32], tokens: usize) -> Vec<Vec<f32>> 
         return by_row;
     }
     by_row
-        .into_iter()
+        .iter()
         .zip(parts)
-        .map(|(by_row, p)| {
-            let mut out = vec![0f32; p.rows * tokens];
-            for (r, o) in by_row.chunks_exact(tokens).enumerate() {
-                for (t, &v) in o.iter().enumerate() {
-                    out[t * p.rows + r] = v;
+        .map(|(by_row, p)| transpose(by_row, p.rows, tokens))
+        .collect()
+}
+
+/// `[tokens, rows]` from `[rows, tokens]`, tiles of tokens among the
+/// threads: each reads a cache line of every row and writes its tokens'
+/// rows in order (the plain loop, one token stream per write, took 8 % of
+/// a long prefill).
+fn transpose(by_row: &[f32], rows: usize, tokens: usize) -> Vec<f32> {
+    const TOKENS: usize = 16;
+    let mut out = vec![0f32; rows * tokens];
+    if rows == 0 {
+        return out;
+    }
+    out.par_chunks_mut(TOKENS * rows)
+        .enumerate()
+        .for_each(|(b, o)| {
+            let (t0, n) = (b * TOKENS, o.len() / rows);
+            for (r, src) in by_row.chunks_exact(tokens).enumerate() {
+                for (k, &v) in src[t0..t0 + n].iter().enumerate() {
+                    o[k * rows + r] = v;
                 }
             }
-            out
-        })
-        .collect()
+        });
+    out
 }
 
 /// `out[r · tokens + t] = row r · acts[t]` for the rows of `w` (NaN
