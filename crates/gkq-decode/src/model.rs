@@ -336,16 +336,26 @@ impl Layer {
         let x = (x + o)?;
         let h = rms_norm(&x, &self.ffn_norm, cfg.eps)?;
         let [gate, up] = Linear::forward_many([&self.gate, &self.up], &h)?;
-        let gate = match cfg.activation {
-            Activation::Silu => gate.silu()?,
-            Activation::GeluTanh => gate.gelu()?,
+        let act = match cfg.activation {
+            Activation::Silu => (gate.silu()? * up)?,
+            Activation::GeluTanh => gelu_mul(&gate, &up)?,
         };
-        let mut mlp = self.down.forward(&(gate * up)?)?;
+        let mut mlp = self.down.forward(&act)?;
         if let Some(n) = &self.post_ffn_norm {
             mlp = rms_norm(&mlp, n, cfg.eps)?;
         }
         Ok((x + mlp)?)
     }
+}
+
+/// `gelu(gate) · up`, GELU's tanh form (gkq-kernels' fused loop: candle's
+/// `gelu` calls libm's `tanhf` per value).
+fn gelu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    let f32s =
+        |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(CDType::F32)?.flatten_all()?.to_vec1()?) };
+    let mut g = f32s(gate)?;
+    gkq_kernels::gelu_tanh_mul(&mut g, &f32s(up)?);
+    Ok(Tensor::from_vec(g, gate.shape(), gate.device())?.to_dtype(gate.dtype())?)
 }
 
 /// The logits `[vocab]` of the last row of `x`, soft-capped when the

@@ -27,6 +27,7 @@
 )]
 #![deny(missing_docs)]
 
+mod activation;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -44,6 +45,7 @@ mod types;
 
 use gkq_format::DType;
 
+pub use activation::gelu_tanh_mul;
 pub use kquant::{Q8KBlock, quantize_activations_k};
 pub use matmul::{MatPart, matmul};
 pub use portable::{Q8Acts, Q8Token, quantize_activations};
