@@ -290,7 +290,9 @@ impl Layer {
                 scores
             };
             let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
-            tiles.push(probs.matmul(&vt.contiguous()?)?.reshape((nh, tq, hd))?);
+            // vt is read in place (candle's matmul takes its stride between
+            // heads): no copy of the cache's values per step
+            tiles.push(probs.matmul(&vt)?.reshape((nh, tq, hd))?);
         }
         let out = match tiles.len() {
             1 => tiles.pop().expect("one tile"),
