@@ -192,13 +192,14 @@ mod tests {
 
     /// Ours against candle's quantized matmul on the same blocks: 1 token,
     /// a few, more than a tile, and a batch dimension; every block type.
-    /// The types that gkq-kernels multiplies sum in their own order and
-    /// quantize their activations with a scale per 32 kept in f32 (candle
-    /// and ggml: through f16, and per 256 for the K types): over a type's
-    /// shapes, no further from the f64 product of the dequantized weights
-    /// with the activations than candle's (the sum of squared errors; a
-    /// single shape may go either way), and within 1 % of the largest
-    /// result. The others are candle's, bit for bit.
+    /// The types that gkq-kernels multiplies sum in their own order (the
+    /// K types with activations of a scale per 32 where candle and ggml
+    /// have one per 256; the 32-value types with the same 8-bit
+    /// activations as candle's): over a type's shapes, no further from the
+    /// f64 product of the dequantized weights with the activations than
+    /// candle's (the sum of squared errors, within f32's summation noise of
+    /// 1e-5 of it; a single shape may go either way), and within 1 % of
+    /// the largest result. The others are candle's, bit for bit.
     #[test]
     fn forward_equals_candles_quantized_matmul() {
         // each type's squared errors, ours and candle's, over its shapes
@@ -260,9 +261,11 @@ mod tests {
                 }
             }
         }
+        // the 32-value types: candle's codes, summed in another order (q5_0:
+        // 122014.51 against 122014.47)
         for (dtype, ours, candles) in totals {
             assert!(
-                ours <= candles,
+                ours <= candles * (1.0 + 1e-5),
                 "{dtype}: squared error {ours}, candle's {candles}"
             );
         }
