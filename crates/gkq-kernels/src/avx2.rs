@@ -1,11 +1,12 @@
-//! AVX2 forms of `dot.rs`'s kernels, as ggml's `ggml_vec_dot_*` for AVX2
-//! (and candle's `avx.rs`): a block's codes unpacked to 32 bytes, their
-//! products with the activations summed in pairs by `maddubs`, then `madd`
-//! to eight i32, scaled in f32 and accumulated with FMA.
+//! AVX2 forms of `portable.rs`'s kernels: a block's codes unpacked to 32
+//! bytes (as ggml's `ggml_vec_dot_*` for AVX2 unpack them), their products
+//! with the activations summed in pairs by `maddubs`, then `madd` to eight
+//! exact i32 lanes, scaled and accumulated with FMA into the even or the
+//! odd blocks' register: `portable.rs`'s 16 lanes in two registers.
 //!
-//! The unsafe code of the crate: loads of 16 or 32 bytes from slices that
-//! are indexed to that length first, and calls of these functions once the
-//! CPU is known to have AVX2, FMA and F16C.
+//! Unsafe code: loads of 16 or 32 bytes from slices that are indexed to
+//! that length first, and calls of these functions once the CPU is known
+//! to have AVX2, FMA and F16C.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::*;
@@ -188,4 +189,4 @@ fn dots<T: Ty, const N: usize>(w: &[u8], a: [Q8Token<'_>; N]) -> [f32; N] {
     std::array::from_fn(|t| fold::<T>(acc[t], accm[t]))
 }
 
-crate::rows_fn!(rows<T: Ty>, "avx2,fma,f16c", Q8Token<'_>, dots::<T, 8>, dots::<T, 4>, dots::<T, 1>);
+crate::rows_fn!(rows<T: Ty>, "avx2,fma,f16c", Q8Token<'_>, dots);

@@ -180,19 +180,5 @@ fn q6_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     std::array::from_fn(|t| fold(acc[t], off[t]))
 }
 
-crate::rows_fn!(
-    q4_k_rows,
-    "avx512f,avx512bw",
-    &[Q8KBlock],
-    q4_k_dots::<8>,
-    q4_k_dots::<4>,
-    q4_k_dots::<1>
-);
-crate::rows_fn!(
-    q6_k_rows,
-    "avx512f,avx512bw",
-    &[Q8KBlock],
-    q6_k_dots::<8>,
-    q6_k_dots::<4>,
-    q6_k_dots::<1>
-);
+crate::rows_fn!(q4_k_rows, "avx512f,avx512bw", &[Q8KBlock], q4_k_dots);
+crate::rows_fn!(q6_k_rows, "avx512f,avx512bw", &[Q8KBlock], q6_k_dots);

@@ -223,4 +223,4 @@ fn set_low(v: __m512, lo: __m256) -> __m512 {
     ))
 }
 
-crate::rows_fn!(rows<T: Ty>, "avx512f,avx512bw,avx512vnni", Q8Token<'_>, dots::<T, 8>, dots::<T, 4>, dots::<T, 1>);
+crate::rows_fn!(rows<T: Ty>, "avx512f,avx512bw,avx512vnni", Q8Token<'_>, dots);

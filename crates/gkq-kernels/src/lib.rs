@@ -65,12 +65,11 @@ pub(crate) type RowsK = fn(&[u8], usize, [&[Q8KBlock]; TILE], usize, &mut [f32],
 pub(crate) const TILE: usize = 8;
 
 /// A SIMD kernel's [`Rows`] (or [`RowsK`]) `$name`, in its target
-/// `$features`: each row of `w` through `$eight` (eight tokens'
-/// activations of type `$act`), `$four` (the first four) or `$one` (the
-/// first), which inline into it.
+/// `$features`: each row of `w` through `$dots` (generic over the number
+/// of tokens last) with eight tokens' activations of type `$act`, the
+/// first four, or the first, inlined into it.
 macro_rules! rows_fn {
-    ($name:ident $(<$t:ident: $bound:path>)?, $features:literal, $act:ty,
-     $eight:path, $four:path, $one:path) => {
+    ($name:ident $(<$t:ident: $bound:path>)?, $features:literal, $act:ty, $dots:ident) => {
         /// The rows of `w` with `n` (1, 4 or 8) of eight tokens.
         #[target_feature(enable = $features)]
         fn $name $(<$t: $bound>)? (
@@ -84,9 +83,9 @@ macro_rules! rows_fn {
             for (r, row) in w.chunks_exact(row_bytes).enumerate() {
                 let o = &mut out[r * stride..];
                 match n {
-                    8 => o[..8].copy_from_slice(&$eight(row, a)),
-                    4 => o[..4].copy_from_slice(&$four(row, [a[0], a[1], a[2], a[3]])),
-                    _ => o[0] = $one(row, [a[0]])[0],
+                    8 => o[..8].copy_from_slice(&$dots::<$($t,)? 8>(row, a)),
+                    4 => o[..4].copy_from_slice(&$dots::<$($t,)? 4>(row, [a[0], a[1], a[2], a[3]])),
+                    _ => o[0] = $dots::<$($t,)? 1>(row, [a[0]])[0],
                 }
             }
         }
