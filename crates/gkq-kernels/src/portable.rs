@@ -79,16 +79,6 @@ impl Q8Token<'_> {
     pub fn blocks(&self) -> usize {
         self.d.len()
     }
-
-    /// The codes.
-    pub fn codes(&self) -> &[i8] {
-        self.qs
-    }
-
-    /// The scale of each 32.
-    pub fn scales(&self) -> &[f32] {
-        self.d
-    }
 }
 
 /// Quantizes `x` (whole blocks of 32) to `out` (cleared first): each 32 as

@@ -77,18 +77,18 @@ fn activations_have_a_scale_per_32_and_sums_of_4() {
     let t = a.token(0, 10);
     assert_eq!((a.blocks(), t.blocks()), (10, 10));
     let f16 = |d: f32| f16::from_f32(d).to_f32();
-    assert_eq!((t.codes()[40], t.scales()[1]), (-127, f16(3.0 / 127.0)));
+    assert_eq!((t.qs[40], t.d[1]), (-127, f16(3.0 / 127.0)));
     let mut k = Vec::new();
     assert!(quantize_activations_k(&x[..256], &mut k));
-    assert_eq!(&t.codes()[..256], &k[0].qs[..]);
-    assert_eq!(&t.scales()[..8], &k[0].d.map(f16)[..]);
-    for (i, (&q, &v)) in t.codes().iter().zip(&x).take(256).enumerate() {
+    assert_eq!(&t.qs[..256], &k[0].qs[..]);
+    assert_eq!(&t.d[..8], &k[0].d.map(f16)[..]);
+    for (i, (&q, &v)) in t.qs.iter().zip(&x).take(256).enumerate() {
         // the code is of the f32 scale, the scale stored through f16
-        let (d16, d) = (t.scales()[i / QK], k[0].d[i / QK]);
+        let (d16, d) = (t.d[i / QK], k[0].d[i / QK]);
         let bound = 127.0 * (d16 - d).abs() + d * 0.51;
         assert!((f32::from(q) * d16 - v).abs() <= bound, "{q} {v}");
     }
-    for (s, q) in t.sums.iter().zip(t.codes().chunks_exact(4)) {
+    for (s, q) in t.sums.iter().zip(t.qs.chunks_exact(4)) {
         assert_eq!(*s, q.iter().map(|&q| f32::from(q)).sum::<f32>());
     }
     let mut b = Q8Acts::default();
@@ -119,9 +119,8 @@ fn row_dots_equal_the_dequantized_dot_product() {
     for dtype in DOT_TYPES {
         let mut b = Vec::new();
         assert!(quantize(&w, dtype, &mut b));
-        let (want, scale) = dequantized_dot(&b, dtype, |i| {
-            f64::from(t.codes()[i]) * f64::from(t.scales()[i / QK])
-        });
+        let (want, scale) =
+            dequantized_dot(&b, dtype, |i| f64::from(t.qs[i]) * f64::from(t.d[i / QK]));
         for k in all(dtype) {
             let got = k.dot(&b, q8(t)).expect("lengths agree");
             assert!(
