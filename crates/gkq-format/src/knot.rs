@@ -89,6 +89,70 @@ pub fn into_rows(mut file: Vec<u8>, row_bytes: u64, stride: u64) -> Vec<u8> {
     file
 }
 
+/// The rows of a row file of `stride` bytes a row (section 7e), taken from
+/// the file's bytes in order, piece by piece, as they are read: what
+/// [`into_rows`] gives of the whole file, without the file ever held whole
+/// (the peak is the rows and one piece, not the rows and their records).
+#[derive(Debug)]
+pub struct RowsOf {
+    row: usize,
+    stride: usize,
+    /// Where the next byte falls within its row and record.
+    at: usize,
+    /// The rows' bytes the file holds (its whole rows).
+    want: usize,
+    rows: Vec<u8>,
+}
+
+impl RowsOf {
+    /// Ready for a file of `file_len` bytes, `row_bytes` of each `stride`
+    /// a row (the room for its rows is reserved, not touched).
+    pub fn new(file_len: u64, row_bytes: u64, stride: u64) -> RowsOf {
+        let as_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        let row = as_usize(row_bytes);
+        let stride = as_usize(stride).max(row).max(1);
+        let want = as_usize(file_len)
+            .checked_div(stride)
+            .unwrap_or(0)
+            .saturating_mul(row);
+        RowsOf {
+            row,
+            stride,
+            at: 0,
+            want,
+            rows: Vec::with_capacity(want),
+        }
+    }
+
+    /// The file's next bytes.
+    pub fn push(&mut self, mut piece: &[u8]) {
+        while !piece.is_empty() {
+            let in_row = self.at < self.row;
+            let end = if in_row { self.row } else { self.stride };
+            let n = end.saturating_sub(self.at).clamp(1, piece.len());
+            let Some((now, rest)) = piece.split_at_checked(n) else {
+                return;
+            };
+            if in_row {
+                self.rows.extend_from_slice(now);
+            }
+            self.at = self
+                .at
+                .saturating_add(n)
+                .checked_rem(self.stride)
+                .unwrap_or(0);
+            piece = rest;
+        }
+    }
+
+    /// The rows, one after the other (a trailing part of a row dropped, as
+    /// [`into_rows`] drops it).
+    pub fn finish(mut self) -> Vec<u8> {
+        self.rows.truncate(self.want);
+        self.rows
+    }
+}
+
 /// What [`parse_prefix`] learned from the first bytes of a knot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Prefix {

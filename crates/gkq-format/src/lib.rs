@@ -48,8 +48,8 @@ pub use dtype::DType;
 pub use error::{Error, Result, error_chain, root_cause};
 pub use id::KnotId;
 pub use knot::{
-    Knot, KnotHeader, Prefix, check_payload_digest, check_row_file_digest, check_row_file_len,
-    into_rows, parse_prefix, prefix_id,
+    Knot, KnotHeader, Prefix, RowsOf, check_payload_digest, check_row_file_digest,
+    check_row_file_len, into_rows, parse_prefix, prefix_id,
 };
 pub use model::{
     BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, Encoding, Header, IN_ROW_FILE,

@@ -107,6 +107,38 @@ fn a_block_in_its_row_file_reads_from_there_alone() {
     assert_eq!(home.sha256, <[u8; 32]>::from(sha2::Sha256::digest(&file)));
 }
 
+/// The rows taken piece by piece as a file is read are the rows of the
+/// whole file, whatever the pieces (a row or a record cut between two, a
+/// piece of one byte, the file at once), and a trailing part of a row is
+/// dropped as [`into_rows`] drops it.
+#[test]
+fn rows_taken_piece_by_piece_are_the_files_rows() {
+    let (_, file, _) = one_copy();
+    let k = one_copy().0;
+    let k = Knot::parse(&k).unwrap();
+    let (_, home) = k.header().home_of(1).unwrap();
+    let want = into_rows(file.clone(), home.row_bytes, home.stride());
+    let mut longer = file.clone();
+    longer.extend_from_slice(&[7; 30]);
+    for f in [&file, &longer] {
+        for piece in [1, 3, 19, 24, 44, 45, 88, f.len()] {
+            let mut r = crate::RowsOf::new(f.len() as u64, home.row_bytes, home.stride());
+            for p in f.chunks(piece) {
+                r.push(p);
+            }
+            assert_eq!(
+                r.finish(),
+                want,
+                "pieces of {piece} bytes, a file of {}",
+                f.len()
+            );
+        }
+    }
+    let mut plain = crate::RowsOf::new(10, 5, 5);
+    plain.push(b"abcdefghij");
+    assert_eq!(plain.finish(), b"abcdefghij", "a file of rows alone");
+}
+
 /// The version field of `bytes` set to `version`, resealed.
 fn with_version(bytes: &[u8], version: u32) -> Vec<u8> {
     let mut pre = crate::parse::parse_preamble(bytes).unwrap();
