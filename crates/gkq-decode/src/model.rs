@@ -212,11 +212,14 @@ impl Cache {
         Cache(candle_nn::kv_cache::KvCache::new(2, positions.max(1)))
     }
 
-    /// Room for `positions` at once when nothing is cached yet: growing
+    /// Room for exactly `positions` when nothing is cached yet: growing
     /// step by step copies the cache each time and leaves the heap in
-    /// pieces (a 4,000-token prompt cost 100 MB more).
+    /// pieces (a 4,000-token prompt cost 100 MB more), and room for more
+    /// is memory held for nothing: a stage's first caches have 512
+    /// positions, zeroed when first written, 13.6 MB of SmolLM2's peak for
+    /// a 21-token chat and 64 new tokens.
     pub(crate) fn reserve(&mut self, positions: usize) {
-        if self.0.current_seq_len() == 0 && self.0.k_cache().max_seq_len() < positions {
+        if self.0.current_seq_len() == 0 && self.0.k_cache().max_seq_len() != positions {
             *self = Cache::new(positions);
         }
     }
