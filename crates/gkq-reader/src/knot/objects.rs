@@ -37,6 +37,17 @@ async fn rows_in_steps(
     home: &gkq_format::ColumnarDescriptor,
 ) -> std::result::Result<Vec<u8>, StoreError> {
     let (len, want, stride) = (home.byte_len, home.sha256, home.stride().max(1));
+    let cap = store.max_read_bytes();
+    if len > cap {
+        // refused before the rows' room is reserved, as any read over the cap
+        return Err(StoreError::TooLarge {
+            url: at.to_owned(),
+            start: 0,
+            end: len - 1,
+            len,
+            cap,
+        });
+    }
     let step = usize::try_from((STEP / stride).max(1) * stride).unwrap_or(usize::MAX);
     let opts = ReadOptions {
         total: Some(len),

@@ -176,6 +176,16 @@ fn a_local_block_from_its_row_file_is_read_in_steps_and_never_tampered() {
         Ok(v)
     };
     let want = values(&v4).expect("v4 block");
+    // a row file over the store's cap is refused before room for its rows
+    // is taken (what a hostile knot claims is never allocated)
+    let mut small = ReaderConfig::default();
+    small.store.max_read_bytes = 1 << 20;
+    let knot = one.join("model.knot");
+    let r = Reader::open(knot.to_str().expect("utf8"), small, Serve::INPUT).expect("open");
+    let err = gkq_format::error_chain(&r.block_values(EMBED).expect_err("over the cap"));
+    let file = fs::metadata(one.join(OBJECT)).expect("rows").len();
+    let whole = format!("is {file} bytes, over the 1048576-byte limit");
+    assert!(err.contains(OBJECT) && err.contains(&whole), "{err}");
     let got = values(&one).expect("block");
     assert!(got[..] == want[..], "the block's values, from three steps");
     let path = one.join(OBJECT);
