@@ -56,7 +56,7 @@ pub use gate::{
 };
 pub use http::HttpStore;
 pub use local::LocalStore;
-pub use parallel::{ReadChecked, read_parts};
+pub use parallel::{ReadChecked, digest_mismatch, read_parts};
 pub use range::{deadline, split_parts};
 pub use read::{BoxFuture, Head, RangeRead, ReadOptions, read_signature};
 pub use refetch::{Attempt, MAX_REFETCHES, until_verified};

@@ -141,6 +141,30 @@ pub(crate) fn join(parts: impl IntoIterator<Item = BytesMut>) -> BytesMut {
     acc
 }
 
+/// Bytes `start..=end` of `url` whose SHA-256 is `found`, not `want`: the
+/// failed attempt of [`until_verified`] (the range its culprit, both
+/// digests in the reason and the error), and `state` for the next.
+pub fn digest_mismatch<T, S>(
+    url: &str,
+    (start, end): (u64, u64),
+    (want, found): (&[u8; 32], &[u8; 32]),
+    state: S,
+) -> Attempt<T, StoreError, S> {
+    let (expected, found) = (hex(want), hex(found));
+    Attempt::Failed {
+        culprits: vec![(url.to_owned(), (start, end))],
+        reason: format!("sha256 {found}, expected {expected}"),
+        error: StoreError::Digest {
+            url: url.to_owned(),
+            start,
+            end,
+            expected,
+            found,
+        },
+        state,
+    }
+}
+
 /// A read of no bytes: nothing to fetch, but a digest is still checked.
 fn empty_read(url: &str, start: u64, check: &ReadCheck) -> Result<Bytes> {
     let empty = <[u8; 32]>::from(Sha256::digest([]));
@@ -289,19 +313,7 @@ pub async fn read_parts<R: RangeRead + ?Sized>(
         if d == *want {
             return Ok(Attempt::Verified(joined));
         }
-        let (expected, found) = (hex(want), hex(&d));
-        Ok(Attempt::Failed {
-            culprits: vec![(url.to_owned(), (start, end))],
-            reason: format!("sha256 {found}, expected {expected}"),
-            error: StoreError::Digest {
-                url: url.to_owned(),
-                start,
-                end,
-                expected,
-                found,
-            },
-            state: joined,
-        })
+        Ok(digest_mismatch(url, (start, end), (want, &d), joined))
     })
     .await?;
     let ms = t.elapsed().as_millis() as u64;
@@ -355,20 +367,8 @@ pub trait ReadChecked: RangeRead {
             if found == sha256 {
                 return Ok(Attempt::Verified(Bytes::from(head)));
             }
-            let (expected, found) = (hex(&sha256), hex(&found));
             let end = total.saturating_sub(1);
-            Ok(Attempt::Failed {
-                culprits: vec![(location.to_owned(), (0, end))],
-                reason: format!("sha256 {found}, expected {expected}"),
-                error: StoreError::Digest {
-                    url: location.to_owned(),
-                    start: 0,
-                    end,
-                    expected,
-                    found,
-                },
-                state: (),
-            })
+            Ok(digest_mismatch(location, (0, end), (&sha256, &found), ()))
         }))
     }
 }

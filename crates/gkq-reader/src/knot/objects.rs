@@ -81,19 +81,13 @@ async fn rows_in_steps(
         if found == want {
             return Ok(Attempt::Verified(acc.1.finish()));
         }
-        let (expected, found, end) = (hex(&want), hex(&found), len.saturating_sub(1));
-        Ok(Attempt::Failed {
-            culprits: vec![(at.to_owned(), (0, end))],
-            reason: format!("sha256 {found}, expected {expected}"),
-            error: StoreError::Digest {
-                url: at.to_owned(),
-                start: 0,
-                end,
-                expected,
-                found,
-            },
-            state: (),
-        })
+        let end = len.saturating_sub(1);
+        Ok(gkq_store::digest_mismatch(
+            at,
+            (0, end),
+            (&want, &found),
+            (),
+        ))
     })
     .await
 }
