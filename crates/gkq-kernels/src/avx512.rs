@@ -15,7 +15,9 @@ use std::arch::x86_64::*;
 
 use crate::RowsK;
 use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
-use crate::simd256::{bits45, bsums, bytes8, fold8, halves, load16, load32, psums, scaled, six};
+use crate::simd256::{
+    bits45, bsums, bytes8, fold8, halves, load16, load32, prefetch, psums, scaled, six,
+};
 
 /// Whether this CPU has the features: the kernels below may run.
 pub(crate) fn available() -> bool {
@@ -118,6 +120,9 @@ fn q4_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     let (mut acc, mut off) = ([_mm512_setzero_ps(); N], [_mm256_setzero_ps(); N]);
     let low = _mm256_set1_epi8(0x0F);
     for (i, b) in w.chunks_exact(Q4_K_BYTES).enumerate() {
+        if N == 1 {
+            prefetch(b);
+        }
         let (sc, m) = scales_mins(&b[4..16]);
         let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(bytes8(sc)));
         let m32 = _mm256_cvtepu8_epi32(bytes8(m));
@@ -151,6 +156,9 @@ fn q4_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
 fn q6_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     let (mut acc, mut off) = ([_mm512_setzero_ps(); N], [_mm256_setzero_ps(); N]);
     for (i, b) in w.chunks_exact(Q6_K_BYTES).enumerate() {
+        if N == 1 {
+            prefetch(b);
+        }
         let sc = _mm256_cvtepi8_epi16(load16(&b[192..]));
         let sc16 = _mm512_castsi256_si512(sc);
         let (d, _) = halves(&[b[208], b[209], 0, 0]);

@@ -13,7 +13,7 @@
 use std::arch::x86_64::*;
 
 use crate::avx2::{codes, halves, products};
-use crate::simd256::{fold8, load16, load32};
+use crate::simd256::{fold8, load16, load32, prefetch};
 use crate::types::{Codes, Ty};
 use crate::{Q8Token, Rows};
 
@@ -163,6 +163,9 @@ fn dots<T: Ty, const N: usize>(w: &[u8], a: [Q8Token<'_>; N]) -> [f32; N] {
     let last = pairs.remainder();
     for (p, b) in pairs.enumerate() {
         let i = 2 * p;
+        if N == 1 {
+            prefetch(b);
+        }
         let q = codes64::<T>(b);
         let (aq, neg) = (_mm512_abs_epi8(q), _mm512_movepi8_mask(q));
         // [d, d', m, m']
