@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::simd256::fold8;
+use crate::simd256::{fold8, prefetch};
 use crate::types::{Codes, Ty};
 use crate::{Q8Token, Rows};
 
@@ -178,6 +178,9 @@ fn dots<T: Ty, const N: usize>(w: &[u8], a: [Q8Token<'_>; N]) -> [f32; N] {
     let zero = _mm256_setzero_ps();
     let (mut acc, mut accm) = ([[zero; 2]; N], [[zero; 2]; N]);
     for (i, b) in w.chunks_exact(T::BYTES).enumerate() {
+        if N == 1 {
+            prefetch(b);
+        }
         let q = codes::<T>(b);
         // the signed codes' magnitudes, once; their signs go to each token's
         let aq = _mm256_sign_epi8(q, q);

@@ -12,7 +12,9 @@ use std::arch::x86_64::*;
 
 use crate::RowsK;
 use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
-use crate::simd256::{bits45, bsums, bytes8, fold8, halves, load16, load32, psums, scaled, six};
+use crate::simd256::{
+    bits45, bsums, bytes8, fold8, halves, load16, load32, prefetch, psums, scaled, six,
+};
 
 /// The kernels of Q4_K and Q6_K (rows with one, four or eight tokens), callable once
 /// `avx2::available()` said yes (the only caller, `RowDot::of`, asks).
@@ -60,6 +62,9 @@ fn q4_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     let (mut acc, mut off) = ([[_mm256_setzero_ps(); 2]; N], [_mm256_setzero_ps(); N]);
     let low = _mm256_set1_epi8(0x0F);
     for (i, b) in w.chunks_exact(Q4_K_BYTES).enumerate() {
+        if N == 1 {
+            prefetch(b);
+        }
         let (sc, m) = scales_mins(&b[4..16]);
         let m32 = _mm256_cvtepu8_epi32(bytes8(m));
         let (d, dmin) = halves(b);
@@ -92,6 +97,9 @@ fn q4_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
 fn q6_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     let (mut acc, mut off) = ([[_mm256_setzero_ps(); 2]; N], [_mm256_setzero_ps(); N]);
     for (i, b) in w.chunks_exact(Q6_K_BYTES).enumerate() {
+        if N == 1 {
+            prefetch(b);
+        }
         let sc = _mm256_cvtepi8_epi16(load16(&b[192..]));
         let (d, _) = halves(&[b[208], b[209], 0, 0]);
         let dd: [[f32; 8]; N] = std::array::from_fn(|t| scales_of(d, &a[t][i]));
