@@ -1,7 +1,8 @@
 //! The 256-bit helpers of the K kernels (`avx512.rs`, `avx2k.rs`): loads
 //! from slices indexed to their length first, the scales' conversions, and
-//! Q6_K's unpacking. Callable from functions with AVX2, FMA and F16C (which
-//! AVX-512 F implies).
+//! Q6_K's unpacking; and the prefetch of every SIMD kernel's one-token
+//! path. Callable from functions with AVX2, FMA and F16C (which AVX-512 F
+//! implies).
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::*;
