@@ -21,9 +21,9 @@ use crate::simd256::{
 pub(crate) const Q4_K: RowsK =
     // SAFETY (each): `RowDot::of` hands these out only when the CPU has
     // the features
-    |w, rb, a, n, out, stride| unsafe { q4_k_rows(w, rb, a, n, out, stride) };
+    |w, rb, a, n, out, steps| unsafe { q4_k_rows(w, rb, a, n, out, steps) };
 pub(crate) const Q6_K: RowsK =
-    |w, rb, a, n, out, stride| unsafe { q6_k_rows(w, rb, a, n, out, stride) };
+    |w, rb, a, n, out, steps| unsafe { q6_k_rows(w, rb, a, n, out, steps) };
 
 /// 32 activations of `y` from `at`.
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -29,7 +29,7 @@ pub(crate) fn available() -> bool {
 pub(crate) const fn kernels<T: Ty>() -> Rows {
     // SAFETY (each call): `RowDot::of` hands these out only when the CPU
     // has the features
-    |w, rb, a, n, out, stride| unsafe { rows::<T>(w, rb, a, n, out, stride) }
+    |w, rb, a, n, out, steps| unsafe { rows::<T>(w, rb, a, n, out, steps) }
 }
 
 /// Lanes 0..8 from lane 0 of a vector, 8..16 from lane 1 (and, with

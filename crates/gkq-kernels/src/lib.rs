@@ -53,13 +53,13 @@ pub use portable::{Q8Acts, Q8Token, quantize_activations};
 /// A row's dot product: its blocks' bytes, a token's activations.
 pub(crate) type Dot = fn(&[u8], Q8Token<'_>) -> f32;
 /// Rows' dot products with the first `n` (1, 4 or [`TILE`]) of `TILE`
-/// tokens' activations: `w` whole rows of `row_bytes`, row `r`'s in
-/// `out[r · stride..][..n]`.
-pub(crate) type Rows = fn(&[u8], usize, [Q8Token<'_>; TILE], usize, &mut [f32], usize);
+/// tokens' activations: `w` whole rows of `row_bytes`, row `r`'s with
+/// token `t` at `out[r · steps.row + t · steps.token]`.
+pub(crate) type Rows = fn(&[u8], usize, [Q8Token<'_>; TILE], usize, &mut [f32], Steps);
 /// A K type's row dot product, with 256-value activation blocks.
 pub(crate) type DotK = fn(&[u8], &[Q8KBlock]) -> f32;
 /// A K type's rows' dot products (as [`Rows`]).
-pub(crate) type RowsK = fn(&[u8], usize, [&[Q8KBlock]; TILE], usize, &mut [f32], usize);
+pub(crate) type RowsK = fn(&[u8], usize, [&[Q8KBlock]; TILE], usize, &mut [f32], Steps);
 
 /// The most tokens a kernel call takes.
 pub(crate) const TILE: usize = 8;
@@ -78,13 +78,13 @@ macro_rules! rows_fn {
             a: [$act; 8],
             n: usize,
             out: &mut [f32],
-            stride: usize,
+            steps: $crate::Steps,
         ) {
             for (r, row) in w.chunks_exact(row_bytes).enumerate() {
-                let o = &mut out[r * stride..];
+                let o = &mut out[r * steps.row..];
                 match n {
-                    8 => o[..8].copy_from_slice(&$dots::<$($t,)? 8>(row, a)),
-                    4 => o[..4].copy_from_slice(&$dots::<$($t,)? 4>(row, [a[0], a[1], a[2], a[3]])),
+                    8 => steps.put(o, &$dots::<$($t,)? 8>(row, a)),
+                    4 => steps.put(o, &$dots::<$($t,)? 4>(row, [a[0], a[1], a[2], a[3]])),
                     _ => o[0] = $dots::<$($t,)? 1>(row, [a[0]])[0],
                 }
             }
@@ -92,6 +92,36 @@ macro_rules! rows_fn {
     };
 }
 pub(crate) use rows_fn;
+
+/// Where [`RowDot::rows`] puts row `r`'s product with token `t`:
+/// `out[r · row + t · token]`. Rows after rows (`row` = the tokens,
+/// `token` = 1) or tokens after tokens (`row` = 1, `token` = the rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Steps {
+    /// From one row's products to the next's.
+    pub row: usize,
+    /// From one token's product to the next's.
+    pub token: usize,
+}
+
+impl Steps {
+    /// `v[t]` to `o[t · token]`.
+    #[inline(always)]
+    pub(crate) fn put(self, o: &mut [f32], v: &[f32]) {
+        for (t, &x) in v.iter().enumerate() {
+            o[t * self.token] = x;
+        }
+    }
+
+    /// Whether `rows` rows' products with `tokens` tokens each have a
+    /// place of their own in `len` values.
+    fn fit(self, rows: usize, tokens: usize, len: usize) -> bool {
+        let (Steps { row, token }, (r, t)) = (self, (rows.max(1), tokens.max(1)));
+        let apart = (token >= 1 && row >= t * token) || (row >= 1 && token >= r * row);
+        let last = (r - 1).checked_mul(row).zip((t - 1).checked_mul(token));
+        apart && last.is_some_and(|(a, b)| a.checked_add(b).is_some_and(|end| end < len))
+    }
+}
 
 /// One token's quantized activations, in the forms the kernels take (a
 /// form not needed may be empty).
@@ -315,7 +345,7 @@ impl RowDot {
     /// `None` when their lengths disagree.
     pub fn dot(&self, w: &[u8], a: Token<'_>) -> Option<f32> {
         let mut out = [0f32];
-        self.rows(w, w.len(), &[a], &mut out, 1)?;
+        self.rows(w, w.len(), &[a], &mut out, Steps { row: 1, token: 1 })?;
         Some(out[0])
     }
 
@@ -323,29 +353,27 @@ impl RowDot {
     /// a length disagrees.
     pub fn dot4(&self, w: &[u8], a: [Token<'_>; 4]) -> Option<[f32; 4]> {
         let mut out = [0f32; 4];
-        self.rows(w, w.len(), &a, &mut out, 4)?;
+        self.rows(w, w.len(), &a, &mut out, Steps { row: 4, token: 1 })?;
         Some(out)
     }
 
     /// The dot products of each row of `w` (whole rows of `row_bytes`)
-    /// with each token's activations `a`, row `r`'s in `out[r · stride..]
-    /// [..a.len()]` (`stride` ≥ `a.len()`), in few calls: eight tokens at
+    /// with each token's activations `a`, row `r`'s with token `t` at
+    /// `out[r · steps.row + t · steps.token]`, in few calls: eight tokens at
     /// a time over all the rows (then four, then one), each block unpacked
-    /// once per call. `None` when
-    /// a length disagrees (nothing written).
+    /// once per call. `None` when a length disagrees or the places overlap
+    /// (nothing written).
     pub fn rows(
         &self,
         w: &[u8],
         row_bytes: usize,
         a: &[Token<'_>],
         out: &mut [f32],
-        stride: usize,
+        steps: Steps,
     ) -> Option<()> {
         let rows = w.len().checked_div(row_bytes)?;
-        let room = rows
-            .checked_sub(1)
-            .is_none_or(|r| r * stride + a.len() <= out.len());
-        let whole = w.len().is_multiple_of(row_bytes) && stride >= a.len() && room;
+        let whole = w.len().is_multiple_of(row_bytes)
+            && (rows == 0 || a.is_empty() || steps.fit(rows, a.len(), out.len()));
         if !whole
             || a.iter()
                 .any(|a| row_bytes != self.blocks(a) * self.block_bytes)
@@ -360,7 +388,7 @@ impl RowDot {
                 _ => 1,
             };
             let tile = std::array::from_fn(|k| a[(t + k).min(a.len() - 1)]);
-            self.run(w, row_bytes, tile, n, &mut out[t..], stride);
+            self.run(w, row_bytes, tile, n, &mut out[t * steps.token..], steps);
             t += n;
         }
         Some(())
@@ -375,20 +403,20 @@ impl RowDot {
         a: [Token<'_>; TILE],
         n: usize,
         out: &mut [f32],
-        stride: usize,
+        steps: Steps,
     ) {
-        let each = w.chunks_exact(row_bytes).zip(out.chunks_mut(stride));
+        let each = w.chunks_exact(row_bytes).enumerate();
         match self.kern {
-            Kern::Q8Rows(k) => k(w, row_bytes, a.map(|a| a.q8), n, out, stride),
-            Kern::Q8KRows(k) => k(w, row_bytes, a.map(|a| a.q8k), n, out, stride),
-            Kern::Q8(k) => each.for_each(|(w, o)| {
-                for (o, a) in o.iter_mut().zip(&a[..n]) {
-                    *o = k(w, a.q8);
+            Kern::Q8Rows(k) => k(w, row_bytes, a.map(|a| a.q8), n, out, steps),
+            Kern::Q8KRows(k) => k(w, row_bytes, a.map(|a| a.q8k), n, out, steps),
+            Kern::Q8(k) => each.for_each(|(r, w)| {
+                for (t, a) in a[..n].iter().enumerate() {
+                    out[r * steps.row + t * steps.token] = k(w, a.q8);
                 }
             }),
-            Kern::Q8K(k) => each.for_each(|(w, o)| {
-                for (o, a) in o.iter_mut().zip(&a[..n]) {
-                    *o = k(w, a.q8k);
+            Kern::Q8K(k) => each.for_each(|(r, w)| {
+                for (t, a) in a[..n].iter().enumerate() {
+                    out[r * steps.row + t * steps.token] = k(w, a.q8k);
                 }
             }),
         }

@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::{Q8Acts, Q8KBlock, RowDot, Token, quantize_activations, quantize_activations_k};
+use crate::{Q8Acts, Q8KBlock, RowDot, Steps, Token, quantize_activations, quantize_activations_k};
 
 /// Rows that meet each eight tokens while they are in cache.
 const ROW_TILE: usize = 16;
@@ -64,9 +64,9 @@ pub fn matmul(parts: &[MatPart<'_>], x: &[f32], tokens: usize) -> Vec<Vec<f32>> 
     let total: usize = parts.iter().map(|p| p.rows).sum();
     // a few chunks per thread, a row at least
     let chunk = total.div_ceil(rayon::current_num_threads() * 4).max(1);
-    let mut by_row: Vec<Vec<f32>> = parts.iter().map(|p| vec![0f32; p.rows * tokens]).collect();
+    let mut by_chunk: Vec<Vec<f32>> = parts.iter().map(|p| vec![0f32; p.rows * tokens]).collect();
     let mut tasks = Vec::new();
-    for (p, out) in parts.iter().zip(&mut by_row) {
+    for (p, out) in parts.iter().zip(&mut by_chunk) {
         let row_bytes = p.w.len() / p.rows.max(1);
         let pieces = out
             .chunks_mut(chunk * tokens)
@@ -74,28 +74,33 @@ pub fn matmul(parts: &[MatPart<'_>], x: &[f32], tokens: usize) -> Vec<Vec<f32>> 
         tasks.extend(pieces.map(|(o, w)| (o, w, p.dot, row_bytes)));
     }
     tasks.into_par_iter().for_each(|(out, w, dot, row_bytes)| {
-        let rows = out
-            .chunks_mut(ROW_TILE * tokens)
-            .zip(w.chunks(ROW_TILE * row_bytes));
-        for (out, w) in rows {
-            dot_tile(dot, w, row_bytes, &acts, out);
+        // the chunk's products token after token: one token's rows of
+        // every chunk are then one copy into place (see `gather`)
+        let rows = out.len() / tokens.max(1);
+        let steps = Steps {
+            row: 1,
+            token: rows,
+        };
+        for (r, w) in w.chunks(ROW_TILE * row_bytes).enumerate() {
+            dot_tile(dot, w, row_bytes, &acts, &mut out[r * ROW_TILE..], steps);
         }
     });
     if tokens == 1 {
-        return by_row;
+        return by_chunk;
     }
-    by_row
+    by_chunk
         .iter()
         .zip(parts)
-        .map(|(by_row, p)| transpose(by_row, p.rows, tokens))
+        .map(|(c, p)| gather(c, p.rows, tokens, chunk))
         .collect()
 }
 
-/// `[tokens, rows]` from `[rows, tokens]`, tiles of tokens among the
-/// threads: each reads a cache line of every row and writes its tokens'
-/// rows in order (the plain loop, one token stream per write, took 8 % of
-/// a long prefill).
-fn transpose(by_row: &[f32], rows: usize, tokens: usize) -> Vec<f32> {
+/// `[tokens, rows]` from chunks of `chunk` rows each `[tokens, rows of
+/// the chunk]`, one after the other: tiles of tokens among the threads,
+/// each token's rows copied from each chunk (a transpose of `[rows,
+/// tokens]` read a cache line of every row per tile, 7 % of a long
+/// prefill).
+fn gather(by_chunk: &[f32], rows: usize, tokens: usize, chunk: usize) -> Vec<f32> {
     const TOKENS: usize = 16;
     let mut out = vec![0f32; rows * tokens];
     if rows == 0 {
@@ -104,20 +109,29 @@ fn transpose(by_row: &[f32], rows: usize, tokens: usize) -> Vec<f32> {
     out.par_chunks_mut(TOKENS * rows)
         .enumerate()
         .for_each(|(b, o)| {
-            let (t0, n) = (b * TOKENS, o.len() / rows);
-            for (r, src) in by_row.chunks_exact(tokens).enumerate() {
-                for (k, &v) in src[t0..t0 + n].iter().enumerate() {
-                    o[k * rows + r] = v;
+            for (k, row) in o.chunks_mut(rows).enumerate() {
+                let t = b * TOKENS + k;
+                for (c, dst) in row.chunks_mut(chunk).enumerate() {
+                    let n = dst.len();
+                    let src = &by_chunk[c * chunk * tokens..][..n * tokens];
+                    dst.copy_from_slice(&src[t * n..(t + 1) * n]);
                 }
             }
         });
     out
 }
 
-/// `out[r · tokens + t] = row r · acts[t]` for the rows of `w` (NaN
+/// `out[r + t · steps.token] = row r · acts[t]` for the rows of `w` (NaN
 /// where a length disagrees).
-fn dot_tile(dot: RowDot, w: &[u8], row_bytes: usize, acts: &[Token<'_>], out: &mut [f32]) {
-    if dot.rows(w, row_bytes, acts, out, acts.len()).is_none() {
+fn dot_tile(
+    dot: RowDot,
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Token<'_>],
+    out: &mut [f32],
+    steps: Steps,
+) {
+    if dot.rows(w, row_bytes, acts, out, steps).is_none() {
         out.iter_mut().for_each(|o| *o = f32::NAN);
     }
 }

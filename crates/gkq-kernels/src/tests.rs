@@ -212,33 +212,56 @@ fn four_token_dots_equal_single_ones() {
 }
 
 /// Rows and tokens in one call equal each row's dot product with each
-/// token, bit for bit, with the results `stride` apart; lengths that do
-/// not fit are refused with nothing written.
+/// token, bit for bit, in either order (rows apart by more than the tokens,
+/// or tokens apart by more than the rows); lengths that do not fit and
+/// places that overlap are refused with nothing written.
 #[test]
 fn rows_equal_each_rows_dot_products() {
     // 13 tokens: a tile of eight, one of four and one alone
     let (rows, blocks, tokens) = (5, 3, 13);
     let a = one_token(&noise(tokens * blocks * QK, 8));
     let t: Vec<Token<'_>> = (0..tokens).map(|t| q8(a.token(t, blocks))).collect();
+    let orders = [
+        Steps {
+            row: tokens + 1,
+            token: 1,
+        },
+        Steps {
+            row: 1,
+            token: rows + 1,
+        },
+    ];
     for dtype in DOT_TYPES {
         let mut w = Vec::new();
         assert!(quantize(&noise(rows * blocks * QK, 9), dtype, &mut w));
         let row_bytes = w.len() / rows;
-        for k in all(dtype) {
-            let stride = tokens + 1;
-            let mut out = vec![-1f32; rows * stride];
-            assert_eq!(k.rows(&w, row_bytes, &t, &mut out, stride), Some(()));
+        for (k, steps) in all(dtype).into_iter().flat_map(|k| orders.map(|s| (k, s))) {
+            let len = rows * tokens + rows.max(tokens);
+            let mut out = vec![-1f32; len];
+            assert_eq!(k.rows(&w, row_bytes, &t, &mut out, steps), Some(()));
+            let mut seen = 0;
             for (r, row) in w.chunks_exact(row_bytes).enumerate() {
                 for (j, &tok) in t.iter().enumerate() {
                     let want = k.dot(row, tok).expect("a dot").to_bits();
-                    assert_eq!(out[r * stride + j].to_bits(), want, "{dtype} {r} {j}");
+                    let at = r * steps.row + j * steps.token;
+                    assert_eq!(out[at].to_bits(), want, "{dtype} {r} {j} {steps:?}");
+                    seen += 1;
                 }
-                assert_eq!(out[r * stride + tokens], -1.0, "untouched");
             }
+            let untouched = out.iter().filter(|&&v| v == -1.0).count();
+            assert_eq!(untouched, len - seen, "only the products' places written");
             let mut short = vec![-1f32; rows * tokens - 1];
-            assert_eq!(k.rows(&w, row_bytes, &t, &mut short, tokens), None);
-            assert_eq!(k.rows(&w, row_bytes, &t, &mut out, tokens - 1), None);
-            assert_eq!(k.rows(&w[1..], row_bytes, &t, &mut out, stride), None);
+            let tight = Steps {
+                row: tokens,
+                token: 1,
+            };
+            let overlap = Steps {
+                row: tokens - 1,
+                token: 1,
+            };
+            assert_eq!(k.rows(&w, row_bytes, &t, &mut short, tight), None);
+            assert_eq!(k.rows(&w, row_bytes, &t, &mut out, overlap), None);
+            assert_eq!(k.rows(&w[1..], row_bytes, &t, &mut out, steps), None);
             assert!(short.iter().all(|&v| v == -1.0), "nothing written");
         }
     }
