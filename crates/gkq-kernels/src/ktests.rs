@@ -139,14 +139,14 @@ fn k_kernels_equal_the_portable_ones_bit_for_bit() {
 }
 
 /// The matmul of a K matrix with a 32-value one, on activations each form
-/// is quantized from, equals each row's dot product (21 tokens: tiles of
-/// eight, four and one, two tiles of the transpose).
+/// is quantized from, equals each row's dot product, on two threads: 21
+/// tokens (tiles of eight, four and one) and 75, 49 rows in chunks of 7
+/// gathered into place, a part's rows in more than one tile of 16.
 #[test]
 fn matmul_quantizes_each_form_its_parts_take() {
     let cols = 512;
-    let x = noise(21 * cols, 8);
     let parts: Vec<(Vec<u8>, DType, usize)> =
-        [(DType::Q4_K, 7), (DType::Q8_0, 3), (DType::Q6_K, 5)]
+        [(DType::Q4_K, 7), (DType::Q8_0, 37), (DType::Q6_K, 5)]
             .into_iter()
             .map(|(dtype, rows)| {
                 let mut b = Vec::new();
@@ -164,20 +164,28 @@ fn matmul_quantizes_each_form_its_parts_take() {
             rows: *rows,
         })
         .collect();
-    let out = matmul(&mp, &x, 21);
-    let (mut a8, mut a8k) = (Q8Acts::default(), Vec::new());
-    assert!(quantize_activations(&x, &mut a8) && quantize_activations_k(&x, &mut a8k));
-    for (p, o) in mp.iter().zip(&out) {
-        assert_eq!(o.len(), 21 * p.rows);
-        let row_bytes = p.w.len() / p.rows;
-        for t in 0..21 {
-            let tok = Token {
-                q8: a8.token(t, cols / 32),
-                q8k: &a8k[t * cols / QK_K..(t + 1) * cols / QK_K],
-            };
-            for r in 0..p.rows {
-                let want = p.dot.dot(&p.w[r * row_bytes..(r + 1) * row_bytes], tok);
-                assert_eq!(Some(o[t * p.rows + r]), want, "{} row {r}", p.dot.dtype());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool");
+    for tokens in [21, 75] {
+        let x = noise(tokens * cols, 8);
+        let out = pool.install(|| matmul(&mp, &x, tokens));
+        let (mut a8, mut a8k) = (Q8Acts::default(), Vec::new());
+        assert!(quantize_activations(&x, &mut a8) && quantize_activations_k(&x, &mut a8k));
+        for (p, o) in mp.iter().zip(&out) {
+            assert_eq!(o.len(), tokens * p.rows);
+            let row_bytes = p.w.len() / p.rows;
+            for t in 0..tokens {
+                let tok = Token {
+                    q8: a8.token(t, cols / 32),
+                    q8k: &a8k[t * cols / QK_K..(t + 1) * cols / QK_K],
+                };
+                for r in 0..p.rows {
+                    let want = p.dot.dot(&p.w[r * row_bytes..(r + 1) * row_bytes], tok);
+                    let got = Some(o[t * p.rows + r]);
+                    assert_eq!(got, want, "{} row {r} token {t} of {tokens}", p.dot.dtype());
+                }
             }
         }
     }
