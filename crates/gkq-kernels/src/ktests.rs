@@ -191,6 +191,23 @@ fn matmul_quantizes_each_form_its_parts_take() {
     }
 }
 
+/// Activations wider than the matrix's rows: every product is NaN, for a
+/// prompt (written token after token, then gathered) as for one token.
+#[test]
+fn a_row_whose_length_disagrees_gives_nan() {
+    let (cols, rows) = (512, 100);
+    let mut w = Vec::new();
+    assert!(quantize(&noise(rows * cols, 5), DType::Q8_0, &mut w));
+    let dot = RowDot::of(DType::Q8_0).expect("kernel");
+    let part = MatPart { w: &w, dot, rows };
+    for tokens in [1, 21] {
+        let x = noise(tokens * (cols + 32), 6);
+        let out = matmul(&[part], &x, tokens).remove(0);
+        assert_eq!(out.len(), rows * tokens);
+        assert!(out.iter().all(|v| v.is_nan()), "{tokens} tokens");
+    }
+}
+
 #[test]
 fn nearest_rounds_ties_to_even() {
     for (x, want) in [

@@ -117,7 +117,8 @@ impl Steps {
     /// place of their own in `len` values.
     fn fit(self, rows: usize, tokens: usize, len: usize) -> bool {
         let (Steps { row, token }, (r, t)) = (self, (rows.max(1), tokens.max(1)));
-        let apart = (token >= 1 && row >= t * token) || (row >= 1 && token >= r * row);
+        let apart = (token >= 1 && row >= t.saturating_mul(token))
+            || (row >= 1 && token >= r.saturating_mul(row));
         let last = (r - 1).checked_mul(row).zip((t - 1).checked_mul(token));
         apart && last.is_some_and(|(a, b)| a.checked_add(b).is_some_and(|end| end < len))
     }
