@@ -106,7 +106,9 @@ pub struct RowsOf {
 
 impl RowsOf {
     /// Ready for a file of `file_len` bytes, `row_bytes` of each `stride`
-    /// a row (the room for its rows is reserved, not touched).
+    /// a row (the room for its rows is reserved, not touched). The room is
+    /// taken from `file_len` as given: a caller bounds it first (the
+    /// reader refuses a file over its store's read cap before calling).
     pub fn new(file_len: u64, row_bytes: u64, stride: u64) -> RowsOf {
         let as_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         let row = as_usize(row_bytes);
