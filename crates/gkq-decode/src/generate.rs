@@ -324,6 +324,8 @@ pub fn generate_with(
         .map(Stage::opened)
         .min()
         .unwrap_or_else(Instant::now);
+    // the stages' waits so far (a conversation's earlier turns): not this prefill's
+    let waited_before = waited_ms(stages);
     let start = Instant::now();
     let mut rng = Rng(opts.sampling.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     // grown as tokens come: max_position_embeddings is the publisher's word
@@ -352,7 +354,7 @@ pub fn generate_with(
         if n == 0 {
             prefill = start.elapsed().as_secs_f64() * 1e3;
             ttft = opened.elapsed().as_secs_f64() * 1e3;
-            waited = stages.iter().map(|s| s.waited().as_secs_f64() * 1e3).sum();
+            waited = waited_ms(stages) - waited_before;
             first_logits = logits;
         }
         tokens.push(next);
@@ -373,6 +375,11 @@ pub fn generate_with(
         (digests, first_logits),
         (opened, ttft, (prefill, waited), rest),
     )
+}
+
+/// How long the stages have waited for weights, in ms.
+fn waited_ms(stages: &[Stage]) -> f64 {
+    stages.iter().map(|s| s.waited().as_secs_f64() * 1e3).sum()
 }
 
 /// The report of a decode, once every stage has all its blocks.

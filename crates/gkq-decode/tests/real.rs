@@ -369,6 +369,14 @@ fn a_conversation_prefills_only_each_new_turn() {
             "the cache holds the turns before"
         );
         let rendered = v["prompt"].as_str().expect("the turn's text");
+        // each turn's prefill figures are its own: the weights were all in
+        // when the first turn ended, so a later one waits for none
+        let (prefill, waited) = (v["prefill_ms"].as_f64(), v["prefill_wait_ms"].as_f64());
+        assert!(waited <= prefill, "turn {}: {v}", i + 1);
+        if i > 0 {
+            assert!(waited < Some(1.0), "turn {}: {v}", i + 1);
+            assert!(v["prefill_tokens_per_second"].as_f64() > Some(0.0), "{v}");
+        }
         if i > 0 {
             // the end of the reply before, then this turn: nothing earlier
             assert!(
