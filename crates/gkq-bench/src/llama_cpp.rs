@@ -1,8 +1,10 @@
 //! `cargo xtask bench llama-cpp` (issues 44, 45, 47): gkq-decode against
 //! llama.cpp, the runtime our operators already run, on the same GGUF, the
 //! same prompt ids, the same thread count, interleaved round by round (the
-//! machine is noisy): medians of prefill tok/s, generation tok/s, time to
-//! the first token from process start and peak RSS, as ratios. llama.cpp is
+//! machine is noisy): medians of prefill tok/s (gkq-decode's with
+//! `--load-first`, as llama.cpp loads before the prompt, and beside the
+//! load as it starts by default), generation tok/s, time to the first token
+//! from process start and peak RSS, as ratios. llama.cpp is
 //! built once from the llama-cpp-python sdist on PyPI (its
 //! `vendor/llama.cpp`), and `scripts/llama_driver.cpp` against its
 //! libllama runs it greedily from ids. Then two checks against llama.cpp's
@@ -70,11 +72,12 @@ fn figures(v: &Value) -> anyhow::Result<[f64; 4]> {
     ])
 }
 
-fn gkq(pkg: &Path, ids: &str, logits: Option<&Path>) -> anyhow::Result<Value> {
+fn gkq(pkg: &Path, ids: &str, logits: Option<&Path>, more: &[&str]) -> anyhow::Result<Value> {
     let mut cmd = Command::new(release_bin("gkq-decode"));
     if let Some(l) = logits {
         cmd.arg("--logits-out").arg(l);
     }
+    cmd.args(more);
     json_of(cmd.arg(pkg).args([
         "--prompt-ids",
         ids,
@@ -147,11 +150,16 @@ fn logits_agree(gkq: &Path, llama: &Path) -> anyhow::Result<(bool, f64)> {
     Ok((argmax(&a) == argmax(&b), sab / (saa * sbb).sqrt()))
 }
 
-/// Figures per (prompt, runtime: gkq-decode or not), and each prompt's
+/// Figures per (prompt, runtime: [`RUNTIMES`]' index), and each prompt's
 /// step-0 agreement (written in the first round).
-type Runs<'a> = (BTreeMap<(&'a str, bool), Vec<[f64; 4]>>, Vec<(bool, f64)>);
+type Runs<'a> = (BTreeMap<(&'a str, usize), Vec<[f64; 4]>>, Vec<(bool, f64)>);
 
-/// Rounds × prompts, the two runtimes alternating which goes first.
+/// The runs of a round: gkq-decode as it starts by default (the prompt
+/// beside the load), gkq-decode `--load-first` (the prompt once every
+/// weight is in, as llama.cpp runs it: the prefill's own speed), llama.cpp.
+const RUNTIMES: [Option<&[&str]>; 3] = [Some(&[]), Some(&["--load-first"]), None];
+
+/// Rounds × prompts, the runtimes taking turns at going first.
 fn rounds<'a>(
     name: &str,
     (pkg, gguf): (&Path, &Path),
@@ -167,12 +175,13 @@ fn rounds<'a>(
                 0 => (Some(lg.as_path()), Some(ll.as_path())),
                 _ => (None, None),
             };
-            for is_gkq in [round % 2 == 0, round % 2 != 0] {
-                let v = match is_gkq {
-                    true => gkq(pkg, ids, lg_arg)?,
-                    false => llama(driver, gguf, ids, ll_arg)?,
+            for k in 0..RUNTIMES.len() {
+                let rt = (k + round) % RUNTIMES.len();
+                let v = match RUNTIMES[rt] {
+                    Some(more) => gkq(pkg, ids, lg_arg.filter(|_| rt == 0), more)?,
+                    None => llama(driver, gguf, ids, ll_arg)?,
                 };
-                runs.entry((*p, is_gkq))
+                runs.entry((*p, rt))
                     .or_insert_with(Vec::new)
                     .push(figures(&v)?);
             }
@@ -197,18 +206,18 @@ fn compare(
         "\n{name}: medians over {ROUNDS} rounds, {THREADS} threads, {NEW_TOKENS} tokens generated (gkq-decode / llama.cpp = ratio); step 0 against llama.cpp"
     );
     println!(
-        "| prompt | tokens | prefill tok/s | generation tok/s | time to first token (ms) | peak RSS (MB) | same first token | step-0 logits Pearson r |"
+        "| prompt | tokens | prefill tok/s (--load-first) | prefill tok/s beside the load (default) | generation tok/s | time to first token (ms) | peak RSS (MB) | same first token | step-0 logits Pearson r |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---|---:|");
-    let mut all: [Vec<f64>; 4] = Default::default();
+    println!("|---|---:|---:|---:|---:|---:|---:|---|---:|");
+    let mut all: [Vec<f64>; 5] = Default::default();
     for ((p, ids), (same, r)) in prompts.iter().zip(&agree) {
-        let (g, l) = (&runs[&(*p, true)], &runs[&(*p, false)]);
+        // (runtime, figure) of each column: the prefill of --load-first,
+        // then the default run's four; llama.cpp's own figure each time
+        let cols = [(1, 0), (0, 0), (0, 1), (0, 2), (0, 3)];
         let mut cells = Vec::new();
-        for (k, col) in all.iter_mut().enumerate() {
-            let (mg, ml) = (
-                median(g.iter().map(|f| f[k]).collect()),
-                median(l.iter().map(|f| f[k]).collect()),
-            );
+        for ((rt, k), col) in cols.into_iter().zip(all.iter_mut()) {
+            let of = |rt: usize| median(runs[&(*p, rt)].iter().map(|f| f[k]).collect());
+            let (mg, ml) = (of(rt), of(2));
             col.push(mg / ml);
             cells.push(format!("{mg:.1} / {ml:.1} = {:.2}×", mg / ml));
         }
@@ -382,7 +391,7 @@ fn preset(bin: &Path, driver: &Path) -> anyhow::Result<()> {
     let ids = ids.join(",");
     let l = bench_dir().join("llama-cpp");
     let (lg, ll) = (l.join("logits-gkq.f32"), l.join("logits-llama.f32"));
-    gkq(&bf16, &ids, Some(&lg))?;
+    gkq(&bf16, &ids, Some(&lg), &[])?;
     let ran = llama(driver, &bf16_gguf, &ids, Some(&ll))?;
     let (same, r) = logits_agree(&lg, &ll)?;
     println!(

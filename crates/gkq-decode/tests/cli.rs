@@ -58,6 +58,30 @@ fn json_report_text_prompt_and_two_process_pipeline() {
     assert_eq!(v["resolutions"][0]["role"], "token_embd");
     assert_eq!(v["resolutions"][1]["path"], "resident");
 
+    // --load-first: every weight is in before the prompt starts, so the
+    // prefill waits for none, and the tokens are the same
+    let first = json(&decode(&[
+        &knot,
+        "--prompt-ids",
+        "5,17,300",
+        "--max-new-tokens",
+        "4",
+        "--load-first",
+        "--json",
+    ]));
+    assert_eq!(first["tokens"], v["tokens"]);
+    assert_eq!(first["logits_sha256"], v["logits_sha256"]);
+    // (microseconds of bookkeeping at most: each weight's first use asks)
+    assert!(first["prefill_wait_ms"].as_f64() < Some(1.0), "{first}");
+    assert!(
+        first["prefill_tokens_per_second"]
+            .as_f64()
+            .expect("prefill")
+            > 0.0
+    );
+    let waited = v["prefill_wait_ms"].as_f64().expect("the wait");
+    assert!(waited <= v["prefill_ms"].as_f64().expect("prefill"), "{v}");
+
     // --logits-out: the first step's logits, whose digest the report gives
     let logits = tmp.path().join("logits.f32");
     let l = json(&decode(&[

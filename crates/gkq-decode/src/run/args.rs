@@ -143,6 +143,9 @@ pub(crate) struct Args {
     /// Prompt tokens per forward pass of the prefill (llama.cpp's -ub): a long prompt goes through the layers this many at a time, its activations bounded by it.
     #[arg(long = "ubatch-size", value_name = "N", default_value_t = gkq_decode::DEFAULT_UBATCH, value_parser = parse_batch)]
     ubatch: usize,
+    /// Load and verify every weight before the prompt starts, as llama.cpp loads a model before it. By default the prompt goes through each layer as soon as that layer is verified, beside the rest of the load: the first token comes sooner, most of all over a network, and the prefill's own figures share the CPU with the load.
+    #[arg(long = "load-first")]
+    load_first: bool,
     /// llama.cpp's logical batch: the prefill runs at most this many tokens at a time too.
     #[arg(long = "batch-size", short = 'b', value_name = "N", value_parser = parse_batch)]
     batch: Option<usize>,
@@ -428,6 +431,7 @@ fn options(
         max_new,
         ignore_eos: a.ignore_eos,
         ubatch: a.batch.map_or(a.ubatch, |b| b.min(a.ubatch)),
+        load_first: a.load_first,
         context: match a.ctx_size {
             None => Some(DEFAULT_CONTEXT),
             Some(0) => None,

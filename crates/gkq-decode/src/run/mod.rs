@@ -48,6 +48,8 @@ pub(crate) struct RunOptions {
     pub(crate) ignore_eos: bool,
     /// Prompt tokens per forward pass of the prefill.
     pub(crate) ubatch: usize,
+    /// Every weight loaded and verified before the prompt (`--load-first`).
+    pub(crate) load_first: bool,
     /// How tokens are picked.
     pub(crate) sampling: Sampling,
     /// The roles of this stage.
@@ -246,6 +248,11 @@ fn stream(
             .iter()
             .any(|r| !r.is_empty() && so_far.ends_with(r.as_str())))
     };
+    if o.load_first {
+        for s in chain.iter_mut() {
+            s.wait_loaded()?;
+        }
+    }
     let g = generate_with(chain, ids, &opts, &mut on_token)?;
     if stream {
         let rest = text.finish();
