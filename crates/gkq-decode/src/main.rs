@@ -42,7 +42,10 @@ fn main() -> ExitCode {
         }
     };
     // SAFETY: no other thread runs yet (nothing above starts one)
-    let (threads, asked) = unsafe { run::set_threads(args.threads()) };
+    let (threads, asked) = unsafe {
+        run::keep_freed_buffers();
+        run::set_threads(args.threads())
+    };
     if args.logging() {
         gkq_cli::init_logging();
     }
