@@ -89,10 +89,20 @@ fn columnar(s: &Served, embed_dtype: Option<DType>) -> (Generation, Generation) 
     );
     assert!(cold.bytes.knot_header > 0 && cold.bytes.other_blocks > 0 && cold.bytes.lm_head > 0);
     st.reset();
+    // the cold decode's waits (its first layers came over the network)
+    let before = st.waited().as_secs_f64() * 1e3;
     let warm = generate(std::slice::from_mut(&mut st), &PROMPT, NEW).expect("warm decode");
     assert_eq!(
         warm.bytes.embedding_rows, 0,
         "warm: every row from the cache or the resident matrix"
+    );
+    // a decode's prefill_wait_ms is its own: the weights were all in, so
+    // the warm one's is not the cold one's waits again
+    assert!(
+        warm.prefill_wait_ms < before && warm.prefill_wait_ms <= warm.prefill_ms,
+        "warm decode waited {} ms of a {} ms prefill; the stage had waited {before} ms before",
+        warm.prefill_wait_ms,
+        warm.prefill_ms
     );
     (cold, warm)
 }
