@@ -376,8 +376,6 @@ fn a_conversation_prefills_only_each_new_turn() {
         if i > 0 {
             assert!(waited < Some(1.0), "turn {}: {v}", i + 1);
             assert!(v["prefill_tokens_per_second"].as_f64() > Some(0.0), "{v}");
-        }
-        if i > 0 {
             // the end of the reply before, then this turn: nothing earlier
             assert!(
                 rendered.starts_with("<|im_end|>\n<|im_start|>user\n"),

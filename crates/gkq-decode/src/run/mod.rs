@@ -314,27 +314,19 @@ pub(crate) unsafe fn set_threads(n: Option<usize>) -> (usize, Option<usize>) {
 /// kept free at the heap's top; one arena, so that the threads' buffers
 /// do not each grow a heap of their own. Measured (`--load-first`, 2
 /// threads, against glibc's defaults): Qwen2.5-Coder-0.5B's 111-token
-/// prompt 253 -> 291-293 tok/s, Gemma 3's 557-token one 675-678 -> 791-836,
+/// prompt 253 -> 291-303 tok/s, Gemma 3's 557-token one 675-678 -> 791-836,
 /// with peak RSS the same or lower (SmolLM2 131-134 -> 128 MB; without the
 /// one arena the thresholds cost it 10 MB). llama.cpp allocates its
 /// compute buffers once. A process whose environment already tunes the
 /// allocator (`GLIBC_TUNABLES`, `MALLOC_*`) keeps its own settings.
-const MALLOC_KEEP: [(i32, i32); 3] = {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        [
-            (libc::M_MMAP_THRESHOLD, 64 << 20),
-            (libc::M_TRIM_THRESHOLD, 32 << 20),
-            (libc::M_ARENA_MAX, 1),
-        ]
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        [(0, 0); 3]
-    }
-};
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MALLOC_KEEP: [(i32, i32); 3] = [
+    (libc::M_MMAP_THRESHOLD, 64 << 20),
+    (libc::M_TRIM_THRESHOLD, 32 << 20),
+    (libc::M_ARENA_MAX, 1),
+];
 
-/// Sets [`MALLOC_KEEP`] (glibc only).
+/// Sets `MALLOC_KEEP` (glibc only).
 ///
 /// # Safety
 ///
@@ -342,17 +334,15 @@ const MALLOC_KEEP: [(i32, i32); 3] = {
 /// `std::env::set_var` requires of [`set_threads`].
 #[allow(unsafe_code)]
 pub(crate) unsafe fn keep_freed_buffers() {
-    let tuned = std::env::vars_os().any(|(k, _)| {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if !std::env::vars_os().any(|(k, _)| {
         let k = k.to_string_lossy();
         k == "GLIBC_TUNABLES" || k.starts_with("MALLOC_")
-    });
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if !tuned {
+    }) {
         for (param, value) in MALLOC_KEEP {
             // SAFETY: mallopt only changes the allocator's parameters; no
             // other thread allocates yet (the caller's contract)
             unsafe { libc::mallopt(param, value) };
         }
     }
-    let _ = tuned;
 }
