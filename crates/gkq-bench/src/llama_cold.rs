@@ -16,8 +16,14 @@ use super::coldstart::{SLOW, Site, link, site};
 use super::common::{bench_dir, median, release_bin};
 
 /// gkq-decode's time to its first token from process start, cold: the
-/// package `url` (under the bench directory nginx serves), `ids`.
-fn gkq(site: &Site, pkg: &str, ids: &str, threads: &str) -> anyhow::Result<(f64, u64)> {
+/// package `url` (under the bench directory nginx serves), `ids`, and the
+/// flags `more`.
+fn gkq(
+    site: &Site,
+    pkg: &str,
+    ids: &str,
+    (threads, more): (&str, &[&str]),
+) -> anyhow::Result<(f64, u64)> {
     let proxy = link(site, SLOW)?;
     let url = format!("https://127.0.0.1:{}/{pkg}/model.knot", proxy.port());
     let o = Command::new(release_bin("gkq-decode"))
@@ -25,6 +31,7 @@ fn gkq(site: &Site, pkg: &str, ids: &str, threads: &str) -> anyhow::Result<(f64,
         .arg("--ca-cert")
         .arg(&site.ca.ca)
         .args(["--no-cache", "--prompt-ids", ids, "-n", "1", "-t", threads])
+        .args(more)
         .arg("--json")
         .output()?;
     if !o.status.success() {
@@ -108,8 +115,11 @@ pub(super) fn cold(
     let (pkg, gguf) = (rel(pkg)?, rel(gguf)?);
     let site = site(SLOW)?;
     let (mut ours, mut theirs, mut downloads, mut wire) = (vec![], vec![], vec![], 0);
+    // the prompt once every weight is in, as llama.cpp runs it
+    let mut first = vec![];
     for _ in 0..rounds {
-        let (t, w) = gkq(&site, &pkg, ids, threads)?;
+        let (t, w) = gkq(&site, &pkg, ids, (threads, &[]))?;
+        first.push(gkq(&site, &pkg, ids, (threads, &["--load-first"]))?.0);
         let (d, l) = llama(&site, &gguf, driver, ids, threads)?;
         ours.push(t);
         theirs.push(l);
@@ -124,6 +134,8 @@ pub(super) fn cold(
     println!("| | time to first token from process start | bytes on the wire |");
     println!("|---|---:|---:|");
     println!("| gkq-decode from the package URL, no cache | {o:.2} s | {wire} |");
+    let f = median(first);
+    println!("| the same with --load-first (the prompt after the load) | {f:.2} s | |");
     println!(
         "| curl of the GGUF (one stream, {:.2} s) + llama.cpp | {l:.2} s | {} |",
         median(downloads),
