@@ -99,13 +99,12 @@ pub(crate) fn halves(b: &[u8]) -> __m128 {
     _mm_cvtph_ps(unsafe { _mm_loadl_epi64(b.as_ptr().cast()) })
 }
 
-/// The 32 codes of block `b` of type `T`: signed bytes (`q - 8`,
-/// `q - 16`, Q8_0's), or unsigned for the types with a minimum.
+/// The 32 codes of block `b` of type `T`: signed bytes
+/// (`q - 16`, Q8_0's), or unsigned for the types with a minimum.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn codes<T: Ty>(b: &[u8]) -> __m256i {
     match T::CODES {
-        Codes::Nib4 { qs, minus8: true } => _mm256_sub_epi8(nibbles(&b[qs..]), _mm256_set1_epi8(8)),
-        Codes::Nib4 { qs, minus8: false } => nibbles(&b[qs..]),
+        Codes::Nib4 { qs } => nibbles(&b[qs..]),
         // code - 16: the nibble with 0xF0 where the fifth bit is clear
         Codes::Nib5 {
             qh,

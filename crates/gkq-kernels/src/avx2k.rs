@@ -1,4 +1,5 @@
-//! AVX2 forms of `kquant.rs`'s kernels, for CPUs without AVX-512: the 16
+//! The AVX2 form of `kquant.rs`'s Q6_K kernel, for CPUs without AVX-512
+//! (Q4_K's is in `packed_x86.rs`): the 16
 //! lanes of `avx512.rs` as two registers of 8 (values `64v .. 64v + 32` in
 //! the first, the next 32 in the second), the same exact integers, the
 //! same f32 steps lane by lane, so the same bits. Up to eight tokens share
@@ -11,18 +12,13 @@
 use std::arch::x86_64::*;
 
 use crate::RowsK;
-use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
-use crate::simd256::{
-    bits45, bsums, bytes8, fold8, halves, load16, load32, prefetch, psums, scaled, six,
-};
+use crate::kquant::{Q6_K_BYTES, Q8KBlock};
+use crate::simd256::{bits45, bsums, fold8, halves, load16, load32, prefetch, scaled, six};
 
-/// The kernels of Q4_K and Q6_K (rows with one, four or eight tokens), callable once
+/// The kernel of Q6_K (rows with one, four or eight tokens), callable once
 /// `avx2::available()` said yes (the only caller, `RowDot::of`, asks).
-pub(crate) const Q4_K: RowsK =
-    // SAFETY (each): `RowDot::of` hands these out only when the CPU has
-    // the features
-    |w, rb, a, n, out, steps| unsafe { q4_k_rows(w, rb, a, n, out, steps) };
 pub(crate) const Q6_K: RowsK =
+    // SAFETY: `RowDot::of` hands it out only when the CPU has the features
     |w, rb, a, n, out, steps| unsafe { q6_k_rows(w, rb, a, n, out, steps) };
 
 /// 32 activations of `y` from `at`.
@@ -54,42 +50,6 @@ fn scales_of(d: f32, y: &Q8KBlock) -> [f32; 8] {
     // SAFETY: `out` is 32 bytes; the store is unaligned
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), scaled(d, y)) };
     out
-}
-
-/// `[w · a[t]]` for `N` tokens of a Q4_K row.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q4_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
-    let (mut acc, mut off) = ([[_mm256_setzero_ps(); 2]; N], [_mm256_setzero_ps(); N]);
-    let low = _mm256_set1_epi8(0x0F);
-    for (i, b) in w.chunks_exact(Q4_K_BYTES).enumerate() {
-        if N == 1 {
-            prefetch(b);
-        }
-        let (sc, m) = scales_mins(&b[4..16]);
-        let m32 = _mm256_cvtepu8_epi32(bytes8(m));
-        let (d, dmin) = halves(b);
-        let dd: [[f32; 8]; N] = std::array::from_fn(|t| scales_of(d, &a[t][i]));
-        for c in 0..4 {
-            let x = load32(&b[16 + 32 * c..]);
-            let q = [
-                _mm256_and_si256(x, low),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(x), low),
-            ];
-            for h in 0..2 {
-                let s = _mm256_set1_epi16(i16::from(sc[2 * c + h]));
-                for t in 0..N {
-                    let at = acts32(&a[t][i], 64 * c + 32 * h);
-                    acc[t][h] = add_half(acc[t][h], dd[t][2 * c + h], q[h], at, s);
-                }
-            }
-        }
-        for t in 0..N {
-            let y = &a[t][i];
-            let lane = _mm256_cvtepi32_ps(_mm256_mullo_epi32(m32, psums(y)));
-            off[t] = _mm256_fmadd_ps(scaled(dmin, y), lane, off[t]);
-        }
-    }
-    std::array::from_fn(|t| fold(acc[t], off[t]))
 }
 
 /// `[w · a[t]]` for `N` tokens of a Q6_K row.
@@ -133,5 +93,4 @@ fn q6_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     std::array::from_fn(|t| fold(acc[t], off[t]))
 }
 
-crate::rows_fn!(q4_k_rows, "avx2,fma,f16c", &[Q8KBlock], q4_k_dots);
 crate::rows_fn!(q6_k_rows, "avx2,fma,f16c", &[Q8KBlock], q6_k_dots);

@@ -1,6 +1,6 @@
-//! AVX-512 forms of `kquant.rs`'s kernels (F and BW; `madd` then an add,
-//! which is what the compiler emitted for VNNI's `dpwssd` here anyway): a
-//! K block's codes unpacked 64 values
+//! The AVX-512 form of `kquant.rs`'s Q6_K kernel (F and BW; `madd` then
+//! an add, which is what the compiler emitted for VNNI's `dpwssd` here
+//! anyway; Q4_K's is in `packed_x86.rs`): a block's codes unpacked 64 values
 //! at a time, in value order, their products with the activations summed
 //! in pairs by `maddubs` and scaled in pairs (`madd`) into 16 i32 lanes,
 //! then `kquant.rs`'s f32 steps lane by lane in one register. Up to eight
@@ -14,23 +14,18 @@
 use std::arch::x86_64::*;
 
 use crate::RowsK;
-use crate::kquant::{Q4_K_BYTES, Q6_K_BYTES, Q8KBlock, scales_mins};
-use crate::simd256::{
-    bits45, bsums, bytes8, fold8, halves, load16, load32, prefetch, psums, scaled, six,
-};
+use crate::kquant::{Q6_K_BYTES, Q8KBlock};
+use crate::simd256::{bits45, bsums, fold8, halves, load16, load32, prefetch, scaled, six};
 
 /// Whether this CPU has the features: the kernels below may run.
 pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
 }
 
-/// The kernels of Q4_K and Q6_K (rows with one, four or eight tokens), callable once
+/// The kernel of Q6_K (rows with one, four or eight tokens), callable once
 /// [`available`] said yes (the only caller, `RowDot::of`, asks first).
-pub(crate) const Q4_K: RowsK =
-    // SAFETY (each): `RowDot::of` hands these out only when the CPU has
-    // the features
-    |w, rb, a, n, out, steps| unsafe { q4_k_rows(w, rb, a, n, out, steps) };
 pub(crate) const Q6_K: RowsK =
+    // SAFETY: `RowDot::of` hands it out only when the CPU has the features
     |w, rb, a, n, out, steps| unsafe { q6_k_rows(w, rb, a, n, out, steps) };
 
 /// 64 codes of `y` from `at`.
@@ -64,8 +59,7 @@ const fn spreads(lanes: usize) -> [[i16; 32]; 4] {
     idx
 }
 
-/// Q4_K: a scale per 32 values; Q6_K: per 16.
-const SPREAD_Q4_K: [[i16; 32]; 4] = spreads(16);
+/// Q6_K: a scale per 16 values.
 const SPREAD_Q6_K: [[i16; 32]; 4] = spreads(8);
 
 /// The scales of `s` lined up with vector `v`'s pairs, by table `idx`.
@@ -114,42 +108,6 @@ fn fold(acc: __m512, off: __m256) -> f32 {
     fold8(h) - fold8(off)
 }
 
-/// `[w · a[t]]` for `N` tokens of a Q4_K row: each block unpacked once.
-#[target_feature(enable = "avx512f,avx512bw")]
-fn q4_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
-    let (mut acc, mut off) = ([_mm512_setzero_ps(); N], [_mm256_setzero_ps(); N]);
-    let low = _mm256_set1_epi8(0x0F);
-    for (i, b) in w.chunks_exact(Q4_K_BYTES).enumerate() {
-        if N == 1 {
-            prefetch(b);
-        }
-        let (sc, m) = scales_mins(&b[4..16]);
-        let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(bytes8(sc)));
-        let m32 = _mm256_cvtepu8_epi32(bytes8(m));
-        let (d, dmin) = halves(b);
-        let dd: [__m256; N] = std::array::from_fn(|t| scaled(d, &a[t][i]));
-        for c in 0..4 {
-            let x = load32(&b[16 + 32 * c..]);
-            // values 64c.. in order: sub-block 2c's low nibbles, 2c+1's high
-            let q = join(
-                _mm256_and_si256(x, low),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(x), low),
-            );
-            let s = spread(sc16, &SPREAD_Q4_K, c);
-            for t in 0..N {
-                let p = _mm512_maddubs_epi16(q, acts64(&a[t][i], 64 * c));
-                acc[t] = add_lanes(acc[t], dd[t], c, _mm512_madd_epi16(p, s));
-            }
-        }
-        for t in 0..N {
-            let y = &a[t][i];
-            let lane = _mm256_cvtepi32_ps(_mm256_mullo_epi32(m32, psums(y)));
-            off[t] = _mm256_fmadd_ps(scaled(dmin, y), lane, off[t]);
-        }
-    }
-    std::array::from_fn(|t| fold(acc[t], off[t]))
-}
-
 /// `[w · a[t]]` for `N` tokens of a Q6_K row: the unsigned codes' sums,
 /// less 32 times the scales' products with the code sums (the offsets).
 #[target_feature(enable = "avx512f,avx512bw")]
@@ -188,5 +146,4 @@ fn q6_k_dots<const N: usize>(w: &[u8], a: [&[Q8KBlock]; N]) -> [f32; N] {
     std::array::from_fn(|t| fold(acc[t], off[t]))
 }
 
-crate::rows_fn!(q4_k_rows, "avx512f,avx512bw", &[Q8KBlock], q4_k_dots);
 crate::rows_fn!(q6_k_rows, "avx512f,avx512bw", &[Q8KBlock], q6_k_dots);

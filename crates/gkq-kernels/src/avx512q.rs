@@ -90,21 +90,14 @@ fn nibbles64(a: &[u8], b: &[u8]) -> __m512i {
 }
 
 /// The 64 codes of the pair of blocks at `b` of type `T`, in value order:
-/// signed bytes (`q - 8`, `q - 16`, Q8_0's), or unsigned for the types
+/// signed bytes (`q - 16`, Q8_0's), or unsigned for the types
 /// with a minimum.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn codes64<T: Ty>(b: &[u8]) -> __m512i {
     let bb = T::BYTES;
     match T::CODES {
         Codes::Int8 { qs } => join(load32(&b[qs..]), load32(&b[bb + qs..])),
-        Codes::Nib4 { qs, minus8 } => {
-            let n = nibbles64(&b[qs..], &b[bb + qs..]);
-            if minus8 {
-                _mm512_sub_epi8(n, _mm512_set1_epi8(8))
-            } else {
-                n
-            }
-        }
+        Codes::Nib4 { qs } => nibbles64(&b[qs..], &b[bb + qs..]),
         Codes::Nib5 { qh, qs, signed } => {
             let n = nibbles64(&b[qs..], &b[bb + qs..]);
             let w =

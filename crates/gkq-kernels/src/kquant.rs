@@ -5,18 +5,17 @@
 //! f64 reference (candle's kernels, the same Q8_K: 4.1 %; the test's
 //! line: 5 %); with a scale per 32, 3.0 % (Pearson 0.99936).
 //!
-//! A row's blocks are summed in one fixed order, whatever the vector width
-//! of the kernel that runs it (`avx512.rs`: one register of 16 lanes;
-//! `avx2k.rs`: two of 8):
+//! A row's Q6_K blocks are summed in one fixed order, whatever the vector
+//! width of the kernel that runs it (`avx512.rs`: one register of 16
+//! lanes; `avx2k.rs`: two of 8; Q4_K has its own, `packed.rs`):
 //!
 //! - **16 lanes.** In each 64 values `v` of a block (`v` = 0..4), lane `l`
 //!   is the exact integer sum of the products of values `64v + 4l ..
-//!   64v + 4l + 4`, each times its scale (Q6_K: its codes unsigned).
+//!   64v + 4l + 4`, each times its scale, the codes unsigned.
 //!   `acc[l] = fma(d·d_a, lane, acc[l])`, `d_a` the scale of the 32 the
 //!   lane's values are in, 64 values after 64, block after block.
-//! - **8 lanes of the offsets**, one per 32 values `j`: Q4_K's minimums
-//!   (`m_j · P_j`, `P` the sum of the 32 codes; `fma(dmin·d_a, …)`), or
-//!   Q6_K's 32 (`32 · (sc_2j·B_2j + sc_2j+1·B_2j+1)`, `B` the sums of 16;
+//! - **8 lanes of the offsets**, one per 32 values `j`: the codes' 32
+//!   (`32 · (sc_2j·B_2j + sc_2j+1·B_2j+1)`, `B` the sums of 16;
 //!   `fma(d·d_a, …)`).
 //! - **The row**: the 16 lanes folded in halves (`l + 8`, `+ 4`, `+ 2`,
 //!   `+ 1`), less the offsets' 8 folded the same way.
@@ -158,22 +157,28 @@ fn lanes(
     }
 }
 
+/// Q4_K's own order (`packed.rs`): each sub-block's exact sum, then two
+/// FMAs per sub-block into one accumulator.
 pub(crate) fn dot_q4_k(w: &[u8], a: &[Q8KBlock]) -> f32 {
-    let (mut acc, mut off) = ([0f32; 16], [0f32; 8]);
+    let mut acc = 0f32;
     for (b, y) in w.chunks_exact(Q4_K_BYTES).zip(a) {
         let (sc, m) = scales_mins(&b[4..16]);
-        let q = &b[16..];
-        let code = |i: usize| i32::from((q[i / 64 * 32 + i % 32] >> (i % 64 / 32 * 4)) & 0xF);
-        lanes(&mut acc, unhalf([b[0], b[1]]), y, code, |i| {
-            i32::from(sc[i / QK])
-        });
-        let dmin = unhalf([b[2], b[3]]);
+        let (d, dmin) = (unhalf([b[0], b[1]]), unhalf([b[2], b[3]]));
         for j in 0..8 {
-            let lane = i32::from(m[j]) * i32::from(y.psums[j]);
-            off[j] = (dmin * y.d[j]).mul_add(lane as f32, off[j]);
+            let q = &b[16 + 32 * (j / 2)..16 + 32 * (j / 2 + 1)];
+            let code = |v: u8| i32::from(if j % 2 == 0 { v & 0xF } else { v >> 4 });
+            let qa = &y.qs[QK * j..QK * (j + 1)];
+            let s: i32 = q
+                .iter()
+                .zip(qa)
+                .map(|(&v, &x)| code(v) * i32::from(x))
+                .sum();
+            let da = y.d[j];
+            acc = (d * f32::from(sc[j]) * da).mul_add(s as f32, acc);
+            acc = (-(dmin * f32::from(m[j]) * da)).mul_add(f32::from(y.psums[j]), acc);
         }
     }
-    fold(acc, off)
+    acc
 }
 
 /// The 256 codes of a Q6_K block, less 32, in value order.

@@ -111,8 +111,9 @@ fn k_kernels_equal_the_portable_ones_bit_for_bit() {
             }
         }
         let kernels = all(dtype);
-        #[cfg(target_arch = "x86_64")]
-        for isa in [Isa::Avx512, Isa::Avx2] {
+        // each of the type's SIMD kernels runs where the CPU has it
+        let entry = KERNELS.iter().find(|k| k.dtype == dtype).expect("entry");
+        for &(isa, _) in entry.simd.iter().flatten() {
             let has = kernels.iter().any(|k| k.isa() == isa);
             assert_eq!(has, isa.available(), "{dtype} {isa:?}");
         }
@@ -138,29 +139,37 @@ fn k_kernels_equal_the_portable_ones_bit_for_bit() {
     }
 }
 
-/// The matmul of a K matrix with a 32-value one, on activations each form
-/// is quantized from, equals each row's dot product, on two threads: 21
-/// tokens (tiles of eight, four and one) and 75, 49 rows in chunks of 7
-/// gathered into place, a part's rows in more than one tile of 16.
+/// The matmul of K matrices with 32-value ones (Q4_0's packed), on
+/// activations each form is quantized from, equals each row's dot
+/// product, on two threads: 21 tokens (tiles of eight, four and one) and
+/// 75, 111 rows in chunks of 16 gathered into place, a part's rows in more
+/// than one tile of 16 and packed parts' last groups partial.
 #[test]
 fn matmul_quantizes_each_form_its_parts_take() {
     let cols = 512;
-    let parts: Vec<(Vec<u8>, DType, usize)> =
-        [(DType::Q4_K, 7), (DType::Q8_0, 37), (DType::Q6_K, 5)]
-            .into_iter()
-            .map(|(dtype, rows)| {
-                let mut b = Vec::new();
-                assert!(quantize(&noise(rows * cols, rows as u64), dtype, &mut b));
-                (b, dtype, rows)
-            })
-            .collect();
+    let kinds = [
+        (DType::Q4_K, 23),
+        (DType::Q8_0, 37),
+        (DType::Q6_K, 5),
+        (DType::Q4_0, 46),
+    ];
+    let parts: Vec<(Vec<u8>, Vec<u8>, RowDot, usize)> = kinds
+        .into_iter()
+        .map(|(dtype, rows)| {
+            let mut b = Vec::new();
+            assert!(quantize(&noise(rows * cols, rows as u64), dtype, &mut b));
+            let dot = RowDot::of(dtype)
+                .or(RowDot::portable(dtype))
+                .expect("kernel");
+            let stored = dot.pack(&b, rows).unwrap_or_else(|| b.clone());
+            (b, stored, dot, rows)
+        })
+        .collect();
     let mp: Vec<MatPart<'_>> = parts
         .iter()
-        .map(|(w, dtype, rows)| MatPart {
-            w,
-            dot: RowDot::of(*dtype)
-                .or(RowDot::portable(*dtype))
-                .expect("kernel"),
+        .map(|(_, stored, dot, rows)| MatPart {
+            w: stored,
+            dot: *dot,
             rows: *rows,
         })
         .collect();
@@ -173,16 +182,16 @@ fn matmul_quantizes_each_form_its_parts_take() {
         let out = pool.install(|| matmul(&mp, &x, tokens));
         let (mut a8, mut a8k) = (Q8Acts::default(), Vec::new());
         assert!(quantize_activations(&x, &mut a8) && quantize_activations_k(&x, &mut a8k));
-        for (p, o) in mp.iter().zip(&out) {
+        for ((p, o), (w, ..)) in mp.iter().zip(&out).zip(&parts) {
             assert_eq!(o.len(), tokens * p.rows);
-            let row_bytes = p.w.len() / p.rows;
+            let row_bytes = w.len() / p.rows;
             for t in 0..tokens {
                 let tok = Token {
                     q8: a8.token(t, cols / 32),
                     q8k: &a8k[t * cols / QK_K..(t + 1) * cols / QK_K],
                 };
                 for r in 0..p.rows {
-                    let want = p.dot.dot(&p.w[r * row_bytes..(r + 1) * row_bytes], tok);
+                    let want = p.dot.dot(&w[r * row_bytes..(r + 1) * row_bytes], tok);
                     let got = Some(o[t * p.rows + r]);
                     assert_eq!(got, want, "{} row {r} token {t} of {tokens}", p.dot.dtype());
                 }

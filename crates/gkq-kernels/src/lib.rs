@@ -38,6 +38,9 @@ mod avx512;
 mod avx512q;
 mod kquant;
 mod matmul;
+mod packed;
+#[cfg(target_arch = "x86_64")]
+mod packed_x86;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod simd256;
@@ -56,6 +59,14 @@ pub(crate) type Dot = fn(&[u8], Q8Token<'_>) -> f32;
 /// tokens' activations: `w` whole rows of `row_bytes`, row `r`'s with
 /// token `t` at `out[r · steps.row + t · steps.token]`.
 pub(crate) type Rows = fn(&[u8], usize, [Q8Token<'_>; TILE], usize, &mut [f32], Steps);
+/// A packed type's rows (`packed.rs`): `w` whole groups of packed rows
+/// of `row_bytes`, the first `rows` of them real, with the first `n` of
+/// `TILE` tokens, placed as [`Rows`] places them.
+pub(crate) type Packed = fn(&[u8], usize, usize, [Q8Token<'_>; TILE], usize, &mut [f32], Steps);
+/// A packed K type's rows (as [`Packed`]).
+pub(crate) type PackedK = fn(&[u8], usize, usize, [&[Q8KBlock]; TILE], usize, &mut [f32], Steps);
+/// Packs `rows` rows of `row_bytes` for a packed kernel (`packed.rs`).
+pub(crate) type Pack = fn(&[u8], usize, usize) -> Vec<u8>;
 /// A K type's row dot product, with 256-value activation blocks.
 pub(crate) type DotK = fn(&[u8], &[Q8KBlock]) -> f32;
 /// A K type's rows' dot products (as [`Rows`]).
@@ -141,8 +152,10 @@ pub struct Token<'a> {
 pub(crate) enum Kern {
     Q8(Dot),
     Q8Rows(Rows),
+    Q8Packed(Packed, Pack),
     Q8K(DotK),
     Q8KRows(RowsK),
+    Q8KPacked(PackedK, Pack),
 }
 
 /// The instruction set a kernel uses.
@@ -214,13 +227,11 @@ const fn simd_of<T: types::Ty>() -> [Option<(Isa, Kern)>; 2] {
     }
 }
 
-/// The AVX-512 and AVX2 kernels of a K type.
+/// Q4_0's and Q4_K's kernels, on packed rows (`packed.rs`): AVX-512 with
+/// VNNI, then AVX2.
 #[cfg(target_arch = "x86_64")]
-const fn k_simd(avx512: RowsK, avx2: RowsK) -> [Option<(Isa, Kern)>; 2] {
-    [
-        Some((Isa::Avx512, Kern::Q8KRows(avx512))),
-        Some((Isa::Avx2, Kern::Q8KRows(avx2))),
-    ]
+const fn packed_simd(avx512: Kern, avx2: Kern) -> [Option<(Isa, Kern)>; 2] {
+    [Some((Isa::Avx512Vnni, avx512)), Some((Isa::Avx2, avx2))]
 }
 
 /// The kernels of every block type that has them, the one table of them:
@@ -229,14 +240,28 @@ const fn k_simd(avx512: RowsK, avx2: RowsK) -> [Option<(Isa, Kern)>; 2] {
 pub static KERNELS: [Kernels; 7] = {
     use types::*;
     #[cfg(target_arch = "x86_64")]
-    let (q4k, q6k) = (
-        k_simd(avx512::Q4_K, avx2k::Q4_K),
-        k_simd(avx512::Q6_K, avx2k::Q6_K),
-    );
+    let (q4_0, q4k, q6k) = {
+        use packed::{pack_q4_0, pack_q4_k};
+        use packed_x86::*;
+        (
+            packed_simd(
+                Kern::Q8Packed(Q4_0_AVX512, pack_q4_0),
+                Kern::Q8Packed(Q4_0_AVX2, pack_q4_0),
+            ),
+            packed_simd(
+                Kern::Q8KPacked(Q4_K_AVX512, pack_q4_k),
+                Kern::Q8KPacked(Q4_K_AVX2, pack_q4_k),
+            ),
+            [
+                Some((Isa::Avx512, Kern::Q8KRows(avx512::Q6_K))),
+                Some((Isa::Avx2, Kern::Q8KRows(avx2k::Q6_K))),
+            ],
+        )
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let (q4k, q6k) = ([None, None], [None, None]);
+    let (q4_0, q4k, q6k) = ([None, None], [None, None], [None, None]);
     [
-        small(DType::Q4_0, portable::dot_q4_0, simd_of::<Q4_0>()),
+        small(DType::Q4_0, portable::dot_q4_0, q4_0),
         small(DType::Q4_1, portable::dot_q4_1, simd_of::<Q4_1>()),
         small(DType::Q5_0, portable::dot_q5_0, simd_of::<Q5_0>()),
         small(DType::Q5_1, portable::dot_q5_1, simd_of::<Q5_1>()),
@@ -331,35 +356,81 @@ impl RowDot {
 
     /// Whether it takes blocks of 256 activations ([`Token::q8k`]).
     pub fn takes_q8k(&self) -> bool {
-        matches!(self.kern, Kern::Q8K(_) | Kern::Q8KRows(_))
+        matches!(
+            self.kern,
+            Kern::Q8K(_) | Kern::Q8KRows(_) | Kern::Q8KPacked(..)
+        )
     }
 
     /// The blocks `a` holds for this kernel.
     fn blocks(&self, a: &Token<'_>) -> usize {
         match self.kern {
-            Kern::Q8(_) | Kern::Q8Rows(_) => a.q8.blocks(),
-            Kern::Q8K(_) | Kern::Q8KRows(_) => a.q8k.len(),
+            Kern::Q8(_) | Kern::Q8Rows(_) | Kern::Q8Packed(..) => a.q8.blocks(),
+            Kern::Q8K(_) | Kern::Q8KRows(_) | Kern::Q8KPacked(..) => a.q8k.len(),
         }
     }
 
-    /// `w · a`: `w` a row of whole blocks, `a` one block per block of it.
-    /// `None` when their lengths disagree.
+    /// Whether it takes its rows packed ([`RowDot::pack`]).
+    pub fn packs(&self) -> bool {
+        self.packer().is_some()
+    }
+
+    /// How it packs rows, when it does.
+    fn packer(&self) -> Option<Pack> {
+        match self.kern {
+            Kern::Q8Packed(_, p) | Kern::Q8KPacked(_, p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// `rows` rows of whole blocks `w` as this kernel takes them: packed
+    /// for Q4_0's and Q4_K's (sixteen rows interleaved, the last group
+    /// filled up with zeros; no more bytes than the rows but for that), else
+    /// `None`: the rows as they are. `None` too when `w` is not `rows`
+    /// rows of whole blocks.
+    pub fn pack(&self, w: &[u8], rows: usize) -> Option<Vec<u8>> {
+        let row_bytes = w.len().checked_div(rows)?;
+        let whole = row_bytes * rows == w.len() && row_bytes.is_multiple_of(self.block_bytes);
+        let pack = self.packer().filter(|_| whole)?;
+        Some(pack(w, rows, row_bytes))
+    }
+
+    /// The rows this kernel holds for `rows` rows: whole groups when it
+    /// packs them.
+    pub fn stored_rows(&self, rows: usize) -> usize {
+        if self.packs() {
+            packed::padded(rows)
+        } else {
+            rows
+        }
+    }
+
+    /// `w · a`: `w` a row of whole blocks (as they are, packed here if the
+    /// kernel packs), `a` one block per block of it. `None` when their
+    /// lengths disagree.
     pub fn dot(&self, w: &[u8], a: Token<'_>) -> Option<f32> {
         let mut out = [0f32];
-        self.rows(w, w.len(), &[a], &mut out, Steps { row: 1, token: 1 })?;
+        let w = self
+            .pack(w, 1)
+            .map_or(std::borrow::Cow::Borrowed(w), Into::into);
+        self.rows(&w, 1, &[a], &mut out, Steps { row: 1, token: 1 })?;
         Some(out[0])
     }
 
-    /// `[w · a[0], …, w · a[3]]`, each block of `w` read once. `None` when
-    /// a length disagrees.
+    /// `[w · a[0], …, w · a[3]]`, each block of `w` read once (`w` as
+    /// [`RowDot::dot`] takes it). `None` when a length disagrees.
     pub fn dot4(&self, w: &[u8], a: [Token<'_>; 4]) -> Option<[f32; 4]> {
         let mut out = [0f32; 4];
-        self.rows(w, w.len(), &a, &mut out, Steps { row: 4, token: 1 })?;
+        let w = self
+            .pack(w, 1)
+            .map_or(std::borrow::Cow::Borrowed(w), Into::into);
+        self.rows(&w, 1, &a, &mut out, Steps { row: 4, token: 1 })?;
         Some(out)
     }
 
-    /// The dot products of each row of `w` (whole rows of `row_bytes`)
-    /// with each token's activations `a`, row `r`'s with token `t` at
+    /// The dot products of `rows` rows `w` (as [`RowDot::pack`] gives them
+    /// when the kernel packs, else whole rows one after the other) with
+    /// each token's activations `a`, row `r`'s with token `t` at
     /// `out[r · steps.row + t · steps.token]`, in few calls: eight tokens at
     /// a time over all the rows (then four, then one), each block unpacked
     /// once per call. `None` when a length disagrees or the places overlap
@@ -367,17 +438,23 @@ impl RowDot {
     pub fn rows(
         &self,
         w: &[u8],
-        row_bytes: usize,
+        rows: usize,
         a: &[Token<'_>],
         out: &mut [f32],
         steps: Steps,
     ) -> Option<()> {
-        let rows = w.len().checked_div(row_bytes)?;
-        let whole = w.len().is_multiple_of(row_bytes)
-            && (rows == 0 || a.is_empty() || steps.fit(rows, a.len(), out.len()));
-        if !whole
-            || a.iter()
-                .any(|a| row_bytes != self.blocks(a) * self.block_bytes)
+        let Some(first) = a.first() else {
+            return Some(());
+        };
+        let row_bytes = self.blocks(first) * self.block_bytes;
+        if row_bytes == 0 {
+            return None;
+        }
+        let fits = rows == 0 || steps.fit(rows, a.len(), out.len());
+        let stored = self.stored_rows(rows).checked_mul(row_bytes);
+        if !fits
+            || stored != Some(w.len())
+            || a.iter().any(|a| self.blocks(a) != self.blocks(first))
         {
             return None;
         }
@@ -389,7 +466,8 @@ impl RowDot {
                 _ => 1,
             };
             let tile = std::array::from_fn(|k| a[(t + k).min(a.len() - 1)]);
-            self.run(w, row_bytes, tile, n, &mut out[t * steps.token..], steps);
+            let o = &mut out[t * steps.token..];
+            self.run(w, (row_bytes, rows), tile, n, o, steps);
             t += n;
         }
         Some(())
@@ -400,7 +478,7 @@ impl RowDot {
     fn run(
         &self,
         w: &[u8],
-        row_bytes: usize,
+        (row_bytes, rows): (usize, usize),
         a: [Token<'_>; TILE],
         n: usize,
         out: &mut [f32],
@@ -409,7 +487,9 @@ impl RowDot {
         let each = w.chunks_exact(row_bytes).enumerate();
         match self.kern {
             Kern::Q8Rows(k) => k(w, row_bytes, a.map(|a| a.q8), n, out, steps),
+            Kern::Q8Packed(k, _) => k(w, row_bytes, rows, a.map(|a| a.q8), n, out, steps),
             Kern::Q8KRows(k) => k(w, row_bytes, a.map(|a| a.q8k), n, out, steps),
+            Kern::Q8KPacked(k, _) => k(w, row_bytes, rows, a.map(|a| a.q8k), n, out, steps),
             Kern::Q8(k) => each.for_each(|(r, w)| {
                 for (t, a) in a[..n].iter().enumerate() {
                     out[r * steps.row + t * steps.token] = k(w, a.q8);

@@ -14,7 +14,8 @@ const ROW_TILE: usize = 16;
 /// A matrix of [`matmul`]: its blocks, their dot product, its rows.
 #[derive(Clone, Copy, Debug)]
 pub struct MatPart<'a> {
-    /// The matrix's rows of blocks, one after the other.
+    /// The matrix's rows of blocks, one after the other, or packed
+    /// ([`RowDot::pack`]) when its kernel packs them.
     pub w: &'a [u8],
     /// The dot product of its block type.
     pub dot: RowDot,
@@ -62,12 +63,13 @@ pub fn matmul(parts: &[MatPart<'_>], x: &[f32], tokens: usize) -> Vec<Vec<f32>> 
     let quantized = Acts::new(x, tokens, parts);
     let acts: Vec<Token<'_>> = (0..tokens).map(|t| quantized.token(t)).collect();
     let total: usize = parts.iter().map(|p| p.rows).sum();
-    // a few chunks per thread, a row at least
-    let chunk = total.div_ceil(rayon::current_num_threads() * 4).max(1);
+    // a few chunks per thread, whole tiles (and so whole packed groups)
+    let chunk = total.div_ceil(rayon::current_num_threads() * 4);
+    let chunk = chunk.div_ceil(ROW_TILE).max(1) * ROW_TILE;
     let mut by_chunk: Vec<Vec<f32>> = parts.iter().map(|p| vec![0f32; p.rows * tokens]).collect();
     let mut tasks = Vec::new();
     for (p, out) in parts.iter().zip(&mut by_chunk) {
-        let row_bytes = p.w.len() / p.rows.max(1);
+        let row_bytes = p.w.len() / p.dot.stored_rows(p.rows).max(1);
         let pieces = out
             .chunks_mut(chunk * tokens)
             .zip(p.w.chunks(chunk * row_bytes));
@@ -82,7 +84,8 @@ pub fn matmul(parts: &[MatPart<'_>], x: &[f32], tokens: usize) -> Vec<Vec<f32>> 
             token: rows,
         };
         for (r, w) in w.chunks(ROW_TILE * row_bytes).enumerate() {
-            dot_tile(dot, w, row_bytes, &acts, &mut out[r * ROW_TILE..], steps);
+            let tile = (rows - r * ROW_TILE).min(ROW_TILE);
+            dot_tile(dot, w, tile, &acts, &mut out[r * ROW_TILE..], steps);
         }
     });
     if tokens == 1 {
@@ -121,17 +124,10 @@ fn gather(by_chunk: &[f32], rows: usize, tokens: usize, chunk: usize) -> Vec<f32
     out
 }
 
-/// `out[r + t · steps.token] = row r · acts[t]` for the rows of `w` (NaN
-/// where a length disagrees).
-fn dot_tile(
-    dot: RowDot,
-    w: &[u8],
-    row_bytes: usize,
-    acts: &[Token<'_>],
-    out: &mut [f32],
-    steps: Steps,
-) {
-    if dot.rows(w, row_bytes, acts, out, steps).is_none() {
+/// `out[r + t · steps.token] = row r · acts[t]` for the `rows` rows of
+/// `w` (NaN where a length disagrees).
+fn dot_tile(dot: RowDot, w: &[u8], rows: usize, acts: &[Token<'_>], out: &mut [f32], steps: Steps) {
+    if dot.rows(w, rows, acts, out, steps).is_none() {
         out.iter_mut().for_each(|o| *o = f32::NAN);
     }
 }

@@ -8,13 +8,14 @@
 //! token-by-token prefill (Pearson 0.99852, 6.4 % of the largest logit,
 //! against 0.99916 and 4.1 % through f16).
 //!
-//! A row's blocks are summed in one fixed order, whatever the vector width
-//! of the kernel that runs it (`avx2.rs`: two registers of 8 lanes;
-//! `avx512q.rs`: one of 16):
+//! A row's blocks of Q4_1, Q5_0, Q5_1 and Q8_0 are summed in one fixed
+//! order, whatever the vector width of the kernel that runs it (`avx2.rs`:
+//! two registers of 8 lanes; `avx512q.rs`: one of 16; Q4_0 has its own,
+//! `packed.rs`):
 //!
 //! - **16 lanes**, block `b`'s in lanes `8 (b mod 2) + k`: lane `k` of a
 //!   block is the exact integer sum of the products of its values `4k ..
-//!   4k + 4` (codes less 8 or 16 for Q4_0 and Q5_0, Q8_0's signed, the
+//!   4k + 4` (codes less 16 for Q5_0, Q8_0's signed, the
 //!   others' unsigned), and `acc = fma(d_w·d_a, lane, acc)`, block after
 //!   block.
 //! - **16 lanes of the minimums** (Q4_1, Q5_1), in the same places:
@@ -40,6 +41,7 @@ pub struct Q8Acts {
     d: Vec<f32>,
     d8: Vec<f32>,
     sums: Vec<f32>,
+    bsums: Vec<i32>,
 }
 
 /// One token's activations of [`Q8Acts`] (`Q8Acts::token`).
@@ -54,6 +56,8 @@ pub struct Q8Token<'a> {
     pub(crate) d8: &'a [f32],
     /// The sum of each 4 codes.
     pub(crate) sums: &'a [f32],
+    /// The sum of each 32 codes.
+    pub(crate) bsums: &'a [i32],
 }
 
 impl Q8Acts {
@@ -65,6 +69,7 @@ impl Q8Acts {
             d: &self.d[at(1)],
             d8: &self.d8[at(8)],
             sums: &self.sums[at(QK / 4)],
+            bsums: &self.bsums[at(1)],
         }
     }
 
@@ -89,6 +94,7 @@ pub fn quantize_activations(x: &[f32], out: &mut Q8Acts) -> bool {
     out.d.clear();
     out.d8.clear();
     out.sums.clear();
+    out.bsums.clear();
     if !x.len().is_multiple_of(QK) {
         return false;
     }
@@ -102,6 +108,9 @@ pub fn quantize_activations(x: &[f32], out: &mut Q8Acts) -> bool {
     let four = out.qs.chunks_exact(4);
     out.sums
         .extend(four.map(|q| q.iter().map(|&q| f32::from(q)).sum::<f32>()));
+    let each = out.qs.chunks_exact(QK);
+    out.bsums
+        .extend(each.map(|q| q.iter().map(|&q| i32::from(q)).sum::<i32>()));
     true
 }
 
@@ -135,10 +144,22 @@ fn codes(q: [u8; QK], offset: i32) -> [i32; QK] {
     q.map(|v| i32::from(v) - offset)
 }
 
+/// Q4_0's own order (`packed.rs`): each block's exact sum, then one FMA
+/// per block into one accumulator.
 pub(crate) fn dot_q4_0(w: &[u8], a: Q8Token<'_>) -> f32 {
-    portable(w, a, 18, false, |b| {
-        (unhalf([b[0], b[1]]), 0.0, codes(unpack4(&b[2..18]), 8))
-    })
+    let mut acc = 0f32;
+    for (i, b) in w.chunks_exact(18).enumerate() {
+        let qa = &a.qs[QK * i..QK * (i + 1)];
+        let q = unpack4(&b[2..18]);
+        let s: i32 = q
+            .iter()
+            .zip(qa)
+            .map(|(&q, &x)| i32::from(q) * i32::from(x))
+            .sum();
+        let s = s - 8 * a.bsums[i];
+        acc = (unhalf([b[0], b[1]]) * a.d[i]).mul_add(s as f32, acc);
+    }
+    acc
 }
 
 pub(crate) fn dot_q4_1(w: &[u8], a: Q8Token<'_>) -> f32 {

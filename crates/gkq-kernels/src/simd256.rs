@@ -27,13 +27,6 @@ pub(crate) fn halves(b: &[u8]) -> (f32, f32) {
     (_mm_cvtss_f32(h), _mm_cvtss_f32(_mm_movehdup_ps(h)))
 }
 
-/// The sums of each 32 codes of `y`, eight i32.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn psums(y: &Q8KBlock) -> __m256i {
-    // SAFETY: `psums` is 16 bytes; the load is unaligned
-    _mm256_cvtepi16_epi32(unsafe { _mm_loadu_si128(y.psums.as_ptr().cast()) })
-}
-
 /// The 16 sums of 16 codes of `y`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn bsums(y: &Q8KBlock) -> __m256i {
@@ -68,12 +61,6 @@ pub(crate) fn load16(b: &[u8]) -> __m128i {
     let b = &b[..16];
     // SAFETY: `b` has 16 bytes; the load is unaligned
     unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
-}
-
-/// Eight bytes in the low half.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn bytes8(b: [u8; 8]) -> __m128i {
-    _mm_cvtsi64_si128(i64::from_le_bytes(b))
 }
 
 /// Eight lanes folded in halves (`kquant::fold`'s order).

@@ -174,6 +174,7 @@ fn kernels_agree_on_arbitrary_bytes() {
                         d: &t.q8.d[..blocks],
                         d8: &t.q8.d8[..8 * blocks],
                         sums: &t.q8.sums[..8 * blocks],
+                        bsums: &t.q8.bsums[..blocks],
                     },
                     q8k: &[],
                 })
@@ -217,8 +218,9 @@ fn four_token_dots_equal_single_ones() {
 /// places that overlap are refused with nothing written.
 #[test]
 fn rows_equal_each_rows_dot_products() {
-    // 13 tokens: a tile of eight, one of four and one alone
-    let (rows, blocks, tokens) = (5, 3, 13);
+    // 13 tokens: a tile of eight, one of four and one alone; 37 rows: two
+    // packed groups of 16 and one of 5
+    let (rows, blocks, tokens) = (37, 3, 13);
     let a = one_token(&noise(tokens * blocks * QK, 8));
     let t: Vec<Token<'_>> = (0..tokens).map(|t| q8(a.token(t, blocks))).collect();
     let orders = [
@@ -238,7 +240,8 @@ fn rows_equal_each_rows_dot_products() {
         for (k, steps) in all(dtype).into_iter().flat_map(|k| orders.map(|s| (k, s))) {
             let len = rows * tokens + rows.max(tokens);
             let mut out = vec![-1f32; len];
-            assert_eq!(k.rows(&w, row_bytes, &t, &mut out, steps), Some(()));
+            let stored = k.pack(&w, rows).unwrap_or_else(|| w.clone());
+            assert_eq!(k.rows(&stored, rows, &t, &mut out, steps), Some(()));
             let mut seen = 0;
             for (r, row) in w.chunks_exact(row_bytes).enumerate() {
                 for (j, &tok) in t.iter().enumerate() {
@@ -259,9 +262,9 @@ fn rows_equal_each_rows_dot_products() {
                 row: tokens - 1,
                 token: 1,
             };
-            assert_eq!(k.rows(&w, row_bytes, &t, &mut short, tight), None);
-            assert_eq!(k.rows(&w, row_bytes, &t, &mut out, overlap), None);
-            assert_eq!(k.rows(&w[1..], row_bytes, &t, &mut out, steps), None);
+            assert_eq!(k.rows(&stored, rows, &t, &mut short, tight), None);
+            assert_eq!(k.rows(&stored, rows, &t, &mut out, overlap), None);
+            assert_eq!(k.rows(&stored[1..], rows, &t, &mut out, steps), None);
             assert!(short.iter().all(|&v| v == -1.0), "nothing written");
         }
     }

@@ -6,8 +6,9 @@
 /// Where a block type's codes are, and how they read as bytes.
 #[derive(Clone, Copy)]
 pub(crate) enum Codes {
-    /// Nibbles at `qs`, less 8 when `minus8` (Q4_0), else unsigned (Q4_1).
-    Nib4 { qs: usize, minus8: bool },
+    /// Nibbles at `qs`, unsigned (Q4_1; Q4_0 has kernels of its own,
+    /// `packed.rs`).
+    Nib4 { qs: usize },
     /// Nibbles at `qs` and fifth bits at `qh`: less 16 when `signed` (Q5_0),
     /// else unsigned (Q5_1).
     Nib5 { qh: usize, qs: usize, signed: bool },
@@ -25,9 +26,6 @@ pub(crate) trait Ty {
     const CODES: Codes;
 }
 
-/// Q4_0.
-#[derive(Debug)]
-pub(crate) struct Q4_0;
 /// Q4_1.
 #[derive(Debug)]
 pub(crate) struct Q4_1;
@@ -41,22 +39,10 @@ pub(crate) struct Q5_1;
 #[derive(Debug)]
 pub(crate) struct Q8_0;
 
-impl Ty for Q4_0 {
-    const BYTES: usize = 18;
-    const MIN: bool = false;
-    const CODES: Codes = Codes::Nib4 {
-        qs: 2,
-        minus8: true,
-    };
-}
-
 impl Ty for Q4_1 {
     const BYTES: usize = 20;
     const MIN: bool = true;
-    const CODES: Codes = Codes::Nib4 {
-        qs: 4,
-        minus8: false,
-    };
+    const CODES: Codes = Codes::Nib4 { qs: 4 };
 }
 
 impl Ty for Q5_0 {

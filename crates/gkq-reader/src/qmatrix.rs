@@ -1,9 +1,11 @@
 //! `x @ w^T` with `w` kept in its blocks (feature `candle`): by
 //! gkq-kernels' row dot products on the blocks as pulled, no copy, where
-//! it has a kernel for the type on this CPU (the 32-value types, with the
-//! results of candle's kernels bit for bit; Q4_K and Q6_K where the CPU has
-//! AVX-512 or AVX2); else by candle's quantized matmul (Q5_K, and the K
-//! types on CPUs without AVX2), which keeps a repacked copy of some. With
+//! it has a kernel for the type on this CPU (the 32-value types; Q4_K and
+//! Q6_K where the CPU has AVX-512 or AVX2); Q4_0 and Q4_K with AVX2 or
+//! AVX-512 VNNI are repacked once, sixteen rows interleaved (as many
+//! bytes), and the pulled bytes dropped. Else by candle's quantized matmul
+//! (Q5_K, and the K types on CPUs without AVX2), which keeps a repacked
+//! copy of some. With
 //! `CANDLE_DEQUANTIZE_ALL` set, every type goes to candle, which then
 //! widens it to f32.
 //!
@@ -48,7 +50,15 @@ impl QMatrix {
         // runs): candle's QMatMul honours it
         let dequantize = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
         let kind = match RowDot::of(dtype).filter(|_| !dequantize) {
-            Some(dot) => Kind::Rows { bytes, dot },
+            // Q4_0's kernels take the rows interleaved: packed once, the
+            // verified bytes then dropped
+            Some(dot) => match dot.pack(&bytes, rows) {
+                Some(packed) => Kind::Rows {
+                    bytes: Bytes::from(packed),
+                    dot,
+                },
+                None => Kind::Rows { bytes, dot },
+            },
             None => Kind::Candle(candle_qmatmul(&bytes, dtype, rows, cols)?),
         };
         Ok(QMatrix { rows, cols, kind })
