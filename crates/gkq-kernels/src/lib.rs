@@ -240,24 +240,20 @@ const fn packed_simd(avx512: Kern, avx2: Kern) -> [Option<(Isa, Kern)>; 2] {
 pub static KERNELS: [Kernels; 7] = {
     use types::*;
     #[cfg(target_arch = "x86_64")]
-    let (q4_0, q4k, q6k) = {
-        use packed::{pack_q4_0, pack_q4_k};
-        use packed_x86::*;
-        (
-            packed_simd(
-                Kern::Q8Packed(Q4_0_AVX512, pack_q4_0),
-                Kern::Q8Packed(Q4_0_AVX2, pack_q4_0),
-            ),
-            packed_simd(
-                Kern::Q8KPacked(Q4_K_AVX512, pack_q4_k),
-                Kern::Q8KPacked(Q4_K_AVX2, pack_q4_k),
-            ),
-            [
-                Some((Isa::Avx512, Kern::Q8KRows(avx512::Q6_K))),
-                Some((Isa::Avx2, Kern::Q8KRows(avx2k::Q6_K))),
-            ],
-        )
-    };
+    let (q4_0, q4k, q6k) = (
+        packed_simd(
+            Kern::Q8Packed(packed_x86::Q4_0_AVX512, packed::pack_q4_0),
+            Kern::Q8Packed(packed_x86::Q4_0_AVX2, packed::pack_q4_0),
+        ),
+        packed_simd(
+            Kern::Q8KPacked(packed_x86::Q4_K_AVX512, packed::pack_q4_k),
+            Kern::Q8KPacked(packed_x86::Q4_K_AVX2, packed::pack_q4_k),
+        ),
+        [
+            Some((Isa::Avx512, Kern::Q8KRows(avx512::Q6_K))),
+            Some((Isa::Avx2, Kern::Q8KRows(avx2k::Q6_K))),
+        ],
+    );
     #[cfg(not(target_arch = "x86_64"))]
     let (q4_0, q4k, q6k) = ([None, None], [None, None], [None, None]);
     [
