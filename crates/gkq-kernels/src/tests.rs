@@ -269,3 +269,32 @@ fn rows_equal_each_rows_dot_products() {
         }
     }
 }
+
+/// Q4_0's and Q4_K's kernels take their rows packed, in whole groups of
+/// 16 (the last filled up), no more bytes than that; the other types' take
+/// them as they are; rows that are not whole blocks are refused.
+#[test]
+fn packing_is_whole_groups_of_the_rows_bytes() {
+    for (dtype, cols) in [(DType::Q4_0, 64), (DType::Q4_K, 256), (DType::Q8_0, 64)] {
+        let Some(k) = RowDot::of(dtype) else { continue };
+        let mut w = Vec::new();
+        assert!(quantize(&noise(37 * cols, 4), dtype, &mut w));
+        let row_bytes = w.len() / 37;
+        match k.pack(&w, 37) {
+            Some(p) => {
+                assert!(k.packs() && dtype != DType::Q8_0, "{dtype}");
+                assert_eq!(
+                    (k.stored_rows(37), p.len()),
+                    (48, 48 * row_bytes),
+                    "{dtype}"
+                );
+                assert_eq!(
+                    k.pack(&w[..w.len() - 1], 37),
+                    None,
+                    "{dtype}: not whole rows"
+                );
+            }
+            None => assert!(!k.packs() && k.stored_rows(37) == 37, "{dtype}"),
+        }
+    }
+}
