@@ -5,24 +5,8 @@
 //! f64 reference (candle's kernels, the same Q8_K: 4.1 %; the test's
 //! line: 5 %); with a scale per 32, 3.0 % (Pearson 0.99936).
 //!
-//! A row's Q6_K blocks are summed in one fixed order, whatever the vector
-//! width of the kernel that runs it (`avx512.rs`: one register of 16
-//! lanes; `avx2k.rs`: two of 8; Q4_K has its own, `packed.rs`):
-//!
-//! - **16 lanes.** In each 64 values `v` of a block (`v` = 0..4), lane `l`
-//!   is the exact integer sum of the products of values `64v + 4l ..
-//!   64v + 4l + 4`, each times its scale, the codes unsigned.
-//!   `acc[l] = fma(d·d_a, lane, acc[l])`, `d_a` the scale of the 32 the
-//!   lane's values are in, 64 values after 64, block after block.
-//! - **8 lanes of the offsets**, one per 32 values `j`: the codes' 32
-//!   (`32 · (sc_2j·B_2j + sc_2j+1·B_2j+1)`, `B` the sums of 16;
-//!   `fma(d·d_a, …)`).
-//! - **The row**: the 16 lanes folded in halves (`l + 8`, `+ 4`, `+ 2`,
-//!   `+ 1`), less the offsets' 8 folded the same way.
-//!
-//! The integers are exact (at most 2^24 in magnitude), and the f32 steps
-//! are the same in every kernel, lane by lane, with no sum across lanes
-//! until the row's end: every kernel gives this one's bits.
+//! Each K type sums a row in an order of its own, the one its packed
+//! kernels share (`packed.rs`).
 
 use gkq_format::quant::{QK, QK_K, unhalf};
 
@@ -124,39 +108,6 @@ pub(crate) fn fold16(acc: [f32; 16]) -> f32 {
     a[0]
 }
 
-/// The row's result from its 16 lanes and its offsets' 8, folded in
-/// halves.
-pub(crate) fn fold(acc: [f32; 16], off: [f32; 8]) -> f32 {
-    let mut m = off;
-    for half in [4, 2, 1] {
-        for l in 0..half {
-            m[l] += m[l + half];
-        }
-    }
-    fold16(acc) - m[0]
-}
-
-/// `acc[l] = fma(d·d_a, lane, acc[l])` for the 16 lanes of a block, `code`
-/// its codes in value order and `scale` the scale of value `i`.
-fn lanes(
-    acc: &mut [f32; 16],
-    d: f32,
-    y: &Q8KBlock,
-    code: impl Fn(usize) -> i32,
-    scale: impl Fn(usize) -> i32,
-) {
-    for v in 0..4 {
-        for l in 0..16 {
-            let at = 64 * v + 4 * l;
-            let lane: i32 = (at..at + 4)
-                .map(|i| scale(i) * code(i) * i32::from(y.qs[i]))
-                .sum();
-            let dd = d * y.d[at / QK];
-            acc[l] = dd.mul_add(lane as f32, acc[l]);
-        }
-    }
-}
-
 /// Q4_K's own order (`packed.rs`): each sub-block's exact sum, then two
 /// FMAs per sub-block into one accumulator.
 pub(crate) fn dot_q4_k(w: &[u8], a: &[Q8KBlock]) -> f32 {
@@ -197,19 +148,27 @@ fn q6_k_codes(b: &[u8]) -> [i32; QK_K] {
     q
 }
 
+/// Q6_K's own order (`packed.rs`): per 32 values, each 16's exact sum
+/// times its scale, in integers, then one FMA into one accumulator.
 pub(crate) fn dot_q6_k(w: &[u8], a: &[Q8KBlock]) -> f32 {
-    let (mut acc, mut off) = ([0f32; 16], [0f32; 8]);
+    let mut acc = 0f32;
     for (b, y) in w.chunks_exact(Q6_K_BYTES).zip(a) {
-        let u = q6_k_codes(b).map(|q| q + 32);
-        let sc = |s: usize| i32::from(b[192 + s] as i8);
+        let q = q6_k_codes(b);
         let d = unhalf([b[208], b[209]]);
-        lanes(&mut acc, d, y, |i| u[i], |i| sc(i / 16));
         for j in 0..8 {
-            let bias: i32 = (2 * j..2 * j + 2)
-                .map(|s| sc(s) * i32::from(y.bsums[s]))
+            let t: i32 = (2 * j..2 * j + 2)
+                .map(|s| {
+                    let at = 16 * s..16 * s + 16;
+                    let p: i32 = q[at.clone()]
+                        .iter()
+                        .zip(&y.qs[at])
+                        .map(|(&q, &x)| q * i32::from(x))
+                        .sum();
+                    i32::from(b[192 + s] as i8) * p
+                })
                 .sum();
-            off[j] = (d * y.d[j]).mul_add((32 * bias) as f32, off[j]);
+            acc = (d * y.d[j]).mul_add(t as f32, acc);
         }
     }
-    fold(acc, off)
+    acc
 }

@@ -6,15 +6,15 @@
 //!   ([`Q8Acts`]), for the 32-value types; [`quantize_activations_k`]: the
 //!   same codes and scales in blocks of 256 ([`Q8KBlock`]), for the K types.
 //! - [`RowDot`]: the dot product of one block type, the fastest kernel this
-//!   CPU has (detected at run time: AVX-512 F/BW, with VNNI for the
-//!   32-value types, then AVX2 with FMA and
-//!   F16C), else the portable one; the kernels of a type are one entry of
-//!   [`KERNELS`].
+//!   CPU has (detected at run time: AVX-512 F/BW with VNNI, then AVX2 with
+//!   FMA and F16C), else the portable one; the kernels of a type are one
+//!   entry of [`KERNELS`]. Q4_0's, Q4_K's and Q6_K's take their rows
+//!   packed sixteen at a time ([`RowDot::pack`], `packed.rs`).
 //! - [`matmul`]: the rows of one or more matrices among rayon's threads,
 //!   each row meeting a tile of tokens while it is in cache.
 //!
 //! Every kernel gives its portable kernel's bits, in one order whatever the
-//! vector width (`portable.rs`, `kquant.rs`): activation quantization turns
+//! vector width (`portable.rs`, `packed.rs`): activation quantization turns
 //! a last-bit difference into another 8-bit code in the next layer, so a
 //! node's tokens do not depend on its CPU.
 //!
@@ -30,10 +30,6 @@
 mod activation;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx2k;
-#[cfg(target_arch = "x86_64")]
-mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512q;
 mod kquant;
@@ -65,17 +61,13 @@ pub(crate) type Rows = fn(&[u8], usize, [Q8Token<'_>; TILE], usize, &mut [f32], 
 pub(crate) type Packed = fn(&[u8], usize, usize, [Q8Token<'_>; TILE], usize, &mut [f32], Steps);
 /// A packed K type's rows (as [`Packed`]).
 pub(crate) type PackedK = fn(&[u8], usize, usize, [&[Q8KBlock]; TILE], usize, &mut [f32], Steps);
-/// Packs `rows` rows of `row_bytes` for a packed kernel (`packed.rs`).
-pub(crate) type Pack = fn(&[u8], usize, usize) -> Vec<u8>;
 /// A K type's row dot product, with 256-value activation blocks.
 pub(crate) type DotK = fn(&[u8], &[Q8KBlock]) -> f32;
-/// A K type's rows' dot products (as [`Rows`]).
-pub(crate) type RowsK = fn(&[u8], usize, [&[Q8KBlock]; TILE], usize, &mut [f32], Steps);
 
 /// The most tokens a kernel call takes.
 pub(crate) const TILE: usize = 8;
 
-/// A SIMD kernel's [`Rows`] (or [`RowsK`]) `$name`, in its target
+/// A SIMD kernel's [`Rows`] `$name`, in its target
 /// `$features`: each row of `w` through `$dots` (generic over the number
 /// of tokens last) with eight tokens' activations of type `$act`, the
 /// first four, or the first, inlined into it.
@@ -152,10 +144,9 @@ pub struct Token<'a> {
 pub(crate) enum Kern {
     Q8(Dot),
     Q8Rows(Rows),
-    Q8Packed(Packed, Pack),
+    Q8Packed(Packed, &'static packed::Layout),
     Q8K(DotK),
-    Q8KRows(RowsK),
-    Q8KPacked(PackedK, Pack),
+    Q8KPacked(PackedK, &'static packed::Layout),
 }
 
 /// The instruction set a kernel uses.
@@ -165,8 +156,6 @@ pub enum Isa {
     Portable,
     /// AVX2 with FMA and F16C.
     Avx2,
-    /// AVX-512 F and BW.
-    Avx512,
     /// AVX-512 F, BW and VNNI.
     Avx512Vnni,
 }
@@ -177,7 +166,6 @@ impl Isa {
         match self {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
-            Isa::Avx512 => "avx512",
             Isa::Avx512Vnni => "avx512-vnni",
         }
     }
@@ -189,7 +177,6 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => avx2::available(),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => avx512::available(),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => avx512q::available(),
             #[cfg(not(target_arch = "x86_64"))]
@@ -242,17 +229,17 @@ pub static KERNELS: [Kernels; 7] = {
     #[cfg(target_arch = "x86_64")]
     let (q4_0, q4k, q6k) = (
         packed_simd(
-            Kern::Q8Packed(packed_x86::Q4_0_AVX512, packed::pack_q4_0),
-            Kern::Q8Packed(packed_x86::Q4_0_AVX2, packed::pack_q4_0),
+            Kern::Q8Packed(packed_x86::Q4_0_AVX512, &packed::Q4_0_LAYOUT),
+            Kern::Q8Packed(packed_x86::Q4_0_AVX2, &packed::Q4_0_LAYOUT),
         ),
         packed_simd(
-            Kern::Q8KPacked(packed_x86::Q4_K_AVX512, packed::pack_q4_k),
-            Kern::Q8KPacked(packed_x86::Q4_K_AVX2, packed::pack_q4_k),
+            Kern::Q8KPacked(packed_x86::Q4_K_AVX512, &packed::Q4_K_LAYOUT),
+            Kern::Q8KPacked(packed_x86::Q4_K_AVX2, &packed::Q4_K_LAYOUT),
         ),
-        [
-            Some((Isa::Avx512, Kern::Q8KRows(avx512::Q6_K))),
-            Some((Isa::Avx2, Kern::Q8KRows(avx2k::Q6_K))),
-        ],
+        packed_simd(
+            Kern::Q8KPacked(packed_x86::Q6_K_AVX512, &packed::Q6_K_LAYOUT),
+            Kern::Q8KPacked(packed_x86::Q6_K_AVX2, &packed::Q6_K_LAYOUT),
+        ),
     );
     #[cfg(not(target_arch = "x86_64"))]
     let (q4_0, q4k, q6k) = ([None, None], [None, None], [None, None]);
@@ -352,17 +339,14 @@ impl RowDot {
 
     /// Whether it takes blocks of 256 activations ([`Token::q8k`]).
     pub fn takes_q8k(&self) -> bool {
-        matches!(
-            self.kern,
-            Kern::Q8K(_) | Kern::Q8KRows(_) | Kern::Q8KPacked(..)
-        )
+        matches!(self.kern, Kern::Q8K(_) | Kern::Q8KPacked(..))
     }
 
     /// The blocks `a` holds for this kernel.
     fn blocks(&self, a: &Token<'_>) -> usize {
         match self.kern {
             Kern::Q8(_) | Kern::Q8Rows(_) | Kern::Q8Packed(..) => a.q8.blocks(),
-            Kern::Q8K(_) | Kern::Q8KRows(_) | Kern::Q8KPacked(..) => a.q8k.len(),
+            Kern::Q8K(_) | Kern::Q8KPacked(..) => a.q8k.len(),
         }
     }
 
@@ -372,7 +356,7 @@ impl RowDot {
     }
 
     /// How it packs rows, when it does.
-    fn packer(&self) -> Option<Pack> {
+    fn packer(&self) -> Option<&'static packed::Layout> {
         match self.kern {
             Kern::Q8Packed(_, p) | Kern::Q8KPacked(_, p) => Some(p),
             _ => None,
@@ -380,15 +364,44 @@ impl RowDot {
     }
 
     /// `rows` rows of whole blocks `w` as this kernel takes them: packed
-    /// for Q4_0's and Q4_K's (sixteen rows interleaved, the last group
-    /// filled up with zeros; no more bytes than the rows but for that), else
-    /// `None`: the rows as they are. `None` too when `w` is not `rows`
-    /// rows of whole blocks.
+    /// for Q4_0's, Q4_K's and Q6_K's (sixteen rows interleaved, the last
+    /// group filled up with zeros; no more bytes than the rows but for
+    /// that), else `None`: the rows as they are. `None` too when `w` is not
+    /// `rows` rows of whole blocks.
     pub fn pack(&self, w: &[u8], rows: usize) -> Option<Vec<u8>> {
-        let row_bytes = w.len().checked_div(rows)?;
-        let whole = row_bytes * rows == w.len() && row_bytes.is_multiple_of(self.block_bytes);
-        let pack = self.packer().filter(|_| whole)?;
-        Some(pack(w, rows, row_bytes))
+        self.packs()
+            .then(|| w.to_vec())
+            .and_then(|mut v| self.pack_in_place(&mut v, rows).map(|()| v))
+    }
+
+    /// [`RowDot::pack`] in `w`'s own bytes, which it extends with the
+    /// last group's rows of zeros (one group's copy beside it while it
+    /// packs); `None`, `w` as it was, when the kernel does not pack or `w`
+    /// is not `rows` rows of whole blocks.
+    pub fn pack_in_place<W: AsMut<[u8]> + Extend<u8>>(&self, w: &mut W, rows: usize) -> Option<()> {
+        let layout = self.packer()?;
+        let len = w.as_mut().len();
+        let row_bytes = len.checked_div(rows)?;
+        if row_bytes * rows != len || !row_bytes.is_multiple_of(layout.bytes) {
+            return None;
+        }
+        w.extend(std::iter::repeat_n(
+            0,
+            (packed::padded(rows) - rows) * row_bytes,
+        ));
+        packed::pack_in_place(layout, w.as_mut(), row_bytes);
+        Some(())
+    }
+
+    /// Row `r` of `rows` rows `p` of `row_bytes` as [`RowDot::pack`] gave
+    /// them, as it was before; `None` when the kernel does not pack, or `p`
+    /// is not that many rows, or `r` is not one of them.
+    pub fn unpack_row(&self, p: &[u8], rows: usize, row_bytes: usize, r: usize) -> Option<Vec<u8>> {
+        let layout = self.packer()?;
+        let fits = Some(p.len()) == packed::padded(rows).checked_mul(row_bytes)
+            && r < rows
+            && row_bytes.is_multiple_of(layout.bytes);
+        fits.then(|| packed::unpack_row(layout, p, row_bytes, r))
     }
 
     /// The rows this kernel holds for `rows` rows: whole groups when it
@@ -484,7 +497,6 @@ impl RowDot {
         match self.kern {
             Kern::Q8Rows(k) => k(w, row_bytes, a.map(|a| a.q8), n, out, steps),
             Kern::Q8Packed(k, _) => k(w, row_bytes, rows, a.map(|a| a.q8), n, out, steps),
-            Kern::Q8KRows(k) => k(w, row_bytes, a.map(|a| a.q8k), n, out, steps),
             Kern::Q8KPacked(k, _) => k(w, row_bytes, rows, a.map(|a| a.q8k), n, out, steps),
             Kern::Q8(k) => each.for_each(|(r, w)| {
                 for (t, a) in a[..n].iter().enumerate() {

@@ -1,4 +1,5 @@
-//! `packed.rs`'s kernels for x86-64, Q4_0's and Q4_K's: AVX-512 with VNNI
+//! `packed.rs`'s kernels for x86-64, Q4_0's, Q4_K's and Q6_K's: AVX-512
+//! with VNNI
 //! (a group's 16 rows in the lanes of one register, `dpbusd` summing each
 //! 4 products of a row's unsigned codes with a token's four codes,
 //! broadcast), and AVX2 (8 rows a register, `maddubs` pairs summed in
@@ -12,7 +13,7 @@
 use std::arch::x86_64::*;
 
 use crate::kquant::Q8KBlock;
-use crate::packed::{BLOCK, BLOCK_K, GROUP, packed_fn};
+use crate::packed::{BLOCK, BLOCK_K, BLOCK_Q6, GROUP, packed_fn};
 use crate::simd256::{load16, load32, prefetch};
 use crate::{Packed, PackedK, Q8Token};
 
@@ -135,20 +136,22 @@ pub(crate) const Q4_K_AVX512: PackedK =
 pub(crate) const Q4_K_AVX2: PackedK =
     |w, rb, rows, a, n, out, steps| unsafe { q4_k_256(w, rb, rows, a, n, out, steps) };
 
-/// How far ahead of the packed Q4_K block in hand a one-token kernel asks
+/// How far ahead of the packed K block in hand a one-token kernel asks
 /// for the weights: four blocks. The 1.5B's generation, alternating runs
-/// of 48 tokens: 2 KiB ahead, all of a block's 36 lines at its start,
-/// 32–34 tok/s; an eighth of a block per sub-block, one block ahead
+/// of 48 tokens (Q4_K): 2 KiB ahead, all of a block's 36 lines at its
+/// start, 32–34 tok/s; an eighth of a block per sub-block, one block ahead
 /// 33–37, two 29–40, four 34–43 (llama.cpp 29–33 in the same runs).
-const AHEAD_K: usize = 4 * BLOCK_K;
+const AHEAD_BLOCKS: usize = 4;
 
-/// Asks for the eighth `j` of the packed Q4_K block [`AHEAD_K`] bytes past
-/// block `b`: the lines come in as the sub-blocks are worked through, not
-/// all at once (any address: a prefetch never faults).
+/// Asks for the eighth `j` of the packed K block (of `block` bytes)
+/// [`AHEAD_BLOCKS`] past block `b`: the lines come in as the 32 values are
+/// worked through, not all at once (any address: a prefetch never faults).
 #[inline(always)]
-fn prefetch_k(b: &[u8], j: usize) {
-    let at = b.as_ptr().wrapping_add(AHEAD_K + j * BLOCK_K / 8);
-    for line in (0..BLOCK_K / 8).step_by(64) {
+fn prefetch_part(b: &[u8], j: usize, block: usize) {
+    let at = b
+        .as_ptr()
+        .wrapping_add(AHEAD_BLOCKS * block + j * block / 8);
+    for line in (0..block / 8).step_by(64) {
         // SAFETY: a prefetch reads nothing the program sees and never faults
         unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line).cast()) };
     }
@@ -205,7 +208,7 @@ fn group512_k<const N: usize>(g: &[u8], a: [&[Q8KBlock]; N]) -> [[f32; GROUP]; N
         let (sc, m) = (scales512(w, false), scales512(w, true));
         for j in 0..8 {
             if N == 1 {
-                prefetch_k(b, j);
+                prefetch_part(b, j, BLOCK_K);
             }
             let dsc = _mm512_mul_ps(d, byte512(sc[j / 4], j % 4));
             let dm = _mm512_mul_ps(dmin, byte512(m[j / 4], j % 4));
@@ -284,7 +287,7 @@ fn group256_k<const N: usize>(g: &[u8], a: [&[Q8KBlock]; N]) -> [[f32; GROUP]; N
             let (sc, m) = (scales256(w, false), scales256(w, true));
             for j in 0..8 {
                 if N == 1 && h == 0 {
-                    prefetch_k(b, j);
+                    prefetch_part(b, j, BLOCK_K);
                 }
                 let dsc = _mm256_mul_ps(d, byte256(sc[j / 4], j % 4));
                 let dm = _mm256_mul_ps(dmin, byte256(m[j / 4], j % 4));
@@ -328,3 +331,147 @@ packed_fn!(
     &[Q8KBlock]
 );
 packed_fn!(q4_k_256, "avx2,fma,f16c", group256_k, &[Q8KBlock]);
+
+/// The AVX-512 VNNI kernel of packed Q6_K (as [`Q4_K_AVX512`]).
+pub(crate) const Q6_K_AVX512: PackedK =
+    |w, rb, rows, a, n, out, steps| unsafe { q6_k_512(w, rb, rows, a, n, out, steps) };
+/// The AVX2 one.
+pub(crate) const Q6_K_AVX2: PackedK =
+    |w, rb, rows, a, n, out, steps| unsafe { q6_k_256(w, rb, rows, a, n, out, steps) };
+
+/// The signed scale byte `s` (of 16) of each row, from the scale words.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn scale512(w: &[__m512i; 4], s: usize) -> __m512i {
+    let up = _mm512_sll_epi32(w[s / 4], _mm_cvtsi32_si128(24 - 8 * (s % 4) as i32));
+    _mm512_srai_epi32::<24>(up)
+}
+
+/// A packed Q6_K group's 16 rows with `N` tokens: lane `r` row `r`'s.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn group512_q6<const N: usize>(g: &[u8], a: [&[Q8KBlock]; N]) -> [[f32; GROUP]; N] {
+    let mut acc = [_mm512_setzero_ps(); N];
+    let (low, two) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x03));
+    for (i, b) in g.chunks_exact(BLOCK_Q6).enumerate() {
+        let d = _mm512_cvtph_ps(load32(b));
+        let w: [__m512i; 4] = std::array::from_fn(|k| load64(&b[32 + 64 * k..]));
+        for j in 0..8 {
+            if N == 1 {
+                prefetch_part(b, j, BLOCK_Q6);
+            }
+            let (n, p) = (j / 4, j % 4);
+            let sc = [scale512(&w, 2 * j), scale512(&w, 2 * j + 1)];
+            let q: [__m512i; 8] = std::array::from_fn(|k| {
+                let ql = load64(&b[288 + 64 * (16 * n + 8 * (p % 2) + k)..]);
+                let ql = if p < 2 {
+                    ql
+                } else {
+                    _mm512_srli_epi16::<4>(ql)
+                };
+                let qh = load64(&b[2336 + 64 * (8 * n + k)..]);
+                let qh = _mm512_srl_epi16(qh, _mm_cvtsi32_si128(2 * p as i32));
+                let hi = _mm512_slli_epi16::<4>(_mm512_and_si512(qh, two));
+                _mm512_or_si512(_mm512_and_si512(ql, low), hi)
+            });
+            for t in 0..N {
+                let y = &a[t][i];
+                let mut s = [0, 1].map(|h| _mm512_set1_epi32(-32 * i32::from(y.bsums[2 * j + h])));
+                for k in 0..4 {
+                    let (x0, x1) = (word_k(y, 32 * j + 4 * k), word_k(y, 32 * j + 16 + 4 * k));
+                    s[0] = _mm512_dpbusd_epi32(s[0], q[k], _mm512_set1_epi32(x0));
+                    s[1] = _mm512_dpbusd_epi32(s[1], q[k + 4], _mm512_set1_epi32(x1));
+                }
+                let tt = _mm512_add_epi32(
+                    _mm512_mullo_epi32(sc[0], s[0]),
+                    _mm512_mullo_epi32(sc[1], s[1]),
+                );
+                let dd = _mm512_mul_ps(d, _mm512_set1_ps(y.d[j]));
+                acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(tt), acc[t]);
+            }
+        }
+    }
+    std::array::from_fn(|t| {
+        let mut o = [0f32; GROUP];
+        // SAFETY: `o` has 16 f32; the store is unaligned
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc[t]) };
+        o
+    })
+}
+
+/// [`scale512`] for eight rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale256(w: &[__m256i; 4], s: usize) -> __m256i {
+    let up = _mm256_sll_epi32(w[s / 4], _mm_cvtsi32_si128(24 - 8 * (s % 4) as i32));
+    _mm256_srai_epi32::<24>(up)
+}
+
+/// A packed Q6_K group's 16 rows with `N` tokens, eight rows at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn group256_q6<const N: usize>(g: &[u8], a: [&[Q8KBlock]; N]) -> [[f32; GROUP]; N] {
+    let mut out = [[0f32; GROUP]; N];
+    let (low, two, ones) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x03),
+        _mm256_set1_epi16(1),
+    );
+    for h in 0..2 {
+        let mut acc = [_mm256_setzero_ps(); N];
+        for (i, b) in g.chunks_exact(BLOCK_Q6).enumerate() {
+            let d = _mm256_cvtph_ps(load16(&b[16 * h..]));
+            let w: [__m256i; 4] = std::array::from_fn(|k| load32(&b[32 + 64 * k + 32 * h..]));
+            for j in 0..8 {
+                if N == 1 && h == 0 {
+                    prefetch_part(b, j, BLOCK_Q6);
+                }
+                let (n, p) = (j / 4, j % 4);
+                let sc = [scale256(&w, 2 * j), scale256(&w, 2 * j + 1)];
+                let q: [__m256i; 8] = std::array::from_fn(|k| {
+                    let ql = load32(&b[288 + 64 * (16 * n + 8 * (p % 2) + k) + 32 * h..]);
+                    let ql = if p < 2 {
+                        ql
+                    } else {
+                        _mm256_srli_epi16::<4>(ql)
+                    };
+                    let qh = load32(&b[2336 + 64 * (8 * n + k) + 32 * h..]);
+                    let qh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p as i32));
+                    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(qh, two));
+                    _mm256_or_si256(_mm256_and_si256(ql, low), hi)
+                });
+                for t in 0..N {
+                    let y = &a[t][i];
+                    // a pair at most 2 · 63 · 127: two pairs in i16, then i32
+                    let pair = |k: usize| {
+                        let x = |k: usize| _mm256_set1_epi32(word_k(y, 32 * j + 4 * k));
+                        let p = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(q[k], x(k)),
+                            _mm256_maddubs_epi16(q[k + 1], x(k + 1)),
+                        );
+                        _mm256_madd_epi16(p, ones)
+                    };
+                    let s = [0, 1].map(|e| {
+                        let off = _mm256_set1_epi32(-32 * i32::from(y.bsums[2 * j + e]));
+                        _mm256_add_epi32(_mm256_add_epi32(pair(4 * e), pair(4 * e + 2)), off)
+                    });
+                    let tt = _mm256_add_epi32(
+                        _mm256_mullo_epi32(sc[0], s[0]),
+                        _mm256_mullo_epi32(sc[1], s[1]),
+                    );
+                    let dd = _mm256_mul_ps(d, _mm256_set1_ps(y.d[j]));
+                    acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(tt), acc[t]);
+                }
+            }
+        }
+        for t in 0..N {
+            // SAFETY: `out[t]` has 8 f32 from 8h; the store is unaligned
+            unsafe { _mm256_storeu_ps(out[t][8 * h..].as_mut_ptr(), acc[t]) };
+        }
+    }
+    out
+}
+
+packed_fn!(
+    q6_k_512,
+    "avx512f,avx512bw,avx512vnni",
+    group512_q6,
+    &[Q8KBlock]
+);
+packed_fn!(q6_k_256, "avx2,fma,f16c", group256_q6, &[Q8KBlock]);

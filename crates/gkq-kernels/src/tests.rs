@@ -41,7 +41,7 @@ fn one_token(x: &[f32]) -> Q8Acts {
 /// This CPU's kernels of `dtype`: each SIMD one it has, and the portable
 /// one last.
 pub(crate) fn all(dtype: DType) -> Vec<RowDot> {
-    [Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2, Isa::Portable]
+    [Isa::Avx512Vnni, Isa::Avx2, Isa::Portable]
         .into_iter()
         .filter_map(|isa| RowDot::with_isa(dtype, isa))
         .collect()
@@ -270,12 +270,19 @@ fn rows_equal_each_rows_dot_products() {
     }
 }
 
-/// Q4_0's and Q4_K's kernels take their rows packed, in whole groups of
-/// 16 (the last filled up), no more bytes than that; the other types' take
-/// them as they are; rows that are not whole blocks are refused.
+/// Q4_0's, Q4_K's and Q6_K's kernels take their rows packed, in whole
+/// groups of 16 (the last filled up), no more bytes than that, and each
+/// row unpacks to its bytes; the other types' take them as they are; rows
+/// that are not whole blocks are refused.
 #[test]
 fn packing_is_whole_groups_of_the_rows_bytes() {
-    for (dtype, cols) in [(DType::Q4_0, 64), (DType::Q4_K, 256), (DType::Q8_0, 64)] {
+    let types = [
+        (DType::Q4_0, 64),
+        (DType::Q4_K, 256),
+        (DType::Q6_K, 256),
+        (DType::Q8_0, 64),
+    ];
+    for (dtype, cols) in types {
         let Some(k) = RowDot::of(dtype) else { continue };
         let mut w = Vec::new();
         assert!(quantize(&noise(37 * cols, 4), dtype, &mut w));
@@ -288,6 +295,11 @@ fn packing_is_whole_groups_of_the_rows_bytes() {
                     (48, 48 * row_bytes),
                     "{dtype}"
                 );
+                for (r, row) in w.chunks_exact(row_bytes).enumerate() {
+                    let back = k.unpack_row(&p, 37, row_bytes, r);
+                    assert_eq!(back.as_deref(), Some(row), "{dtype} row {r}");
+                }
+                assert_eq!(k.unpack_row(&p, 37, row_bytes, 37), None, "{dtype}");
                 assert_eq!(
                     k.pack(&w[..w.len() - 1], 37),
                     None,

@@ -277,7 +277,7 @@ impl Inner {
             .and_then(|l| l.resident.get())
             .filter(|m| m.is_exact())
         {
-            return e.slice_rows(&self.knot, m.bytes(), m.dtype(), ids);
+            return e.slice_rows(&self.knot, (m.dtype(), m.byte_len()), |r| m.row(r), ids);
         }
         if let Some(b) = e.columnar() {
             match b.rows(ids).await {
@@ -290,7 +290,7 @@ impl Inner {
             // the dense path of a tied model: the one matrix, pulled once
             let m = self.lm_head_matrix().await?;
             if m.is_exact() {
-                return e.slice_rows(&self.knot, m.bytes(), m.dtype(), ids);
+                return e.slice_rows(&self.knot, (m.dtype(), m.byte_len()), |r| m.row(r), ids);
             }
         }
         let store = e.meter.around(&*self.store);
@@ -298,7 +298,12 @@ impl Inner {
             .dense
             .get_or_try_init(|| self.knot.dense_values(e.index, &store, self.disk()))
             .await?;
-        e.slice_rows(&self.knot, dense, e.block.dtype, ids)
+        let rb = e.block.dtype.row_bytes(e.cols() as u64).unwrap_or(0) as usize;
+        let row = |r: usize| {
+            let at = r.checked_mul(rb)?;
+            (at.checked_add(rb)? <= dense.len()).then(|| dense.slice(at..at + rb))
+        };
+        e.slice_rows(&self.knot, (e.block.dtype, dense.len()), row, ids)
     }
 
     /// Seeds the row cache with the warm object of the row file read
@@ -344,7 +349,7 @@ impl Inner {
                 let pulled =
                     crate::lmhead::pull(&self.knot, l.index, (&resolution, require), &store, self.disk());
                 let (m, fell_back) = pulled.await?;
-                tracing::info!(knot = %self.knot.location(), lm_head = %resolution.tensor, dtype = %m.dtype(), bytes = m.bytes().len(), "lm_head resident");
+                tracing::info!(knot = %self.knot.location(), lm_head = %resolution.tensor, dtype = %m.dtype(), bytes = m.byte_len(), "lm_head resident");
                 if let Some(r) = fell_back {
                     *lock(&l.resolution) = r;
                 }
@@ -481,31 +486,23 @@ impl EmbeddingCore {
     fn slice_rows(
         &self,
         knot: &KnotHandle,
-        bytes: &Bytes,
-        dtype: gkq_format::DType,
+        (dtype, len): (gkq_format::DType, usize),
+        row: impl Fn(usize) -> Option<Bytes>,
         ids: &[u64],
     ) -> Result<Rows> {
-        let cols = self.cols();
-        let rb = dtype.row_bytes(cols as u64).unwrap_or(0) as usize;
         let rows = ids
             .iter()
             .map(|&id| {
-                let start = usize::try_from(id).ok().and_then(|i| i.checked_mul(rb));
-                start
-                    .and_then(|s| Some(s..s.checked_add(rb)?))
-                    .filter(|r| r.end <= bytes.len())
-                    .map(|r| bytes.slice(r))
-                    .ok_or_else(|| {
-                        ReaderError::Compute(format!(
-                            "{}: row {id} is outside the {} bytes of block {:?}",
-                            knot.location(),
-                            bytes.len(),
-                            self.block.name
-                        ))
-                    })
+                usize::try_from(id).ok().and_then(&row).ok_or_else(|| {
+                    ReaderError::Compute(format!(
+                        "{}: row {id} is outside the {len} bytes of block {:?}",
+                        knot.location(),
+                        self.block.name
+                    ))
+                })
             })
             .collect::<Result<_>>()?;
-        Ok(Rows::new(dtype, cols, rows))
+        Ok(Rows::new(dtype, self.cols(), rows))
     }
 }
 

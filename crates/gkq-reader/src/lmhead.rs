@@ -25,12 +25,16 @@ use crate::proof;
 use crate::resolve::{ColumnarPath, Resolution};
 use crate::verified::{Entry, cached, sha256_is};
 
-/// A resident `[vocab, hidden]` matrix.
+/// A resident `[vocab, hidden]` matrix. A block type whose kernels take
+/// their rows packed (Q4_0, Q4_K, Q6_K on CPUs with AVX2) is held once,
+/// packed, as its logits' matmul takes it (feature `candle`): its rows
+/// are unpacked when asked for.
 #[derive(Debug)]
 pub struct Matrix {
     dtype: DType,
     rows: usize,
     cols: usize,
+    /// As pulled, row-major; empty when held packed.
     bytes: Bytes,
     /// Whether its values widen to the block's exactly (the block itself,
     /// or a `BLOCK_EXACT` row file); a row file forced by
@@ -44,7 +48,7 @@ pub struct Matrix {
 
 impl Matrix {
     pub(crate) fn new(dtype: DType, rows: usize, cols: usize, bytes: Bytes, exact: bool) -> Matrix {
-        Matrix {
+        let m = Matrix {
             dtype,
             rows,
             cols,
@@ -54,7 +58,54 @@ impl Matrix {
             weights: std::sync::OnceLock::new(),
             #[cfg(feature = "candle")]
             logits: std::sync::OnceLock::new(),
+        };
+        #[cfg(feature = "candle")]
+        let m = m.packed();
+        m
+    }
+
+    /// The matrix held packed, once, when its kernels take it so.
+    #[cfg(feature = "candle")]
+    fn packed(mut self) -> Matrix {
+        let bytes = std::mem::take(&mut self.bytes);
+        match crate::QMatrix::packed(bytes, self.dtype, self.rows, self.cols) {
+            Ok(q) => {
+                let _ = self.logits.set(crate::rows::Weights::Quant(q));
+            }
+            Err(bytes) => self.bytes = bytes,
         }
+        self
+    }
+
+    /// Row `r` from the packed matrix that holds the rows, when one does
+    /// (`Some(None)` past the last row).
+    #[cfg(feature = "candle")]
+    fn packed_row(&self, r: usize) -> Option<Option<Bytes>> {
+        match self.logits.get() {
+            Some(crate::rows::Weights::Quant(q)) if q.is_packed() => Some(q.row(r)),
+            _ => None,
+        }
+    }
+
+    #[cfg(not(feature = "candle"))]
+    fn packed_row(&self, _: usize) -> Option<Option<Bytes>> {
+        None
+    }
+
+    /// Row `r`'s bytes, row-major (unpacked when held packed); `None` past
+    /// the last row.
+    pub fn row(&self, r: usize) -> Option<Bytes> {
+        if let Some(row) = self.packed_row(r) {
+            return row;
+        }
+        let rb = usize::try_from(self.dtype.row_bytes(self.cols as u64)?).ok()?;
+        (r < self.rows).then(|| self.bytes.slice(r * rb..(r + 1) * rb))
+    }
+
+    /// Bytes of the matrix, row-major.
+    pub fn byte_len(&self) -> usize {
+        let rb = self.dtype.row_bytes(self.cols as u64).unwrap_or(0);
+        usize::try_from(rb).unwrap_or(0).saturating_mul(self.rows)
     }
 
     /// Dtype of [`Matrix::bytes`]: the block's, or that of the narrower
@@ -73,9 +124,16 @@ impl Matrix {
         self.cols
     }
 
-    /// The values as pulled and verified, row-major.
-    pub fn bytes(&self) -> &Bytes {
-        &self.bytes
+    /// The values as pulled and verified, row-major: a copy, unpacked,
+    /// when the matrix is held packed ([`Matrix::row`] gives one row).
+    pub fn bytes(&self) -> Bytes {
+        match self.packed_row(0) {
+            Some(_) => (0..self.rows)
+                .filter_map(|r| self.row(r))
+                .flatten()
+                .collect(),
+            None => self.bytes.clone(),
+        }
     }
 
     /// Whether its values are the block's exactly (else a forced row file's).
@@ -86,7 +144,7 @@ impl Matrix {
     /// All values as f32, row-major (widened exactly).
     pub fn to_f32(&self) -> Result<Vec<f32>> {
         let mut out = Vec::new();
-        if gkq_format::decode_f32(&self.bytes, self.dtype, &mut out) {
+        if gkq_format::decode_f32(&self.bytes(), self.dtype, &mut out) {
             Ok(out)
         } else {
             Err(ReaderError::Compute(format!(
@@ -232,5 +290,50 @@ pub(crate) async fn pull(
             Ok((m, Some(fell)))
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(all(test, feature = "candle"))]
+mod tests {
+    use super::*;
+
+    /// A Q4_K, Q6_K or Q4_0 matrix whose kernels take it packed is held
+    /// once, packed; its rows, its bytes and its values are those pulled
+    /// (a Q8_0 one is held as pulled).
+    #[test]
+    fn a_packed_matrix_is_held_once_and_gives_its_rows_back() {
+        for (dtype, cols) in [
+            (DType::Q4_K, 256),
+            (DType::Q6_K, 256),
+            (DType::Q4_0, 64),
+            (DType::Q8_0, 64),
+        ] {
+            let rows = 37;
+            let x: Vec<f32> = (0..rows * cols)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0)
+                .collect();
+            let mut b = Vec::new();
+            assert!(gkq_format::quant::quantize(&x, dtype, &mut b));
+            let m = Matrix::new(dtype, rows, cols, Bytes::from(b.clone()), true);
+            let packs = gkq_kernels::RowDot::of(dtype).is_some_and(|d| d.packs());
+            assert_eq!(m.bytes.is_empty(), packs, "{dtype}: one copy");
+            assert_eq!(
+                (m.bytes()[..] == b[..], m.byte_len()),
+                (true, b.len()),
+                "{dtype}"
+            );
+            let rb = b.len() / rows;
+            for r in 0..rows {
+                assert_eq!(
+                    m.row(r).as_deref(),
+                    Some(&b[r * rb..(r + 1) * rb]),
+                    "{dtype} {r}"
+                );
+            }
+            assert_eq!(m.row(rows), None, "{dtype}");
+            let mut want = Vec::new();
+            assert!(gkq_format::decode_f32(&b, dtype, &mut want));
+            assert_eq!(m.to_f32().expect("f32"), want, "{dtype}");
+        }
     }
 }

@@ -1,11 +1,11 @@
 //! `x @ w^T` with `w` kept in its blocks (feature `candle`): by
-//! gkq-kernels' row dot products on the blocks as pulled, no copy, where
-//! it has a kernel for the type on this CPU (the 32-value types; Q4_K and
-//! Q6_K where the CPU has AVX-512 or AVX2); Q4_0 and Q4_K with AVX2 or
-//! AVX-512 VNNI are repacked once, sixteen rows interleaved (as many
-//! bytes), and the pulled bytes dropped. Else by candle's quantized matmul
-//! (Q5_K, and the K types on CPUs without AVX2), which keeps a repacked
-//! copy of some. With
+//! gkq-kernels' row dot products on the blocks as pulled, where it has a
+//! kernel for the type on this CPU (the 32-value types; Q4_K and Q6_K
+//! where the CPU has AVX-512 VNNI or AVX2). Q4_0, Q4_K and Q6_K are then
+//! packed once, sixteen rows interleaved, in the pulled bytes' own memory
+//! when nothing else holds them (else in a copy, the pulled bytes then
+//! dropped). Else by candle's quantized matmul (Q5_K, and the K types on
+//! CPUs without AVX2), which keeps a repacked copy of some. With
 //! `CANDLE_DEQUANTIZE_ALL` set, every type goes to candle, which then
 //! widens it to f32.
 //!
@@ -15,7 +15,7 @@
 //! cache, meets a tile of tokens: a prompt is read from memory once per
 //! tile, not once per token.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use candle_core::{Device, Tensor};
 use gkq_format::DType;
 use gkq_kernels::{MatPart, RowDot, matmul};
@@ -46,22 +46,70 @@ impl QMatrix {
                 bytes.len()
             )));
         }
-        // candle's switch to f32 weights (the reference tests' dequantized
-        // runs): candle's QMatMul honours it
-        let dequantize = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
-        let kind = match RowDot::of(dtype).filter(|_| !dequantize) {
-            // Q4_0's kernels take the rows interleaved: packed once, the
-            // verified bytes then dropped
-            Some(dot) => match dot.pack(&bytes, rows) {
-                Some(packed) => Kind::Rows {
-                    bytes: Bytes::from(packed),
-                    dot,
-                },
-                None => Kind::Rows { bytes, dot },
-            },
+        let bytes = match QMatrix::packed(bytes, dtype, rows, cols) {
+            Ok(q) => return Ok(q),
+            Err(bytes) => bytes,
+        };
+        let kind = match QMatrix::dot(dtype) {
+            Some(dot) => Kind::Rows { bytes, dot },
             None => Kind::Candle(candle_qmatmul(&bytes, dtype, rows, cols)?),
         };
         Ok(QMatrix { rows, cols, kind })
+    }
+
+    /// gkq-kernels' kernel of `dtype`, unless `CANDLE_DEQUANTIZE_ALL` (the
+    /// reference tests' dequantized runs) sends every type to candle.
+    fn dot(dtype: DType) -> Option<RowDot> {
+        RowDot::of(dtype).filter(|_| std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_none())
+    }
+
+    /// The matrix of `bytes` (`rows` rows of whole blocks of `dtype`)
+    /// packed for its kernels (Q4_0, Q4_K, Q6_K), in the bytes' own memory
+    /// when nothing else holds them (else in a copy): the pulled bytes are
+    /// then not kept beside it. `bytes` back when its kernels do not pack
+    /// or its length is not the rows'.
+    pub fn packed(
+        bytes: Bytes,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+    ) -> std::result::Result<QMatrix, Bytes> {
+        let Some(dot) = QMatrix::dot(dtype).filter(RowDot::packs) else {
+            return Err(bytes);
+        };
+        let want = dtype.row_bytes(cols as u64).map(|r| r as usize * rows);
+        if want != Some(bytes.len()) {
+            return Err(bytes);
+        }
+        let mut m = bytes
+            .try_into_mut()
+            .unwrap_or_else(|b| BytesMut::from(&b[..]));
+        // the lengths are whole rows of whole blocks: it packs
+        let _ = dot.pack_in_place(&mut m, rows);
+        let kind = Kind::Rows {
+            bytes: m.freeze(),
+            dot,
+        };
+        Ok(QMatrix { rows, cols, kind })
+    }
+
+    /// Whether its rows are held packed for its kernels (and only so:
+    /// [`QMatrix::row`] unpacks one).
+    pub fn is_packed(&self) -> bool {
+        matches!(&self.kind, Kind::Rows { dot, .. } if dot.packs())
+    }
+
+    /// Row `r`'s bytes as pulled; `None` past the last row, or for a
+    /// matrix candle multiplies (which keeps them its own way).
+    pub fn row(&self, r: usize) -> Option<Bytes> {
+        let Kind::Rows { bytes, dot } = &self.kind else {
+            return None;
+        };
+        let rb = usize::try_from(dot.dtype().row_bytes(self.cols as u64)?).ok()?;
+        if dot.packs() {
+            return dot.unpack_row(bytes, self.rows, rb, r).map(Bytes::from);
+        }
+        (r < self.rows).then(|| bytes.slice(r * rb..(r + 1) * rb))
     }
 
     /// `x [.., cols] @ self^T` → `[.., rows]`.
