@@ -127,13 +127,14 @@ impl Matrix {
     /// The values as pulled and verified, row-major: a copy, unpacked,
     /// when the matrix is held packed ([`Matrix::row`] gives one row).
     pub fn bytes(&self) -> Bytes {
-        match self.packed_row(0) {
-            Some(_) => (0..self.rows)
-                .filter_map(|r| self.row(r))
-                .flatten()
-                .collect(),
-            None => self.bytes.clone(),
+        // held packed exactly when the row-major bytes are not all there
+        if self.bytes.len() == self.byte_len() {
+            return self.bytes.clone();
         }
+        (0..self.rows)
+            .filter_map(|r| self.row(r))
+            .flatten()
+            .collect()
     }
 
     /// Whether its values are the block's exactly (else a forced row file's).
