@@ -253,6 +253,8 @@ fn the_llama_cpp_flags_it_does_not_take_say_what_to_do() {
         ("-sysf", "--system \"$(cat FILE)\""),
         ("-hf", "nothing is downloaded"),
         ("--mlock", "nothing to map, lock or load lazily"),
+        // said nothing was repacked after Q4_0, Q4_K and Q6_K were (issue 53)
+        ("--no-repack", "packed sixteen at a time at load"),
     ] {
         usage(
             &decode(&[&knot, "--prompt-ids", "1", flag, "1"]),

@@ -163,7 +163,7 @@ pub(crate) const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
     ),
     (
         &["--repack", "-nr", "--no-repack"],
-        "the quantized blocks run as the package stores them: nothing is repacked at load",
+        "Q4_0, Q4_K and Q6_K rows are always packed sixteen at a time at load (from the verified bytes, in their own memory; AVX2 or AVX-512 VNNI), the other types run as the package stores them: there is nothing to turn on or off",
     ),
     (
         &["-fa", "--flash-attn"],
