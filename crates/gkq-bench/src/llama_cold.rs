@@ -141,6 +141,9 @@ pub(super) fn cold(
         median(downloads),
         std::fs::metadata(bench_dir().join(&gguf))?.len()
     );
-    println!("| ratio (target ≤ 0.35) | {:.2}× | |", o / l);
+    println!(
+        "| ratio (issue 53: ≤ 0.30 on SmolLM2 and the 0.5B) | {:.2}× | |",
+        o / l
+    );
     Ok(())
 }

@@ -15,7 +15,8 @@
 //!
 //! `GKQ_LLAMA_CPP=DIR` uses an llama.cpp tree already built in `DIR/build`;
 //! `GKQ_LLAMA_BENCH=tokenizer,smollm2,gemma3,preset` runs only those parts
-//! (`cold-only` among them: the real models' cold start alone).
+//! (`cold-only` among them: the real models' cold start alone);
+//! `GKQ_LLAMA_THREADS=N` runs both runtimes on N threads instead of 2.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,7 +32,12 @@ use fixtures::workspace::root;
 /// The sdist's directory (scripts/build-llama-cpp.sh fetches and builds it).
 const SDIST_DIR: &str = "llama_cpp_python-0.3.36";
 const ROUNDS: usize = 5;
-const THREADS: &str = "2";
+
+/// Threads for both runtimes: 2, or `GKQ_LLAMA_THREADS` (1 to measure a
+/// single thread: issue 53 asks for 1, 2 and the machine's cores).
+fn threads() -> String {
+    std::env::var("GKQ_LLAMA_THREADS").unwrap_or_else(|_| "2".into())
+}
 const NEW_TOKENS: &str = "64";
 
 /// The llama.cpp tree, built (libllama, llama-quantize, llama-tokenize) by
@@ -85,7 +91,7 @@ fn gkq(pkg: &Path, ids: &str, logits: Option<&Path>, more: &[&str]) -> anyhow::R
         NEW_TOKENS,
         "--ignore-eos",
         "-t",
-        THREADS,
+        &threads(),
         "--no-cache",
         "--json",
     ]))
@@ -98,7 +104,7 @@ fn llama(driver: &Path, gguf: &Path, ids: &str, logits: Option<&Path>) -> anyhow
     }
     json_of(cmd.arg("-m").arg(gguf).args([
         "-t",
-        THREADS,
+        &threads(),
         "-n",
         NEW_TOKENS,
         "--ids",
@@ -203,7 +209,8 @@ fn compare(
 ) -> anyhow::Result<()> {
     let (runs, agree) = rounds(name, files, driver, prompts)?;
     println!(
-        "\n{name}: medians over {ROUNDS} rounds, {THREADS} threads, {NEW_TOKENS} tokens generated (gkq-decode / llama.cpp = ratio); step 0 against llama.cpp"
+        "\n{name}: medians over {ROUNDS} rounds, {} threads, {NEW_TOKENS} tokens generated (gkq-decode / llama.cpp = ratio); step 0 against llama.cpp",
+        threads()
     );
     println!(
         "| prompt | tokens | prefill tok/s (--load-first) | prefill tok/s beside the load (default) | generation tok/s | time to first token (ms) | peak RSS (MB) | same first token | step-0 logits Pearson r |"
@@ -282,7 +289,7 @@ fn real_model(name: &str, file: &str, driver: &Path, parts: Parts) -> anyhow::Re
         std::fs::copy(&gguf, &served)?;
     }
     let chat = &prompts[0].1;
-    super::llama_cold::cold(name, (&pkg, &served), driver, chat, (ROUNDS, THREADS))
+    super::llama_cold::cold(name, (&pkg, &served), driver, chat, (ROUNDS, &threads()))
 }
 
 /// Which comparisons of a real model run: the warm one (local files)
