@@ -84,17 +84,13 @@ fn gkq(pkg: &Path, ids: &str, logits: Option<&Path>, more: &[&str]) -> anyhow::R
         cmd.arg("--logits-out").arg(l);
     }
     cmd.args(more);
-    json_of(cmd.arg(pkg).args([
-        "--prompt-ids",
-        ids,
-        "-n",
-        NEW_TOKENS,
-        "--ignore-eos",
-        "-t",
-        &threads(),
-        "--no-cache",
-        "--json",
-    ]))
+    let ours = ["--prompt-ids", ids, "--no-cache", "--json"];
+    json_of(cmd.arg(pkg).args(ours).args(run_flags()))
+}
+
+/// What both runtimes are given: new tokens, no stop at its end, threads.
+fn run_flags() -> [String; 5] {
+    ["-n", NEW_TOKENS, "--ignore-eos", "-t", &threads()].map(String::from)
 }
 
 fn llama(driver: &Path, gguf: &Path, ids: &str, logits: Option<&Path>) -> anyhow::Result<Value> {
@@ -102,15 +98,12 @@ fn llama(driver: &Path, gguf: &Path, ids: &str, logits: Option<&Path>) -> anyhow
     if let Some(l) = logits {
         cmd.arg("--logits-out").arg(l);
     }
-    json_of(cmd.arg("-m").arg(gguf).args([
-        "-t",
-        &threads(),
-        "-n",
-        NEW_TOKENS,
-        "--ids",
-        ids,
-        "--ignore-eos",
-    ]))
+    json_of(
+        cmd.arg("-m")
+            .arg(gguf)
+            .args(["--ids", ids])
+            .args(run_flags()),
+    )
 }
 
 /// The prompt ids of a gkq-decode prompt (`--chat TEXT` or `-f FILE`), by
