@@ -20,6 +20,7 @@ mod config;
 mod error;
 mod generate;
 mod kld;
+mod kv;
 mod load;
 pub mod local;
 mod logprobs;
@@ -33,6 +34,7 @@ pub use config::{Config, DEFAULT_MAX_POSITIONS, supported};
 pub use error::{DecodeError, Result};
 pub use generate::{DEFAULT_UBATCH, GenOptions, Generation, Sampling, generate, generate_with};
 pub use kld::{KlDivergence, kl_divergence};
+pub use kv::{KvType, KvTypes};
 pub use perplexity::{Perplexity, perplexity};
 pub use stage::Stage;
 

@@ -14,6 +14,7 @@ use gkq_format::arch::Part;
 
 use crate::config::Config;
 use crate::error::{DecodeError, Result};
+use crate::kv::Cache;
 use gkq_format::arch::Activation;
 
 /// `[..]` f32 weights from a block's bytes (f16/bf16 widened exactly).
@@ -201,30 +202,6 @@ impl Ropes {
     }
 }
 
-/// A layer's key/value cache, `[1, kv_heads, positions, head_dim]` each,
-/// preallocated and grown (candle-nn's `KvCache`: no concatenation of
-/// the whole cache per step).
-pub(crate) struct Cache(candle_nn::kv_cache::KvCache);
-
-impl Cache {
-    /// A cache for about `positions` positions (it grows past them).
-    pub(crate) fn new(positions: usize) -> Cache {
-        Cache(candle_nn::kv_cache::KvCache::new(2, positions.max(1)))
-    }
-
-    /// Room for exactly `positions` when nothing is cached yet: growing
-    /// step by step copies the cache each time and leaves the heap in
-    /// pieces (a 4,000-token prompt cost 100 MB more), and room for more
-    /// is memory held for nothing: a stage's first caches have 512
-    /// positions, zeroed when first written, 13.6 MB of SmolLM2's peak for
-    /// a 21-token chat and 64 new tokens.
-    pub(crate) fn reserve(&mut self, positions: usize) {
-        if self.0.current_seq_len() == 0 && self.0.k_cache().max_seq_len() != positions {
-            *self = Cache::new(positions);
-        }
-    }
-}
-
 /// The mask of queries `pos..pos + t` over keys `lo..hi`: 0 where a key is
 /// seen (not after the query, and within `window` of it), −∞ elsewhere.
 fn mask(pos: usize, t: usize, (lo, hi): (usize, usize), window: Option<usize>) -> Result<Tensor> {
@@ -267,7 +244,7 @@ impl Layer {
         let (nh, nkv, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
         let t = q.dim(2)?;
         let group = nh / nkv;
-        let (k, v) = cache.0.append(&k, &v)?;
+        let (k, v) = cache.append(&k, &v)?;
         let (k, v) = (k.squeeze(0)?, v.squeeze(0)?); // [kv, len, hd]
         let (window, _) = cfg.layer_attention(s.layer);
         let mut tiles = Vec::with_capacity(t.div_ceil(QUERY_TILE));

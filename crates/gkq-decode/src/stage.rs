@@ -11,8 +11,9 @@ use gkq_reader::{PathKind, PullPlan, Reader, ReaderConfig, Serve};
 
 use crate::config::Config;
 use crate::error::{DecodeError, Result};
+use crate::kv::{Cache, KvTypes};
 use crate::load;
-use crate::model::{Cache, Layer, Ropes, Step, layer_block_names, rms_norm, soft_cap};
+use crate::model::{Layer, Ropes, Step, layer_block_names, rms_norm, soft_cap};
 use crate::{RoleBytes, RoleResolution, StageRoles};
 
 /// One pipeline stage: a reader and the layers it runs, loaded in the
@@ -26,6 +27,8 @@ pub struct Stage {
     norm: Option<Tensor>,
     loaded: Arc<load::Loaded>,
     cache: Vec<Cache>,
+    /// How the caches keep keys and values.
+    kv: KvTypes,
     ropes: Ropes,
     pos: usize,
     opened: Instant,
@@ -105,8 +108,9 @@ impl Stage {
         );
         Ok(Stage {
             cache: (0..layers.len())
-                .map(|_| Cache::new(CACHE_POSITIONS))
+                .map(|_| Cache::new(CACHE_POSITIONS, KvTypes::default()))
                 .collect(),
+            kv: KvTypes::default(),
             ropes: Ropes::new(),
             weights: (0..layers.len()).map(|_| None).collect(),
             reader,
@@ -127,10 +131,20 @@ impl Stage {
     /// same reader (whose row cache and resident lm_head stay warm).
     pub fn reset(&mut self) {
         self.cache = (0..self.weights.len())
-            .map(|_| Cache::new(CACHE_POSITIONS))
+            .map(|_| Cache::new(CACHE_POSITIONS, self.kv))
             .collect();
         self.pos = 0;
         self.base = self.total_bytes();
+    }
+
+    /// The stage with its KV caches keeping keys and values as `kv` says
+    /// (f32 by default; llama.cpp's `-ctk`/`-ctv`), empty.
+    pub fn with_cache_types(mut self, kv: KvTypes) -> Stage {
+        self.kv = kv;
+        self.cache = (0..self.weights.len())
+            .map(|_| Cache::new(CACHE_POSITIONS, kv))
+            .collect();
+        self
     }
 
     /// The positions the KV caches hold (the earlier turns of a

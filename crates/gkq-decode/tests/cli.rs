@@ -419,3 +419,45 @@ fn a_node_given_warm_seeds_its_rows_in_one_request() {
         String::from_utf8_lossy(&o.stdout)
     );
 }
+
+/// The first step's logits of `flags` on the tiny model.
+fn first_logits(knot: &str, out: &Path, flags: &[&str]) -> Vec<f32> {
+    let o = out.to_str().expect("utf8");
+    let mut args = vec![knot, "--prompt-ids", "5,17,300", "-n", "1", "--json"];
+    args.extend_from_slice(&["--logits-out", o]);
+    args.extend_from_slice(flags);
+    json(&decode(&args));
+    let bytes = std::fs::read(out).expect("logits file");
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn an_f16_kv_cache_as_llama_cpp_keeps_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let knot = packed(tmp.path());
+    let out = tmp.path().join("logits.f32");
+    let f32s = first_logits(&knot, &out, &[]);
+    assert_eq!(first_logits(&knot, &out, &["-ctk", "f32"]), f32s);
+    for flags in [
+        &["-ctk", "f16", "-ctv", "f16"][..],
+        &["--cache-type-k", "f16"],
+        &["--cache-type-v=f16"],
+    ] {
+        let f16s = first_logits(&knot, &out, flags);
+        // the prompt's keys or values rounded to f16: other bits, close
+        assert_ne!(f16s, f32s, "{flags:?}");
+        let worst = f16s
+            .iter()
+            .zip(&f32s)
+            .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-2, "{flags:?}: {worst}");
+    }
+    let o = decode(&[&knot, "--prompt-ids", "5", "-ctk", "q8_0"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("q8_0: the KV cache keeps f32 or f16"), "{err}");
+}

@@ -9,7 +9,7 @@ use gkq_cli::NodeArgs;
 use gkq_reader::ReaderConfig;
 
 use super::{Prompt, RunOptions};
-use gkq_decode::{DecodeError, Sampling, StageRoles};
+use gkq_decode::{DecodeError, KvType, KvTypes, Sampling, StageRoles};
 
 const EXAMPLES: &str = "Examples:
   # a chat turn with the model's own tokenizer and template, text streamed as it comes
@@ -97,6 +97,12 @@ pub(crate) struct Args {
     /// The context: the positions the prompt and the new tokens may use, at most the model's (0: the model's) [default: 4096; with --perplexity, the chunk: 512].
     #[arg(long = "ctx-size", short = 'c', value_name = "N")]
     ctx_size: Option<usize>,
+    /// The KV cache's keys: f32, or f16 as llama.cpp keeps them (half the memory) [default: f32].
+    #[arg(long = "cache-type-k", value_name = "TYPE", value_parser = parse_kv)]
+    cache_type_k: Option<KvType>,
+    /// The KV cache's values: f32, or f16 as llama.cpp keeps them [default: f32].
+    #[arg(long = "cache-type-v", value_name = "TYPE", value_parser = parse_kv)]
+    cache_type_v: Option<KvType>,
     /// The perplexity of the text of -f or -p, as llama-perplexity computes it: chunks of -c tokens (512 by default here, as there), the second half of each scored.
     #[arg(long, conflicts_with_all = ["chat", "prompt_ids", "conversation", "split", "hidden_in"])]
     perplexity: bool,
@@ -237,6 +243,15 @@ fn parse_max_new(s: &str) -> Result<MaxNew, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a number of tokens (-1: until an end token)"))?;
     Ok(MaxNew::Count(usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+/// `--cache-type-k`, `--cache-type-v`: f32 or f16.
+fn parse_kv(s: &str) -> std::result::Result<KvType, String> {
+    KvType::parse(s).ok_or_else(|| {
+        format!(
+            "{s}: the KV cache keeps f32 or f16 (llama.cpp's quantized caches are not kept here)"
+        )
+    })
 }
 
 /// `--ubatch-size`, `--batch-size`: a count of tokens from 1.
@@ -432,6 +447,10 @@ fn options(
         ignore_eos: a.ignore_eos,
         ubatch: a.batch.map_or(a.ubatch, |b| b.min(a.ubatch)),
         load_first: a.load_first,
+        kv: KvTypes {
+            k: a.cache_type_k.unwrap_or_default(),
+            v: a.cache_type_v.unwrap_or_default(),
+        },
         context: match a.ctx_size {
             None => Some(DEFAULT_CONTEXT),
             Some(0) => None,

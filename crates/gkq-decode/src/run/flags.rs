@@ -187,10 +187,6 @@ pub(crate) const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
         &[
             "--keep",
             "--swa-full",
-            "-ctk",
-            "--cache-type-k",
-            "-ctv",
-            "--cache-type-v",
             "-dt",
             "--defrag-thold",
             "--context-shift",
@@ -201,7 +197,7 @@ pub(crate) const LLAMA_CPP_FLAGS: &[(&[&str], &str)] = &[
             "-cram",
             "--cache-ram",
         ],
-        "the KV cache holds f32 keys and values of one sequence, as long as -c allows: a run stops at the context's end (no shift, no checkpoints, no other types)",
+        "the KV cache holds the keys and values of one sequence (f32, or f16 with -ctk/-ctv), as long as -c allows: a run stops at the context's end (no shift, no checkpoints)",
     ),
     (
         &["-np", "--parallel"],
@@ -394,6 +390,8 @@ const LLAMA_CPP_PREFIXES: &[(&str, &str)] =
 /// and `--usage`.
 pub(crate) const LLAMA_CPP_SHORTS: &[(&str, &str)] = &[
     ("-ub", "--ubatch-size"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
     ("-cnv", "--conversation"),
     ("-if", "--interactive-first"),
     ("-no-cnv", "--no-conversation"),

@@ -71,6 +71,8 @@ pub(crate) struct RunOptions {
     pub(crate) display_prompt: bool,
     /// The context (`-c`); `None`: the model's.
     pub(crate) context: Option<usize>,
+    /// How the KV cache keeps keys and values (`-ctk`, `-ctv`).
+    pub(crate) kv: gkq_decode::KvTypes,
     /// `--perplexity`: the tokens a chunk (`-c`, 512 by default; 0: the
     /// model's positions).
     pub(crate) perplexity: Option<usize>,
@@ -157,7 +159,8 @@ fn run_in_pool(o: &RunOptions, knot: &str, out: &mut Out<'_>) -> Result<()> {
         }
         return split(o, knot, l, out);
     }
-    let mut stage = Stage::open(knot, o.reader.clone(), o.roles, o.layers.clone())?;
+    let mut stage =
+        Stage::open(knot, o.reader.clone(), o.roles, o.layers.clone())?.with_cache_types(o.kv);
     match o.roles {
         StageRoles::All => decode(o, std::slice::from_mut(&mut stage), out),
         StageRoles::Input => report::input_stage(o, stage, out),
@@ -175,13 +178,14 @@ fn split(o: &RunOptions, knot: &str, l: usize, out: &mut Out<'_>) -> Result<()> 
     };
     let input = match Stage::open(knot, o.reader.clone(), StageRoles::Input, Some(0..l)) {
         Err(DecodeError::Layers { layers, .. }) => return Err(beyond(layers)),
-        other => other?,
+        other => other?.with_cache_types(o.kv),
     };
     let layers = input.config().layers;
     if l == 0 || l >= layers {
         return Err(beyond(layers));
     }
-    let output = Stage::open(knot, o.reader.clone(), StageRoles::Output, Some(l..layers))?;
+    let output = Stage::open(knot, o.reader.clone(), StageRoles::Output, Some(l..layers))?
+        .with_cache_types(o.kv);
     decode(o, &mut [input, output], out)
 }
 

@@ -1,0 +1,228 @@
+//! The KV cache: each layer's keys and values, `[1, kv_heads, positions,
+//! head_dim]`, in f32 (candle-nn's cache: preallocated, grown without
+//! concatenating the whole cache per step) or in f16, as llama.cpp keeps
+//! them by default (`-ctk f16 -ctv f16`): half the memory, each step's
+//! attention reading them back as f32 (F16C's conversions where the CPU
+//! has them, rounding to nearest even as ggml's).
+
+use candle_core::{Device, Tensor};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use crate::error::Result;
+
+/// How the cache keeps keys or values (llama.cpp's `--cache-type-k` and
+/// `--cache-type-v`, of which f32 and f16).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvType {
+    /// As computed.
+    #[default]
+    F32,
+    /// Rounded to f16 (to nearest, ties to even), read back exactly.
+    F16,
+}
+
+impl KvType {
+    /// The type of llama.cpp's name (`f32`, `f16`), or `None`.
+    pub fn parse(name: &str) -> Option<KvType> {
+        match name {
+            "f32" => Some(KvType::F32),
+            "f16" => Some(KvType::F16),
+            _ => None,
+        }
+    }
+}
+
+/// The types of a cache's keys and values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvTypes {
+    /// The keys' (`-ctk`).
+    pub k: KvType,
+    /// The values' (`-ctv`).
+    pub v: KvType,
+}
+
+/// Keys or values of one layer.
+enum Store {
+    F32(candle_nn::kv_cache::Cache),
+    F16(Half),
+}
+
+impl Store {
+    fn new(kind: KvType, positions: usize) -> Store {
+        match kind {
+            KvType::F32 => Store::F32(candle_nn::kv_cache::Cache::new(2, positions)),
+            KvType::F16 => Store::F16(Half {
+                data: Vec::new(),
+                heads: 0,
+                dim: 0,
+                cap: positions,
+                len: 0,
+            }),
+        }
+    }
+
+    /// Appends `x` (`[1, heads, t, dim]`); every position so far.
+    fn append(&mut self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Store::F32(c) => {
+                c.append(x)?;
+                Ok(c.current_data()?.expect("just appended"))
+            }
+            Store::F16(h) => h.append(x),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Store::F32(c) => c.current_seq_len(),
+            Store::F16(h) => h.len,
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        match self {
+            Store::F32(c) => c.max_seq_len(),
+            Store::F16(h) => h.cap,
+        }
+    }
+}
+
+/// f16 positions, head after head: `data[(h · cap + p) · dim ..][..dim]`.
+struct Half {
+    data: Vec<f16>,
+    heads: usize,
+    dim: usize,
+    cap: usize,
+    len: usize,
+}
+
+impl Half {
+    fn append(&mut self, x: &Tensor) -> Result<Tensor> {
+        let (_, heads, t, dim) = x.dims4()?;
+        if self.data.is_empty() {
+            (self.heads, self.dim, self.cap) = (heads, dim, self.cap.max(t));
+            self.data = vec![f16::ZERO; heads * self.cap * dim];
+        }
+        if self.len + t > self.cap {
+            self.grow((self.len + t).max(2 * self.cap));
+        }
+        let src = x.flatten_all()?.to_vec1::<f32>()?;
+        for (h, part) in src.chunks_exact(t * dim).enumerate() {
+            let at = (h * self.cap + self.len) * dim;
+            self.data[at..at + t * dim].convert_from_f32_slice(part);
+        }
+        self.len += t;
+        let n = self.len * dim;
+        let mut out = vec![0f32; heads * n];
+        for (h, dst) in out.chunks_exact_mut(n).enumerate() {
+            let at = h * self.cap * dim;
+            self.data[at..at + n].convert_to_f32_slice(dst);
+        }
+        Ok(Tensor::from_vec(
+            out,
+            (1, heads, self.len, dim),
+            &Device::Cpu,
+        )?)
+    }
+
+    fn grow(&mut self, cap: usize) {
+        let mut data = vec![f16::ZERO; self.heads * cap * self.dim];
+        let n = self.len * self.dim;
+        for h in 0..self.heads {
+            let (from, to) = (h * self.cap * self.dim, h * cap * self.dim);
+            data[to..to + n].copy_from_slice(&self.data[from..from + n]);
+        }
+        (self.data, self.cap) = (data, cap);
+    }
+}
+
+/// A layer's key/value cache.
+pub(crate) struct Cache {
+    k: Store,
+    v: Store,
+    types: KvTypes,
+}
+
+impl Cache {
+    /// A cache for about `positions` positions (it grows past them).
+    pub(crate) fn new(positions: usize, types: KvTypes) -> Cache {
+        let positions = positions.max(1);
+        Cache {
+            k: Store::new(types.k, positions),
+            v: Store::new(types.v, positions),
+            types,
+        }
+    }
+
+    /// Room for exactly `positions` when nothing is cached yet: growing
+    /// step by step copies the cache each time and leaves the heap in
+    /// pieces (a 4,000-token prompt cost 100 MB more), and room for more
+    /// is memory held for nothing: a stage's first caches have 512
+    /// positions, zeroed when first written, 13.6 MB of SmolLM2's peak for
+    /// a 21-token chat and 64 new tokens.
+    pub(crate) fn reserve(&mut self, positions: usize) {
+        if self.k.len() == 0 && self.k.capacity() != positions {
+            *self = Cache::new(positions, self.types);
+        }
+    }
+
+    /// Appends `k` and `v` (`[1, kv_heads, t, head_dim]`); every position's
+    /// keys and values so far, f32.
+    pub(crate) fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        Ok((self.k.append(k)?, self.v.append(v)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steps(types: KvTypes, xs: &[Vec<f32>]) -> Vec<f32> {
+        let mut c = Cache::new(2, types);
+        let mut last = None;
+        for x in xs {
+            let t = x.len() / (3 * 4);
+            let x = Tensor::from_vec(x.clone(), (1, 3, t, 4), &Device::Cpu).expect("x");
+            last = Some(c.append(&x, &x).expect("append"));
+        }
+        let (k, v) = last.expect("a step");
+        assert_eq!(k.dims(), v.dims());
+        k.flatten_all().expect("flat").to_vec1().expect("f32")
+    }
+
+    #[test]
+    fn f16_keeps_each_value_rounded_to_f16_across_growth() {
+        // 3 heads of 4 values: 5 positions, then 1, then 7 (the cache of 2
+        // positions grows twice)
+        let xs: Vec<Vec<f32>> = [5usize, 1, 7]
+            .iter()
+            .scan(0.0f32, |v, &t| {
+                let x: Vec<f32> = (0..3 * t * 4)
+                    .map(|_| {
+                        *v += 0.37;
+                        (*v * 1.1).sin() * 7_000.0 / (1.0 + *v)
+                    })
+                    .collect();
+                Some(x)
+            })
+            .collect();
+        let f16s = KvTypes {
+            k: KvType::F16,
+            v: KvType::F16,
+        };
+        let (exact, rounded) = (steps(KvTypes::default(), &xs), steps(f16s, &xs));
+        assert_eq!(exact.len(), 3 * 13 * 4);
+        for (a, b) in exact.iter().zip(&rounded) {
+            assert_eq!(*b, f16::from_f32(*a).to_f32(), "{a}");
+        }
+        assert!(exact.iter().zip(&rounded).any(|(a, b)| a != b));
+    }
+
+    #[test]
+    fn types_have_llama_cpp_names() {
+        assert_eq!(KvType::parse("f16"), Some(KvType::F16));
+        assert_eq!(KvType::parse("f32"), Some(KvType::F32));
+        assert_eq!(KvType::parse("q8_0"), None);
+    }
+}
