@@ -8,6 +8,7 @@
 use candle_core::{Device, Tensor};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
 
 use crate::error::Result;
 
@@ -98,7 +99,8 @@ struct Half {
 }
 
 impl Half {
-    fn append(&mut self, x: &Tensor) -> Result<Tensor> {
+    /// Appends `x` (`[1, heads, t, dim]`), rounded to f16.
+    fn push(&mut self, x: &Tensor) -> Result<()> {
         let (_, heads, t, dim) = x.dims4()?;
         if self.data.is_empty() {
             (self.heads, self.dim, self.cap) = (heads, dim, self.cap.max(t));
@@ -113,17 +115,23 @@ impl Half {
             self.data[at..at + t * dim].convert_from_f32_slice(part);
         }
         self.len += t;
-        let n = self.len * dim;
-        let mut out = vec![0f32; heads * n];
-        for (h, dst) in out.chunks_exact_mut(n).enumerate() {
-            let at = h * self.cap * dim;
-            self.data[at..at + n].convert_to_f32_slice(dst);
+        Ok(())
+    }
+
+    /// Positions `from..len` of kv head `h`.
+    fn rows(&self, h: usize, from: usize) -> &[f16] {
+        &self.data[(h * self.cap + from) * self.dim..(h * self.cap + self.len) * self.dim]
+    }
+
+    /// Appends `x`; every position so far, widened to f32.
+    fn append(&mut self, x: &Tensor) -> Result<Tensor> {
+        self.push(x)?;
+        let mut out = vec![0f32; self.heads * self.len * self.dim];
+        for (h, dst) in out.chunks_exact_mut(self.len * self.dim).enumerate() {
+            self.rows(h, 0).convert_to_f32_slice(dst);
         }
-        Ok(Tensor::from_vec(
-            out,
-            (1, heads, self.len, dim),
-            &Device::Cpu,
-        )?)
+        let shape = (1, self.heads, self.len, self.dim);
+        Ok(Tensor::from_vec(out, shape, &Device::Cpu)?)
     }
 
     fn grow(&mut self, cap: usize) {
@@ -172,6 +180,49 @@ impl Cache {
     pub(crate) fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         Ok((self.k.append(k)?, self.v.append(v)?))
     }
+
+    /// One query's attention (`q`: `[1, heads, 1, head_dim]`) after `k`
+    /// and `v` are appended, over the last `window` positions (all if
+    /// `None`), `[1, heads · head_dim]`, when keys and values are both f16
+    /// and a head is whole 8s: read in place by gkq-kernels' f16 products,
+    /// softmax in f32 as candle's. `None` (nothing appended) otherwise.
+    pub(crate) fn attend_one(
+        &mut self,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        scale: f32,
+        window: Option<usize>,
+    ) -> Result<Option<Tensor>> {
+        let (Store::F16(ks), Store::F16(vs)) = (&mut self.k, &mut self.v) else {
+            return Ok(None);
+        };
+        let (_, heads, t, hd) = q.dims4()?;
+        if t != 1 || !hd.is_multiple_of(8) {
+            return Ok(None);
+        }
+        ks.push(k)?;
+        vs.push(v)?;
+        let (ks, vs) = (&*ks, &*vs);
+        let lo = window.map_or(0, |w| ks.len.saturating_sub(w));
+        let group = heads / ks.heads.max(1);
+        let q = q.flatten_all()?.to_vec1::<f32>()?;
+        let mut out = vec![0f32; heads * hd];
+        out.par_chunks_mut(hd)
+            .zip(q.par_chunks(hd))
+            .enumerate()
+            .for_each(|(h, (o, qh))| {
+                let mut p = vec![0f32; ks.len - lo];
+                gkq_kernels::dot_f16(qh, ks.rows(h / group, lo), scale, &mut p);
+                let m = p.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let mut sum = 0f32;
+                for x in &mut p {
+                    *x = (*x - m).exp();
+                    sum += *x;
+                }
+                p.iter_mut().for_each(|x| *x /= sum);
+                gkq_kernels::axpy_f16(&p, vs.rows(h / group, lo), o);
+            });
+        Ok(Some(Tensor::from_vec(out, (1, heads * hd), &Device::Cpu)?))
+    }
 }
 
 #[cfg(test)]
@@ -217,6 +268,82 @@ mod tests {
             assert_eq!(*b, f16::from_f32(*a).to_f32(), "{a}");
         }
         assert!(exact.iter().zip(&rounded).any(|(a, b)| a != b));
+    }
+
+    /// `attend_one` against the attention of the same f16 values widened,
+    /// in f64, for every head of a group, with and without a window.
+    #[test]
+    fn one_token_attention_reads_f16_in_place() {
+        let (kv, group, hd, t) = (2, 3, 16, 9);
+        let f16s = KvTypes {
+            k: KvType::F16,
+            v: KvType::F16,
+        };
+        let tensor = |n: usize, seed: u32, shape: (usize, usize, usize, usize)| {
+            let x: Vec<f32> = (0..n)
+                .map(|i| {
+                    (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 250.0 - 2.0
+                })
+                .collect();
+            Tensor::from_vec(x, shape, &Device::Cpu).expect("tensor")
+        };
+        let (k, v) = (
+            tensor(kv * t * hd, 1, (1, kv, t, hd)),
+            tensor(kv * t * hd, 2, (1, kv, t, hd)),
+        );
+        let q = tensor(kv * group * hd, 3, (1, kv * group, 1, hd));
+        let k1 = k.narrow(2, t - 1, 1).expect("k");
+        let v1 = v.narrow(2, t - 1, 1).expect("v");
+        for window in [None, Some(4)] {
+            let mut c = Cache::new(4, f16s);
+            let mut wide = Cache::new(4, f16s);
+            c.append(
+                &k.narrow(2, 0, t - 1).expect("k"),
+                &v.narrow(2, 0, t - 1).expect("v"),
+            )
+            .expect("prompt");
+            let got = c.attend_one((&q, &k1, &v1), 0.25, window).expect("attend");
+            let got: Vec<f32> = got
+                .expect("f16")
+                .flatten_all()
+                .expect("f")
+                .to_vec1()
+                .expect("v");
+            let (kw, vw) = wide.append(&k, &v).expect("all");
+            let to = |x: Tensor| -> Vec<f32> { x.flatten_all().expect("f").to_vec1().expect("v") };
+            let (kw, vw, qv) = (to(kw), to(vw), to(q.clone()));
+            let lo = window.map_or(0, |w| t - w);
+            for h in 0..kv * group {
+                let g = h / group;
+                let score = |j: usize| -> f64 {
+                    (0..hd)
+                        .map(|d| f64::from(qv[h * hd + d]) * f64::from(kw[(g * t + j) * hd + d]))
+                        .sum::<f64>()
+                        * 0.25
+                };
+                let s: Vec<f64> = (lo..t).map(score).collect();
+                let m = s.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+                let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for d in 0..hd {
+                    let want: f64 = (lo..t)
+                        .map(|j| e[j - lo] / sum * f64::from(vw[(g * t + j) * hd + d]))
+                        .sum();
+                    let have = f64::from(got[h * hd + d]);
+                    assert!(
+                        (have - want).abs() < 1e-5,
+                        "{window:?} {h} {d}: {have} {want}"
+                    );
+                }
+            }
+        }
+        // an f32 cache, or a step of several tokens, goes the general way
+        let mut c = Cache::new(4, KvTypes::default());
+        assert!(
+            c.attend_one((&q, &k1, &v1), 0.25, None)
+                .expect("ok")
+                .is_none()
+        );
     }
 
     #[test]

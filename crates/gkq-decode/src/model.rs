@@ -244,9 +244,13 @@ impl Layer {
         let (nh, nkv, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
         let t = q.dim(2)?;
         let group = nh / nkv;
+        let (window, _) = cfg.layer_attention(s.layer);
+        // an f16 cache's one-token step reads it in place
+        if let Some(out) = cache.attend_one((&q, &k, &v), cfg.attn_scale as f32, window)? {
+            return Ok(out);
+        }
         let (k, v) = cache.append(&k, &v)?;
         let (k, v) = (k.squeeze(0)?, v.squeeze(0)?); // [kv, len, hd]
-        let (window, _) = cfg.layer_attention(s.layer);
         let mut tiles = Vec::with_capacity(t.div_ceil(QUERY_TILE));
         for start in (0..t).step_by(QUERY_TILE) {
             let tq = QUERY_TILE.min(t - start);
