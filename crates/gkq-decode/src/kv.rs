@@ -6,6 +6,7 @@
 //! has them, rounding to nearest even as ggml's).
 
 use candle_core::{Device, Tensor};
+use gkq_kernels::KvElem;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
@@ -183,46 +184,100 @@ impl Cache {
 
     /// One query's attention (`q`: `[1, heads, 1, head_dim]`) after `k`
     /// and `v` are appended, over the last `window` positions (all if
-    /// `None`), `[1, heads · head_dim]`, when keys and values are both f16
-    /// and a head is whole 8s: read in place by gkq-kernels' f16 products,
-    /// softmax in f32 as candle's. `None` (nothing appended) otherwise.
+    /// `None`), `[1, heads · head_dim]`: the keys and values read in place
+    /// in their type by gkq-kernels' products, the softmax in f32 as
+    /// candle's. `None` (nothing appended) when keys and values differ in
+    /// type or a head is not whole 8s: the caller's matrix products then.
     pub(crate) fn attend_one(
         &mut self,
         (q, k, v): (&Tensor, &Tensor, &Tensor),
         scale: f32,
         window: Option<usize>,
     ) -> Result<Option<Tensor>> {
-        let (Store::F16(ks), Store::F16(vs)) = (&mut self.k, &mut self.v) else {
-            return Ok(None);
-        };
         let (_, heads, t, hd) = q.dims4()?;
-        if t != 1 || !hd.is_multiple_of(8) {
+        if t != 1 || !hd.is_multiple_of(8) || self.types.k != self.types.v {
             return Ok(None);
         }
-        ks.push(k)?;
-        vs.push(v)?;
-        let (ks, vs) = (&*ks, &*vs);
-        let lo = window.map_or(0, |w| ks.len.saturating_sub(w));
-        let group = heads / ks.heads.max(1);
         let q = q.flatten_all()?.to_vec1::<f32>()?;
-        let mut out = vec![0f32; heads * hd];
-        out.par_chunks_mut(hd)
-            .zip(q.par_chunks(hd))
-            .enumerate()
-            .for_each(|(h, (o, qh))| {
-                let mut p = vec![0f32; ks.len - lo];
-                gkq_kernels::dot_f16(qh, ks.rows(h / group, lo), scale, &mut p);
-                let m = p.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-                let mut sum = 0f32;
-                for x in &mut p {
-                    *x = (*x - m).exp();
-                    sum += *x;
-                }
-                p.iter_mut().for_each(|x| *x /= sum);
-                gkq_kernels::axpy_f16(&p, vs.rows(h / group, lo), o);
-            });
+        let out = match (&mut self.k, &mut self.v) {
+            (Store::F16(ks), Store::F16(vs)) => {
+                ks.push(k)?;
+                vs.push(v)?;
+                let lo = window.map_or(0, |w| ks.len.saturating_sub(w));
+                let kv_heads = ks.heads;
+                let rows = (|h| ks.rows(h, lo), |h| vs.rows(h, lo));
+                one_query(&q, hd, heads / kv_heads.max(1), scale, rows)
+            }
+            (Store::F32(kc), Store::F32(vc)) => {
+                kc.append(k)?;
+                vc.append(v)?;
+                let (len, cap) = (kc.current_seq_len(), kc.max_seq_len());
+                let lo = window.map_or(0, |w| len.saturating_sub(w));
+                let (kt, vt) = (full(kc)?, full(vc)?);
+                let (ka, va) = (kt.storage_and_layout(), vt.storage_and_layout());
+                let (kd, vd) = (f32s(&ka)?, f32s(&va)?);
+                let kv_heads = kt.dim(1)?;
+                let span = move |h: usize| (h * cap + lo) * hd..(h * cap + len) * hd;
+                let rows = (|h| &kd[span(h)], |h| &vd[span(h)]);
+                one_query(&q, hd, heads / kv_heads.max(1), scale, rows)
+            }
+            _ => unreachable!("keys and values of one type"),
+        };
         Ok(Some(Tensor::from_vec(out, (1, heads * hd), &Device::Cpu)?))
     }
+}
+
+/// A candle cache's whole buffer, `[1, kv_heads, capacity, head_dim]`.
+fn full(c: &candle_nn::kv_cache::Cache) -> Result<Tensor> {
+    let t = c.all_data().clone().expect("appended to");
+    Ok(if t.is_contiguous() {
+        t
+    } else {
+        t.contiguous()?
+    })
+}
+
+/// The f32 values of a contiguous CPU tensor's storage, from its start.
+fn f32s<'a>(
+    (storage, layout): &'a (candle_core::StorageRef<'_>, &candle_core::Layout),
+) -> Result<&'a [f32]> {
+    let candle_core::Storage::Cpu(cpu) = &**storage else {
+        unreachable!("the decode runs on the CPU")
+    };
+    Ok(&cpu.as_slice::<f32>()?[layout.start_offset()..])
+}
+
+/// Each head's attention of one query `q` (`heads · hd` values) over
+/// rows of its kv head (`group` heads to one), in parallel by head.
+fn one_query<'a, T: KvElem, K, V>(
+    q: &[f32],
+    hd: usize,
+    group: usize,
+    scale: f32,
+    (keys, values): (K, V),
+) -> Vec<f32>
+where
+    K: Fn(usize) -> &'a [T] + Sync,
+    V: Fn(usize) -> &'a [T] + Sync,
+{
+    let mut out = vec![0f32; q.len()];
+    out.par_chunks_mut(hd)
+        .zip(q.par_chunks(hd))
+        .enumerate()
+        .for_each(|(h, (o, qh))| {
+            let (k, v) = (keys(h / group), values(h / group));
+            let mut p = vec![0f32; k.len() / hd];
+            gkq_kernels::dot_kv(qh, k, scale, &mut p);
+            let m = p.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let mut sum = 0f32;
+            for x in &mut p {
+                *x = (*x - m).exp();
+                sum += *x;
+            }
+            p.iter_mut().for_each(|x| *x /= sum);
+            gkq_kernels::axpy_kv(&p, v, o);
+        });
+    out
 }
 
 #[cfg(test)]
@@ -273,7 +328,7 @@ mod tests {
     /// `attend_one` against the attention of the same f16 values widened,
     /// in f64, for every head of a group, with and without a window.
     #[test]
-    fn one_token_attention_reads_f16_in_place() {
+    fn one_token_attention_reads_the_cache_in_place() {
         let (kv, group, hd, t) = (2, 3, 16, 9);
         let f16s = KvTypes {
             k: KvType::F16,
@@ -292,19 +347,18 @@ mod tests {
             tensor(kv * t * hd, 2, (1, kv, t, hd)),
         );
         let q = tensor(kv * group * hd, 3, (1, kv * group, 1, hd));
-        let k1 = k.narrow(2, t - 1, 1).expect("k");
-        let v1 = v.narrow(2, t - 1, 1).expect("v");
-        for window in [None, Some(4)] {
-            let mut c = Cache::new(4, f16s);
-            let mut wide = Cache::new(4, f16s);
-            c.append(
-                &k.narrow(2, 0, t - 1).expect("k"),
-                &v.narrow(2, 0, t - 1).expect("v"),
-            )
-            .expect("prompt");
+        let last = |x: &Tensor| x.narrow(2, t - 1, 1).and_then(|x| x.contiguous());
+        let (k1, v1) = (last(&k).expect("k"), last(&v).expect("v"));
+        let runs = [None, Some(4)].map(|w| [(w, f16s), (w, KvTypes::default())]);
+        for (window, types) in runs.into_iter().flatten() {
+            let mut c = Cache::new(4, types);
+            let mut wide = Cache::new(4, types);
+            let first = |x: &Tensor| x.narrow(2, 0, t - 1).and_then(|x| x.contiguous());
+            let (kp, vp) = (first(&k).expect("k"), first(&v).expect("v"));
+            c.append(&kp, &vp).expect("prompt");
             let got = c.attend_one((&q, &k1, &v1), 0.25, window).expect("attend");
             let got: Vec<f32> = got
-                .expect("f16")
+                .expect("one type")
                 .flatten_all()
                 .expect("f")
                 .to_vec1()
@@ -337,13 +391,18 @@ mod tests {
                 }
             }
         }
-        // an f32 cache, or a step of several tokens, goes the general way
-        let mut c = Cache::new(4, KvTypes::default());
-        assert!(
-            c.attend_one((&q, &k1, &v1), 0.25, None)
-                .expect("ok")
-                .is_none()
-        );
+        // keys and values of two types, or a step of several tokens, go
+        // the general way
+        let mixed = KvTypes {
+            k: KvType::F16,
+            v: KvType::F32,
+        };
+        let q2 = Tensor::cat(&[&q, &q], 2).expect("two queries");
+        for (types, q) in [(mixed, &q), (f16s, &q2)] {
+            let mut c = Cache::new(4, types);
+            let none = c.attend_one((q, &k1, &v1), 0.25, None).expect("ok");
+            assert!(none.is_none());
+        }
     }
 
     #[test]

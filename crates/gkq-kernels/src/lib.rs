@@ -28,9 +28,9 @@
 #![deny(missing_docs)]
 
 mod activation;
-mod attn16;
+mod attn;
 #[cfg(target_arch = "x86_64")]
-mod attn16_x86;
+mod attn_x86;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -48,7 +48,7 @@ mod types;
 use gkq_format::DType;
 
 pub use activation::gelu_tanh_mul;
-pub use attn16::{axpy_f16, dot_f16};
+pub use attn::{KvAxpy, KvDot, KvElem, axpy_kv, dot_kv};
 pub use kquant::{Q8KBlock, quantize_activations_k};
 pub use matmul::{MatPart, matmul};
 pub use portable::{Q8Acts, Q8Token, quantize_activations};
