@@ -9,15 +9,20 @@
 use half::f16;
 use std::arch::x86_64::*;
 
-use crate::attn::{KvAxpy, KvDot};
+/// A score kernel and a sum kernel over rows of `T` (`attn.rs`'s `KvDot`,
+/// `KvAxpy`).
+type Pair<T> = (
+    fn(&[f32], &[T], f32, &mut [f32]),
+    fn(&[f32], &[T], &mut [f32]),
+);
 
 /// The f32 kernels, if this CPU has AVX2, FMA and F16C.
-pub(crate) fn f32_kernels() -> Option<(KvDot<f32>, KvAxpy<f32>)> {
+pub(crate) fn f32_kernels() -> Option<Pair<f32>> {
     crate::avx2::available().then_some((dot_f32, axpy_f32))
 }
 
 /// The f16 kernels, if this CPU has AVX2, FMA and F16C.
-pub(crate) fn f16_kernels() -> Option<(KvDot<f16>, KvAxpy<f16>)> {
+pub(crate) fn f16_kernels() -> Option<Pair<f16>> {
     crate::avx2::available().then_some((dot_f16, axpy_f16))
 }
 
