@@ -1,9 +1,10 @@
 //! The KV cache: each layer's keys and values, `[1, kv_heads, positions,
 //! head_dim]`, in f32 (candle-nn's cache: preallocated, grown without
 //! concatenating the whole cache per step) or in f16, as llama.cpp keeps
-//! them by default (`-ctk f16 -ctv f16`): half the memory, each step's
-//! attention reading them back as f32 (F16C's conversions where the CPU
-//! has them, rounding to nearest even as ggml's).
+//! them by default (`-ctk f16 -ctv f16`: half the memory; rounded to
+//! nearest even as ggml rounds). A one-token step's attention reads either
+//! in place (gkq-kernels' `dot_kv`, `axpy_kv`); a prompt's widens an f16
+//! cache to f32 for candle's matrix products (F16C's conversions).
 
 use candle_core::{Device, Tensor};
 use gkq_kernels::KvElem;
