@@ -107,9 +107,7 @@ impl Stage {
             },
         );
         Ok(Stage {
-            cache: (0..layers.len())
-                .map(|_| Cache::new(CACHE_POSITIONS, KvTypes::default()))
-                .collect(),
+            cache: caches(layers.len(), KvTypes::default()),
             kv: KvTypes::default(),
             ropes: Ropes::new(),
             weights: (0..layers.len()).map(|_| None).collect(),
@@ -130,9 +128,7 @@ impl Stage {
     /// Forgets the KV caches and the position, for a new session through the
     /// same reader (whose row cache and resident lm_head stay warm).
     pub fn reset(&mut self) {
-        self.cache = (0..self.weights.len())
-            .map(|_| Cache::new(CACHE_POSITIONS, self.kv))
-            .collect();
+        self.cache = caches(self.weights.len(), self.kv);
         self.pos = 0;
         self.base = self.total_bytes();
     }
@@ -141,9 +137,7 @@ impl Stage {
     /// (f32 by default; llama.cpp's `-ctk`/`-ctv`), empty.
     pub fn with_cache_types(mut self, kv: KvTypes) -> Stage {
         self.kv = kv;
-        self.cache = (0..self.weights.len())
-            .map(|_| Cache::new(CACHE_POSITIONS, kv))
-            .collect();
+        self.cache = caches(self.weights.len(), kv);
         self
     }
 
@@ -384,3 +378,10 @@ const PULL_BUDGET: u64 = 256 << 20;
 
 /// Positions a layer's KV cache holds before it grows (it doubles past them).
 const CACHE_POSITIONS: usize = 512;
+
+/// Empty KV caches for `layers` layers.
+fn caches(layers: usize, kv: KvTypes) -> Vec<Cache> {
+    (0..layers)
+        .map(|_| Cache::new(CACHE_POSITIONS, kv))
+        .collect()
+}
