@@ -102,6 +102,27 @@ pub(crate) fn timed_rss(
     Ok((secs, kib, stdout))
 }
 
+/// Wall time and CPU time (user + system, from `/usr/bin/time -f`) of
+/// `program` with `args`.
+pub(crate) fn timed_cpu(program: &Path, args: &[&std::ffi::OsStr]) -> anyhow::Result<(f64, f64)> {
+    let cpu_file = bench_dir().join("cpu.txt");
+    let (secs, _) = timed(
+        Command::new("/usr/bin/time")
+            .args(["-f", "%U %S", "-o"])
+            .arg(&cpu_file)
+            .arg(program)
+            .args(args),
+    )?;
+    let text = std::fs::read_to_string(&cpu_file)?;
+    let cpu = text
+        .lines()
+        .last()
+        .map(|l| l.split_whitespace().filter_map(|x| x.parse::<f64>().ok()))
+        .map(Iterator::sum)
+        .context("user and system time from /usr/bin/time")?;
+    Ok((secs, cpu))
+}
+
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
