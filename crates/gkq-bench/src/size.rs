@@ -9,7 +9,8 @@
 //! wall time; then a cold `gkq-decode` of each (bench coldstart's link:
 //! 100 MB/s, 25 MB/s per response, 20 ms RTT): time to first token from
 //! process start and wire bytes. The two layouts interleaved, medians of
-//! `reps`.
+//! `reps`. `GKQ_SIZE_FLAGS` adds gkq-pack flags to the one-copy layout
+//! (`GKQ_SIZE_FLAGS=--no-runs`: the records apart, in the proof object).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,8 +37,8 @@ const MODELS: [Model; 3] = [
 
 /// The two layouts: (label, directory suffix, gkq-pack flags).
 const LAYOUTS: [(&str, &str, &[&str]); 2] = [
-    ("one copy (default)", "v5", &[]),
-    ("--knot-holds-blocks", "v4", &["--knot-holds-blocks"]),
+    ("one copy", "v5", &[]),
+    ("before", "v4", &["--knot-holds-blocks"]),
 ];
 
 /// One cold session: (requests, wire bytes, wall ms).
@@ -113,9 +114,17 @@ fn sizes() -> anyhow::Result<Vec<(&'static str, u64)>> {
         let g = std::fs::metadata(&gguf)
             .with_context(|| gguf.display().to_string())?
             .len();
+        let extra = std::env::var("GKQ_SIZE_FLAGS").unwrap_or_default();
         for (layout, suffix, args) in LAYOUTS {
             let dir = bench_dir().join(format!("size-{slug}-{suffix}"));
-            pack_args(&gguf, &dir, args)?;
+            // the one-copy layout with more flags (`--no-runs`: records
+            // kept apart, in the proof object)
+            let mut args = args.to_vec();
+            if suffix == "v5" {
+                args.extend(extra.split_whitespace());
+            }
+            let layout = format!("{layout} {}", args.join(" ")).trim_end().to_owned();
+            pack_args(&gguf, &dir, &args)?;
             let n = dir_bytes(&dir)?;
             println!(
                 "| {label} | {g} | {layout} | {n} | {:.2}× | {} |",
