@@ -77,27 +77,37 @@ pub(crate) fn timed(cmd: &mut Command) -> anyhow::Result<(f64, Vec<u8>)> {
     Ok((secs, out.stdout))
 }
 
+/// Wall time of `program` with `args` under `/usr/bin/time -f FORMAT`,
+/// the last line `time` wrote, and the program's stdout.
+fn timed_by(
+    program: &Path,
+    args: &[&std::ffi::OsStr],
+    format: &str,
+) -> anyhow::Result<(f64, String, Vec<u8>)> {
+    let out_file = bench_dir().join("time.txt");
+    let (secs, stdout) = timed(
+        Command::new("/usr/bin/time")
+            .args(["-f", format, "-o"])
+            .arg(&out_file)
+            .arg(program)
+            .args(args),
+    )?;
+    let text = std::fs::read_to_string(&out_file)?;
+    let last = text.trim().lines().last().unwrap_or_default().to_owned();
+    Ok((secs, last, stdout))
+}
+
 /// Wall time and peak RSS (KiB, from `/usr/bin/time -f %M`) of `program`
 /// with `args`, and its stdout.
 pub(crate) fn timed_rss(
     program: &Path,
     args: &[&std::ffi::OsStr],
 ) -> anyhow::Result<(f64, u64, Vec<u8>)> {
-    let rss_file = bench_dir().join("rss.txt");
-    let (secs, stdout) = timed(
-        Command::new("/usr/bin/time")
-            .arg("-f")
-            .arg("%M")
-            .arg("-o")
-            .arg(&rss_file)
-            .arg(program)
-            .args(args),
-    )?;
-    let kib: u64 = std::fs::read_to_string(&rss_file)?
+    let (secs, last, stdout) = timed_by(program, args, "%M")?;
+    let kib = last
         .trim()
-        .lines()
-        .last()
-        .and_then(|l| l.trim().parse().ok())
+        .parse()
+        .ok()
         .context("peak RSS from /usr/bin/time")?;
     Ok((secs, kib, stdout))
 }
@@ -105,22 +115,15 @@ pub(crate) fn timed_rss(
 /// Wall time and CPU time (user + system, from `/usr/bin/time -f`) of
 /// `program` with `args`.
 pub(crate) fn timed_cpu(program: &Path, args: &[&std::ffi::OsStr]) -> anyhow::Result<(f64, f64)> {
-    let cpu_file = bench_dir().join("cpu.txt");
-    let (secs, _) = timed(
-        Command::new("/usr/bin/time")
-            .args(["-f", "%U %S", "-o"])
-            .arg(&cpu_file)
-            .arg(program)
-            .args(args),
-    )?;
-    let text = std::fs::read_to_string(&cpu_file)?;
-    let cpu = text
-        .lines()
-        .last()
-        .map(|l| l.split_whitespace().filter_map(|x| x.parse::<f64>().ok()))
-        .map(Iterator::sum)
-        .context("user and system time from /usr/bin/time")?;
-    Ok((secs, cpu))
+    let (secs, last, _) = timed_by(program, args, "%U %S")?;
+    let times: Vec<f64> = last
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if times.len() != 2 {
+        bail!("user and system time from /usr/bin/time: {last:?}");
+    }
+    Ok((secs, times.iter().sum()))
 }
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {

@@ -115,12 +115,12 @@ fn sizes() -> anyhow::Result<Vec<(&'static str, u64)>> {
             .with_context(|| gguf.display().to_string())?
             .len();
         let extra = std::env::var("GKQ_SIZE_FLAGS").unwrap_or_default();
-        for (layout, suffix, args) in LAYOUTS {
+        for (k, (layout, suffix, args)) in LAYOUTS.into_iter().enumerate() {
             let dir = bench_dir().join(format!("size-{slug}-{suffix}"));
-            // the one-copy layout with more flags (`--no-runs`: records
-            // kept apart, in the proof object)
+            // the one-copy layout (the first) with more flags (`--no-runs`:
+            // records kept apart, in the proof object)
             let mut args = args.to_vec();
-            if suffix == "v5" {
+            if k == 0 {
                 args.extend(extra.split_whitespace());
             }
             let layout = format!("{layout} {}", args.join(" ")).trim_end().to_owned();
