@@ -143,7 +143,9 @@ pub(crate) struct Args {
     /// Put no Merkle paths beside the rows a node reads: neither inline in
     /// the row file (the default for a block's own row file) nor in a
     /// runs object (`<row file>.runs`). Nodes then fetch rows and proofs
-    /// from two objects, two requests per run.
+    /// from two objects, two requests per run, but a node that pulls a
+    /// tied model's whole embedding as its lm_head no longer downloads
+    /// the paths before its first token.
     #[arg(long)]
     pub(crate) no_runs: bool,
     /// Write row files for a quantized untied lm_head too. By default it has none: a node pulls it whole as its block and keeps it resident, and its rows would be the same bytes a second time (plus proofs and runs). An f32/bf16 lm_head keeps its rows either way.
