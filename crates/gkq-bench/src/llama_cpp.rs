@@ -32,13 +32,13 @@ use fixtures::workspace::root;
 /// The sdist's directory (scripts/build-llama-cpp.sh fetches and builds it).
 const SDIST_DIR: &str = "llama_cpp_python-0.3.36";
 const ROUNDS: usize = 5;
+const NEW_TOKENS: &str = "64";
 
 /// Threads for both runtimes: 2, or `GKQ_LLAMA_THREADS` (1 to measure a
 /// single thread: issue 53 asks for 1, 2 and the machine's cores).
 fn threads() -> String {
     std::env::var("GKQ_LLAMA_THREADS").unwrap_or_else(|_| "2".into())
 }
-const NEW_TOKENS: &str = "64";
 
 /// The llama.cpp tree, built (libllama, llama-quantize, llama-tokenize) by
 /// `scripts/build-llama-cpp.sh`, and the driver.

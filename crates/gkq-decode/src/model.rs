@@ -245,7 +245,7 @@ impl Layer {
         let t = q.dim(2)?;
         let group = nh / nkv;
         let (window, _) = cfg.layer_attention(s.layer);
-        // an f16 cache's one-token step reads it in place
+        // a one-token step reads the cache in place (f32 or f16)
         if let Some(out) = cache.attend_one((&q, &k, &v), cfg.attn_scale as f32, window)? {
             return Ok(out);
         }
