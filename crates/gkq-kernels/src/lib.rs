@@ -12,6 +12,10 @@
 //!   packed sixteen at a time ([`RowDot::pack`], `packed.rs`).
 //! - [`matmul`]: the rows of one or more matrices among rayon's threads,
 //!   each row meeting a tile of tokens while it is in cache.
+//! - [`quantize_seen`]: weights to a block type, with their dequantized
+//!   values (gkq-pack's `--quant`), Q4_0, Q5_0 and Q8_0 in AVX2 where the CPU
+//!   has it, the reference quantizers' bytes; [`Differences`]: the squared
+//!   and largest errors of those values, by lanes, in f64.
 //!
 //! Every kernel gives its portable kernel's bits, in one order whatever the
 //! vector width (`portable.rs`, `packed.rs`): activation quantization turns
@@ -44,6 +48,9 @@ mod portable;
 #[cfg(target_arch = "x86_64")]
 mod simd256;
 mod types;
+mod weights;
+#[cfg(target_arch = "x86_64")]
+mod weights_x86;
 
 use gkq_format::DType;
 
@@ -52,6 +59,7 @@ pub use attn::{KvAxpy, KvDot, KvElem, axpy_kv, dot_kv};
 pub use kquant::{Q8KBlock, quantize_activations_k};
 pub use matmul::{MatPart, matmul};
 pub use portable::{Q8Acts, Q8Token, quantize_activations};
+pub use weights::{DIFF_LANES, Differences, quantize_seen};
 
 /// A row's dot product: its blocks' bytes, a token's activations.
 pub(crate) type Dot = fn(&[u8], Q8Token<'_>) -> f32;
@@ -65,6 +73,9 @@ pub(crate) type Rows = fn(&[u8], usize, [Q8Token<'_>; TILE], usize, &mut [f32], 
 pub(crate) type Packed = fn(&[u8], usize, usize, [Q8Token<'_>; TILE], usize, &mut [f32], Steps);
 /// A packed K type's rows (as [`Packed`]).
 pub(crate) type PackedK = fn(&[u8], usize, usize, [&[Q8KBlock]; TILE], usize, &mut [f32], Steps);
+/// A block's quantizer (`weights.rs`): its values, its bytes, its
+/// dequantized values.
+pub(crate) type Quantizer = fn(&[f32], &mut [u8], &mut [f32]);
 /// A K type's row dot product, with 256-value activation blocks.
 pub(crate) type DotK = fn(&[u8], &[Q8KBlock]) -> f32;
 

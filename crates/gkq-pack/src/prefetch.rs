@@ -8,8 +8,11 @@ use crate::error::{PackError, Result};
 use gkq_source::{SourceModel, SourceTensor};
 use sha2::{Digest, Sha256};
 
-/// Chunks read ahead.
-const DEPTH: usize = 2;
+/// Chunks read ahead: 64 MiB, so that the reader, whose hashing of the
+/// source is the pass's longest serial chain, seldom waits for the
+/// consumer (`--quant q4_0` of bench quantize's bf16 GGUF on two cores: a
+/// median of 1.31 s with 2, 1.06 s with 8, in five alternations).
+const DEPTH: usize = 8;
 
 /// Bytes per step: whole rows for a 2-D role tensor (or one converted row
 /// by row), `chunk` otherwise.

@@ -5,7 +5,7 @@
 //! figures are combined in row order, so the result does not depend on the
 //! number of threads.
 
-use gkq_format::{DType, cast_row, decode_f32, quant};
+use gkq_format::{DType, cast_row, decode_f32};
 use rayon::prelude::*;
 
 /// Rows per rayon task.
@@ -53,7 +53,7 @@ impl Measure {
 fn convert_values(x: &[f32], to: DType, out: &mut Vec<u8>) -> Measure {
     let mut e = Errors::default();
     if to.is_quantized() {
-        let whole = quant::quantize_seen(x, to, out, |x, y| e.add(x, y));
+        let whole = gkq_kernels::quantize_seen(x, to, out, |x, y| e.add(x, y));
         debug_assert!(whole, "rows are whole blocks");
     } else {
         let start = out.len();
@@ -68,16 +68,15 @@ fn convert_values(x: &[f32], to: DType, out: &mut Vec<u8>) -> Measure {
 
 /// Lanes of the error sums: element `i` adds to lane `i % LANES`, and the
 /// lanes are added in order at the end, so the sums do not depend on the
-/// machine, the thread count or how the values are handed in, and the
-/// compiler can keep them in vector registers.
-const LANES: usize = 8;
+/// machine, the thread count or how the values are handed in
+/// ([`gkq_kernels::Differences`], which adds the finite ones).
+const LANES: usize = gkq_kernels::DIFF_LANES;
 
 /// The errors of stored values against their source, as they come: over
 /// the positions where both are finite, and the first non-finite of each.
 #[derive(Default)]
 struct Errors {
-    sum: [f64; LANES],
-    max: [f64; LANES],
+    lanes: gkq_kernels::Differences,
     count: [u64; LANES],
     /// Values added so far.
     seen: u64,
@@ -89,26 +88,20 @@ impl Errors {
     /// Adds `y` (stored) against `x` (source): a multiple of [`LANES`]
     /// values, but for the last call.
     fn add(&mut self, x: &[f32], y: &[f32]) {
-        let finite = |v: &[f32]| v.iter().fold(true, |ok, v| ok & v.is_finite());
-        let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
-        let tail = xs.remainder().iter().zip(ys.remainder()).enumerate();
-        if finite(x) & finite(y) {
-            // the usual case, without selects: the compiler vectorizes it
-            let n = (x.len() / LANES) as u64;
-            for (a, b) in xs.zip(ys) {
-                for k in 0..LANES {
-                    let d = (f64::from(a[k]) - f64::from(b[k])).abs();
-                    self.sum[k] += d * d;
-                    self.max[k] = if d > self.max[k] { d } else { self.max[k] };
-                }
-            }
+        let whole = x.len() / LANES * LANES;
+        let ((xs, x_tail), (ys, y_tail)) = (x.split_at(whole), y.split_at(whole));
+        let finite = |v: &[f32]| v.iter().all(|v| v.is_finite());
+        // the usual case: every value finite, the whole lanes in SIMD
+        if finite(x_tail) && finite(y_tail) && self.lanes.add(xs, ys) {
+            let n = (whole / LANES) as u64;
             self.count.iter_mut().for_each(|c| *c += n);
-            tail.for_each(|(k, (&a, &b))| self.one(k, a, b));
+            for (k, (&a, &b)) in x_tail.iter().zip(y_tail).enumerate() {
+                self.one(k, a, b);
+            }
         } else {
-            let pairs = xs.zip(ys).flat_map(|(a, b)| a.iter().zip(b).enumerate());
-            for (k, (&a, &b)) in pairs.chain(tail) {
+            for (i, (&a, &b)) in x.iter().zip(y).enumerate() {
                 if a.is_finite() && b.is_finite() {
-                    self.one(k, a, b);
+                    self.one(i % LANES, a, b);
                 }
             }
             let at = |i: Option<usize>| i.map(|i| self.seen + i as u64);
@@ -126,16 +119,16 @@ impl Errors {
     /// One pair of finite values, in lane `k`.
     fn one(&mut self, k: usize, a: f32, b: f32) {
         let d = (f64::from(a) - f64::from(b)).abs();
-        self.sum[k] += d * d;
-        self.max[k] = self.max[k].max(d);
+        self.lanes.sum[k] += d * d;
+        self.lanes.max[k] = self.lanes.max[k].max(d);
         self.count[k] += 1;
     }
 
     fn finish(self) -> Measure {
         Measure {
-            sum_sq: self.sum.iter().sum(),
+            sum_sq: self.lanes.sum.iter().sum(),
             count: self.count.iter().sum(),
-            max_abs: self.max.iter().fold(0.0, |a, &b| a.max(b)),
+            max_abs: self.lanes.max.iter().fold(0.0, |a, &b| a.max(b)),
             first_nonfinite: self.first_nonfinite,
             first_overflow: self.first_overflow,
         }
