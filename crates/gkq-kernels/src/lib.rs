@@ -13,7 +13,7 @@
 //! - [`matmul`]: the rows of one or more matrices among rayon's threads,
 //!   each row meeting a tile of tokens while it is in cache.
 //! - [`quantize_seen`]: weights to a block type, with their dequantized
-//!   values (gkq-pack's `--quant`), Q4_0, Q5_0 and Q8_0 in AVX2 where the CPU
+//!   values (gkq-pack's `--quant`), the 32-value types in AVX2 where the CPU
 //!   has it, the reference quantizers' bytes; [`Differences`]: the squared
 //!   and largest errors of those values, by lanes, in f64.
 //!

@@ -1,5 +1,5 @@
 //! Quantizing weights: `gkq_format::quant::quantize_seen` (the reference
-//! quantizers, FORMAT.md 3.5), with AVX2 forms of Q4_0's, Q5_0's and Q8_0's where
+//! quantizers, FORMAT.md 3.5), with AVX2 forms of the 32-value types' where
 //! the CPU has them (`weights_x86.rs`). They give the reference's bytes
 //! and dequantized values bit for bit: the same operations on each value,
 //! in the same order, eight values at a time (the tests below hold them to it
@@ -110,6 +110,7 @@ mod tests {
         let ramp: [f32; QK] = std::array::from_fn(|i| i as f32 - 15.5);
         for (at, x) in [
             (3, f32::NAN),
+            (31, f32::NAN),
             (0, f32::INFINITY),
             (31, f32::NEG_INFINITY),
             (9, 1e-40),
@@ -126,6 +127,12 @@ mod tests {
         v.push(tie);
         v.push(std::array::from_fn(|i| if i == 4 { 1e-40 } else { 0.0 }));
         v.push(std::array::from_fn(|i| [f32::NAN, 0.0, -0.0][i % 3]));
+        v.push([f32::NAN; QK]);
+        // extremes that are zeros of both signs: the first one is kept
+        v.push(std::array::from_fn(|i| [0.0, -0.0][i % 2]));
+        let up: [f32; QK] = std::array::from_fn(|i| [-0.0, 0.0].get(i).map_or(i as f32, |z| *z));
+        v.push(up);
+        v.push(up.map(|x| -x));
         // amax 127: the inverse scale is 1, so these are exact halves
         v.push(std::array::from_fn(|i| {
             [127.0, 2.5, -2.5, 0.5, -0.5, 126.5][i % 6]
@@ -147,9 +154,18 @@ mod tests {
         }
         x.extend(edge_blocks());
         x.extend(noise(3 * QK, 99)); // past a multiple of the 1,024 handed on
-        for dtype in [DType::Q4_0, DType::Q8_0, DType::Q5_0] {
-            let ours = run(|x, t, o, f| quantize_seen(x, t, o, f), &x, dtype);
-            let theirs = run(|x, t, o, f| quant::quantize_seen(x, t, o, f), &x, dtype);
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::Q6_K, // the reference's own, in whole blocks of 256
+        ] {
+            let block = dtype.block().map_or(1, |(values, _)| values as usize);
+            let x = &x[..x.len() / block * block];
+            let ours = run(|x, t, o, f| quantize_seen(x, t, o, f), x, dtype);
+            let theirs = run(|x, t, o, f| quant::quantize_seen(x, t, o, f), x, dtype);
             assert_eq!(ours.0, theirs.0, "{dtype:?} bytes");
             assert_eq!(ours.1, theirs.1, "{dtype:?} dequantized values");
         }

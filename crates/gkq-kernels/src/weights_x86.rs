@@ -1,4 +1,4 @@
-//! AVX2 forms of the reference Q4_0, Q5_0 and Q8_0 quantizers (`weights.rs`):
+//! AVX2 forms of the reference quantizers of the 32-value types (`weights.rs`):
 //! a block's 32 values in four registers, each step the reference's own
 //! f32 operation, so the bytes and the dequantized values are its bits.
 //!
@@ -6,9 +6,12 @@
 //!   NaN is never taken (the reference's `if |v| > m`), then the first
 //!   value that has it (or +0 when it is 0), and the scale from it in
 //!   scalar code, as the reference computes it.
+//! - Q4_1's and Q5_1's smallest and largest values by `min` and `max` the
+//!   same way, then the first value equal to each (the lanes may hold a
+//!   zero of the other sign).
 //! - Q4_0's code `min(trunc(v · id + 8.5), 15)` saturating, NaN to 0 (and
-//!   Q5_0's with 16.5 and 31): the sum clamped to `[0, 15]` by `max` then
-//!   `min` (a NaN gives the 0), then truncated.
+//!   the others' alike): the sum clamped to `[0, 15]` by `max` then `min`
+//!   (a NaN gives the 0), then truncated.
 //! - Q8_0's code, rounded half away from zero: the product clamped to
 //!   ±256 (a NaN made 0 first), truncated, then one up or down by the
 //!   remainder, clamped to the int8's range. A block with a NaN value is
@@ -31,6 +34,8 @@ pub(crate) fn block(dtype: DType) -> Option<crate::Quantizer> {
     match dtype {
         DType::Q4_0 => Some(|x, b, y| unsafe { symmetric::<4>(x, b, y) }),
         DType::Q5_0 => Some(|x, b, y| unsafe { symmetric::<5>(x, b, y) }),
+        DType::Q4_1 => Some(|x, b, y| unsafe { asymmetric::<4>(x, b, y) }),
+        DType::Q5_1 => Some(|x, b, y| unsafe { asymmetric::<5>(x, b, y) }),
         DType::Q8_0 => Some(|x, b, y| unsafe { q8_0(x, b, y) }),
         _ => None,
     }
@@ -51,12 +56,15 @@ fn load(x: &[f32]) -> [__m256; 4] {
     }
 }
 
-/// A block's 32 dequantized values: `q` as f32 times `d`, into `y`.
+/// A block's 32 dequantized values: `q` as f32 times `d`, plus `m` if
+/// given (the product rounded first, as the reference's `d · q + m`),
+/// into `y`.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn store_values(q: [__m256i; 4], d: f32, y: &mut [f32]) {
+fn store_values(q: [__m256i; 4], d: f32, m: Option<f32>, y: &mut [f32]) {
     let (y, d) = (&mut y[..32], _mm256_set1_ps(d));
     for (i, q) in q.into_iter().enumerate() {
         let v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
+        let v = m.map_or(v, |m| _mm256_add_ps(v, _mm256_set1_ps(m)));
         // SAFETY: 8 values from `8 · i` of `y`'s 32; the store is unaligned
         unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(8 * i), v) };
     }
@@ -72,22 +80,29 @@ fn magnitudes(v: &[__m256; 4]) -> ([__m256; 4], f32) {
         *a = _mm256_andnot_ps(sign, v);
         m = _mm256_max_ps(*a, m);
     }
-    let h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-    let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    let h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    (a, _mm_cvtss_f32(h))
+    (a, fold(m, true))
 }
 
-/// Where a lane of `a` equals `m`, a bit per value.
+/// The largest (`max`) or smallest of eight lanes without NaN.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn equal_to(a: &[__m256; 4], m: f32) -> u32 {
+fn fold(v: __m256, max: bool) -> f32 {
+    let pick = if max { _mm_max_ps } else { _mm_min_ps };
+    let h = pick(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let h = pick(h, _mm_movehl_ps(h, h));
+    _mm_cvtss_f32(pick(h, _mm_movehdup_ps(h)))
+}
+
+/// The first value of `x` whose lane of `a` (`x` itself, or its
+/// magnitudes) equals `m`, if one does.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn first_equal(x: &[f32], a: &[__m256; 4], m: f32) -> Option<f32> {
     let m = _mm256_set1_ps(m);
     let mut bits = 0u32;
     for (i, &a) in a.iter().enumerate() {
         let eq = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(a, m)) as u32;
         bits |= eq << (8 * i);
     }
-    bits
+    x.get(bits.trailing_zeros() as usize).copied()
 }
 
 /// The scale `d` as its f16 bytes in `b[..2]` (to nearest, ties to even,
@@ -116,9 +131,7 @@ fn nibbles(l: __m256i, h: __m256i) -> __m256i {
 
 /// Q4_0 (`BITS` 4) and Q5_0 (5): with `c = 2^(BITS − 1)`, `d = max / −c`
 /// from the first value of largest magnitude, codes
-/// `min(trunc(v · id + c + 0.5), 2c − 1)`; value `j`'s low four bits in
-/// the low nibble of byte `j` of the nibbles, value `j + 16`'s in its high
-/// one, and Q5_0's fifth bits before them, value `j`'s in bit `j`.
+/// `min(trunc(v · id + c + 0.5), 2c − 1)`, dequantized `d · (q − c)`.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn symmetric<const BITS: u32>(x: &[f32], b: &mut [u8], y: &mut [f32]) {
     let c = (1 << (BITS - 1)) as f32;
@@ -127,26 +140,76 @@ fn symmetric<const BITS: u32>(x: &[f32], b: &mut [u8], y: &mut [f32]) {
     let max = if amax == 0.0 {
         0.0
     } else {
-        let first = equal_to(&a, amax).trailing_zeros() as usize;
-        x.get(first).copied().unwrap_or(0.0)
+        first_equal(x, &a, amax).unwrap_or(0.0)
     };
     let d = max / -c;
     let (id, d16) = (_mm256_set1_ps(inverse(d)), put_scale(d, b));
-    let (shift, top) = (_mm256_set1_ps(c + 0.5), _mm256_set1_ps(2.0 * c - 1.0));
-    let mut q = [_mm256_setzero_si256(); 4];
-    for (q, &v) in q.iter_mut().zip(&v) {
-        let t = _mm256_add_ps(_mm256_mul_ps(v, id), shift);
-        *q = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), top));
+    let mut q = codes::<BITS>(&v, id, _mm256_set1_ps(c + 0.5));
+    put_codes::<BITS>(&q, &mut b[2..]);
+    let centre = _mm256_set1_epi32(c as i32);
+    for q in &mut q {
+        *q = _mm256_sub_epi32(*q, centre);
     }
-    let mut at = 2;
+    store_values(q, d16, None, y);
+}
+
+/// Q4_1 (`BITS` 4) and Q5_1 (5): with `top = 2^BITS − 1`, the first
+/// smallest and the first largest value (NaN left out), `d = (max − min) /
+/// top`, codes `min(trunc((v − min) · id + 0.5), top)`, dequantized
+/// `d · q + m` (`d` and `m = min` as f16).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn asymmetric<const BITS: u32>(x: &[f32], b: &mut [u8], y: &mut [f32]) {
+    let top = ((1 << BITS) - 1) as f32;
+    let v = load(x);
+    let (mut lo, mut hi) = (_mm256_set1_ps(f32::MAX), _mm256_set1_ps(-f32::MAX));
+    for &v in &v {
+        // the new value first: a NaN is never taken (`if v < min`)
+        lo = _mm256_min_ps(v, lo);
+        hi = _mm256_max_ps(v, hi);
+    }
+    // the lanes' extremes equal the loop's but for the sign of a zero:
+    // the loop keeps the first value equal to its extreme
+    let min = first_equal(x, &v, fold(lo, false)).unwrap_or(f32::MAX);
+    let max = first_equal(x, &v, fold(hi, true)).unwrap_or(-f32::MAX);
+    let d = (max - min) / top;
+    let id = _mm256_set1_ps(inverse(d));
+    let (d16, m16) = (put_scale(d, b), put_scale(min, &mut b[2..]));
+    let mut shifted = v;
+    for v in &mut shifted {
+        *v = _mm256_sub_ps(*v, _mm256_set1_ps(min));
+    }
+    let q = codes::<BITS>(&shifted, id, _mm256_set1_ps(0.5));
+    put_codes::<BITS>(&q, &mut b[4..]);
+    store_values(q, d16, Some(m16), y);
+}
+
+/// The codes `min(trunc(max(v · id + shift, 0)), 2^BITS − 1)`, a NaN 0.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn codes<const BITS: u32>(v: &[__m256; 4], id: __m256, shift: __m256) -> [__m256i; 4] {
+    let zero = _mm256_setzero_ps();
+    let top = _mm256_set1_ps(((1 << BITS) - 1) as f32);
+    let mut q = [_mm256_setzero_si256(); 4];
+    for (q, &v) in q.iter_mut().zip(v) {
+        let t = _mm256_add_ps(_mm256_mul_ps(v, id), shift);
+        *q = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(t, zero), top));
+    }
+    q
+}
+
+/// The codes into `b`: for 5 bits first the fifth bits (value `j`'s in bit
+/// `j`), then value `j`'s low four bits in the low nibble of byte `j` and
+/// value `j + 16`'s in its high one.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn put_codes<const BITS: u32>(q: &[__m256i; 4], b: &mut [u8]) {
+    let mut at = 0;
     if BITS == 5 {
         let mut qh = 0u32;
         for (i, &q) in q.iter().enumerate() {
             let fifth = _mm256_castsi256_ps(_mm256_slli_epi32::<27>(q));
             qh |= (_mm256_movemask_ps(fifth) as u32) << (8 * i);
         }
-        b[2..6].copy_from_slice(&qh.to_le_bytes());
-        at = 6;
+        b[..4].copy_from_slice(&qh.to_le_bytes());
+        at = 4;
     }
     let (lo, hi) = (nibbles(q[0], q[2]), nibbles(q[1], q[3]));
     // 16-bit lanes lo 0-3, hi 0-3, lo 4-7, hi 4-7; then lo 0-7, hi 0-7
@@ -155,11 +218,6 @@ fn symmetric<const BITS: u32>(x: &[f32], b: &mut [u8], y: &mut [f32]) {
     let out = &mut b[at..at + 16];
     // SAFETY: 16 bytes; the store is unaligned
     unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), bytes) };
-    let centre = _mm256_set1_epi32(c as i32);
-    for q in &mut q {
-        *q = _mm256_sub_epi32(*q, centre);
-    }
-    store_values(q, d16, y);
 }
 
 /// Q8_0: `d = amax / 127`, codes `round(v · id)` half away from zero,
@@ -204,7 +262,7 @@ fn q8_0(x: &[f32], b: &mut [u8], y: &mut [f32]) {
     let out = &mut b[2..34];
     // SAFETY: 32 bytes; the store is unaligned
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), p) };
-    store_values(q, d16, y);
+    store_values(q, d16, None, y);
 }
 
 /// `Differences::add` with AVX2 into its lanes' `sum` and `max`, once the
