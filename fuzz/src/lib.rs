@@ -16,21 +16,35 @@ pub mod mutate;
 use gkq_format::merkle::{self, ProofLayout};
 use gkq_format::runs::{RunsLayout, check_runs, write_runs};
 use gkq_format::{ColumnarDescriptor, DType, Encoding, Knot, Prefix, RowProof, SpectralParts};
+use sha2::{Digest, Sha256};
 
-/// The knot parser: whole knots, prefixes, payloads and spectral blocks.
+/// The knot parser: whole knots, prefixes, payloads and spectral blocks;
+/// then the same bytes with the header checksum made right ([`reseal`]),
+/// so that a mutated header reaches the decoder and the validator instead
+/// of stopping at the checksum.
 pub fn knot(data: &[u8]) {
-    if let Ok(k) = Knot::parse(data) {
+    exercise_knot(data);
+    let mut sealed = data.to_vec();
+    if reseal(&mut sealed) && sealed != data {
+        exercise_knot(&sealed);
+    }
+}
+
+/// One input through the knot parser; whether it parsed as a whole knot.
+pub(crate) fn exercise_knot(data: &[u8]) -> bool {
+    let parsed = Knot::parse(data);
+    if let Ok(k) = &parsed {
         for i in 0..=k.blocks().len() {
             let _ = k.verify_payload(i);
-            if let (Some(b), Some(p)) = (k.blocks().get(i), k.payload(i))
-                && matches!(b.encoding, Encoding::Spectral { .. })
+            let (Some(b), Some(p)) = (k.blocks().get(i), k.payload(i)) else {
+                continue;
+            };
+            if matches!(b.encoding, Encoding::Spectral { .. })
                 && let Ok(parts) = SpectralParts::decode(b, p)
             {
                 let _ = parts.reconstruct();
             }
-            if let (Some(b), Some(p)) = (k.blocks().get(i), k.payload(i))
-                && b.dtype.is_quantized()
-            {
+            if b.dtype.is_quantized() {
                 let mut values = Vec::new();
                 let _ = gkq_format::decode_f32(p, b.dtype, &mut values);
             }
@@ -38,9 +52,34 @@ pub fn knot(data: &[u8]) {
     }
     for cut in [72, data.len() / 2, data.len()] {
         if let Ok(Prefix::Complete(h)) = gkq_format::parse_prefix(&data[..cut.min(data.len())]) {
-            let _ = h.payload_of(0);
+            for i in 0..=h.header().blocks.len() {
+                let _ = (h.payload_of(i), h.payload_len(i), h.home_of(i));
+            }
         }
     }
+    parsed.is_ok()
+}
+
+/// Writes the header checksum a knot's preamble and header call for over
+/// the one `b` carries (FORMAT.md 2: SHA-256 of the preamble's first 40
+/// bytes and the header); `false` when `b` is too short to hold them.
+pub fn reseal(b: &mut [u8]) -> bool {
+    let Some(len) = b.get(16..24).and_then(|x| <[u8; 8]>::try_from(x).ok()) else {
+        return false;
+    };
+    let end = usize::try_from(u64::from_le_bytes(len))
+        .ok()
+        .and_then(|n| n.checked_add(72))
+        .filter(|&e| e <= b.len());
+    let Some(end) = end else {
+        return false;
+    };
+    let mut h = Sha256::new();
+    h.update(&b[..40]);
+    h.update(&b[72..end]);
+    let d: [u8; 32] = h.finalize().into();
+    b[40..72].copy_from_slice(&d);
+    true
 }
 
 /// Reads a little-endian value from `data` at `at`, 0 past the end.

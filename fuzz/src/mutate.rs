@@ -16,16 +16,24 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use gkq_format::merkle;
+use gkq_format::runs::{RunsLayout, write_runs};
 use gkq_format::{
-    Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, DType, Encoding, Header, Knot, KnotWriter,
-    Metadata, Payload, Prefix, Quant, SpectralParts, Value, keys, parse_prefix,
+    BLOCK_EXACT, Block, COLUMNAR_ELIGIBLE, ColumnarDescriptor, DType, Encoding, Header,
+    IN_ROW_FILE, INLINE_PROOF, KnotWriter, Metadata, Payload, Quant, RowProof, SOURCE_EXACT, Value,
+    keys,
 };
 use sha2::{Digest, Sha256};
 
 use fixtures::Rng;
 
-fn seeds() -> anyhow::Result<Vec<Vec<u8>>> {
+/// Seeds of every layout a writer writes: the golden knot and a generated
+/// one with dense, spectral, alias and integer blocks (version 3), one
+/// with a block type (version 4), and one with a block stored once in its
+/// row file, its records inline (version 5). The knot corpus holds them
+/// too (`fuzz/tests/corpus.rs`).
+pub fn seeds() -> anyhow::Result<Vec<Vec<u8>>> {
     let golden = std::fs::read(
         fixtures::workspace::root().join("crates/gkq-format/tests/golden/tiny.knot"),
     )?;
@@ -82,7 +90,66 @@ fn seeds() -> anyhow::Result<Vec<Vec<u8>>> {
     w.write_payload(1, &[1u8; 41][..])?;
     w.write_payload(3, &[2u8; 16][..])?;
     let generated = w.finish()?.0.into_inner();
-    Ok(vec![golden, generated])
+    Ok(vec![golden, generated, quantized()?, one_copy()?])
+}
+
+/// A knot of the one block `e` (the token embedding of a vocabulary of 2)
+/// with `payload`, the digest of its row file of `e`'s dtype `row_file`'s.
+fn knot_of(e: Block, payload: &[u8], row_file: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let dtype = e.dtype;
+    let mut metadata = Metadata::new();
+    metadata.insert(keys::VOCAB_SIZE.into(), Value::U64(2));
+    metadata.insert(keys::ROLE_TOKEN_EMBD.into(), Value::Str("e".into()));
+    let header = Header {
+        metadata,
+        blocks: vec![e],
+    };
+    let mut w = KnotWriter::new(Cursor::new(Vec::new()), header)?;
+    w.write_payload(0, payload)?;
+    w.set_columnar_sha256(0, dtype, Sha256::digest(row_file).into())?;
+    Ok(w.finish()?.0.into_inner())
+}
+
+/// A Q8_0 embedding of two rows with its Q8_0 row file (version 4).
+fn quantized() -> anyhow::Result<Vec<u8>> {
+    let mut e = Block::dense("e", DType::Q8_0, vec![2, 32]).expect("small");
+    e.flags = COLUMNAR_ELIGIBLE;
+    let mut d =
+        ColumnarDescriptor::for_shape(2, 32, DType::Q8_0, "e.q8_0.rows".into()).expect("small");
+    d.flags = BLOCK_EXACT;
+    e.columnar.push(d);
+    // per block: the f16 scale 0.5, then 32 codes
+    let payload: Vec<u8> = (0..2u8)
+        .flat_map(|b| {
+            [0x00, 0x38]
+                .into_iter()
+                .chain((0..32).map(move |i| i * 7 + b))
+        })
+        .collect();
+    knot_of(e, &payload, &payload)
+}
+
+/// An f32 embedding of two rows stored once, in its row file with each
+/// row's record inline at proof height 1 (version 5, FORMAT.md 7e).
+fn one_copy() -> anyhow::Result<Vec<u8>> {
+    let rows: Vec<u8> = [1.0f32, 2.0, 3.0, -1.0, 0.5, 0.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let leaves: Vec<_> = rows.chunks(12).map(merkle::leaf_hash).collect();
+    let (root, proof) = merkle::build_proof(&leaves, 1).context("a proof of two rows")?;
+    let mut e = Block::dense("e", DType::F32, vec![2, 3]).expect("small");
+    e.flags = COLUMNAR_ELIGIBLE | IN_ROW_FILE;
+    let mut d =
+        ColumnarDescriptor::for_shape(2, 3, DType::F32, "e.f32.rows".into()).expect("small");
+    d.flags = SOURCE_EXACT | BLOCK_EXACT | INLINE_PROOF;
+    d.proof = Some(RowProof { height: 1, root });
+    d.byte_len = 2 * (12 + 32);
+    let layout = RunsLayout::of(&d).context("the inline layout")?;
+    let mut file = Vec::new();
+    write_runs(&layout, &mut rows.as_slice(), &mut &proof[32..], &mut file)?;
+    e.columnar.push(d);
+    knot_of(e, &rows, &file)
 }
 
 const INTERESTING: [u64; 9] = [0, 1, 2, 0x7f, 0xff, 0xffff, 0xffff_ffff, u64::MAX, 4096];
@@ -126,49 +193,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
     b
 }
 
-/// Recomputes the header checksum so mutated headers get past it.
-fn reseal(b: &mut [u8]) {
-    if b.len() < 72 {
-        return;
-    }
-    let header_len = u64::from_le_bytes(b[16..24].try_into().expect("8 bytes"));
-    let Some(end) = 72usize
-        .checked_add(header_len as usize)
-        .filter(|&e| e <= b.len() && header_len < (1 << 24))
-    else {
-        return;
-    };
-    let mut h = Sha256::new();
-    h.update(&b[..40]);
-    h.update(&b[72..end]);
-    let d: [u8; 32] = h.finalize().into();
-    b[40..72].copy_from_slice(&d);
-}
-
-fn exercise(input: &[u8]) -> usize {
-    let mut accepted = 0;
-    if let Ok(k) = Knot::parse(input) {
-        accepted += 1;
-        for i in 0..k.blocks().len() + 1 {
-            let _ = k.payload(i);
-            let _ = k.verify_payload(i);
-            if let (Some(b), Some(p)) = (k.blocks().get(i), k.payload(i))
-                && matches!(b.encoding, Encoding::Spectral { .. })
-                && let Ok(parts) = SpectralParts::decode(b, p)
-            {
-                let _ = parts.reconstruct();
-            }
-        }
-    }
-    for cut in [72usize, input.len() / 2, input.len()] {
-        if let Ok(Prefix::Complete(h)) = parse_prefix(&input[..cut.min(input.len())]) {
-            let _ = h.payload_of(0);
-        }
-    }
-    accepted
-}
-
-/// One worker: mutated seeds through [`exercise`] until `deadline` or
+/// One worker: mutated seeds through [`crate::exercise_knot`] until `deadline` or
 /// until `stop`; its inputs and how many parsed, or the input that panicked.
 fn worker(
     seeds: &[Vec<u8>],
@@ -183,10 +208,10 @@ fn worker(
             let s = &seeds[rng.below(seeds.len())];
             let mut input = mutate(&mut rng, s);
             if rng.below(2) == 0 {
-                reseal(&mut input);
+                crate::reseal(&mut input);
             }
-            match catch_unwind(AssertUnwindSafe(|| exercise(&input))) {
-                Ok(n) => accepted += n as u64,
+            match catch_unwind(AssertUnwindSafe(|| crate::exercise_knot(&input))) {
+                Ok(n) => accepted += u64::from(n),
                 Err(_) => {
                     stop.store(true, Ordering::Relaxed);
                     return Err(input);
@@ -202,7 +227,7 @@ fn worker(
 pub fn run(seconds: u64, seed: u64) -> anyhow::Result<()> {
     let seeds = seeds()?;
     for s in &seeds {
-        if exercise(s) == 0 {
+        if !crate::exercise_knot(s) {
             bail!("a seed knot does not parse");
         }
     }
