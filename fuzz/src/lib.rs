@@ -340,3 +340,58 @@ pub fn gguf(data: &[u8]) {
         "key/values re-encode to their bytes"
     );
 }
+
+/// The key of FORMAT.md 7c's golden vector (the P-256 scalar
+/// SHA-256("gkq test key, never a real one")), which signs [`sig`]'s seed.
+pub fn test_key() -> p256::ecdsa::SigningKey {
+    p256::ecdsa::SigningKey::from_slice(&Sha256::digest(b"gkq test key, never a real one"))
+        .expect("a valid scalar")
+}
+
+/// [`sig`]'s seeds: FORMAT.md 7c's golden statement signed by the test
+/// key, and the same naming its package.
+pub fn sig_seeds() -> Vec<Vec<u8>> {
+    use gkq_format::sig;
+    use p256::ecdsa::signature::Signer as _;
+    let key = test_key();
+    let resources =
+        [("model.knot", &b"knot"[..]), ("config.json", b"{}")].map(|(name, b)| sig::Resource {
+            name: name.into(),
+            digest: Sha256::digest(b).into(),
+        });
+    let id = gkq_format::KnotId::from_digest([0x11; 32]);
+    let hint = sig::PublicKey::from_key(*key.verifying_key())
+        .hint()
+        .to_owned();
+    [None, Some("tiny")]
+        .map(|package| {
+            let payload = sig::statement_for("tiny", &resources, id, package);
+            let der: p256::ecdsa::Signature = key.sign(&sig::pae(&payload));
+            sig::bundle(&payload, der.to_der().as_bytes(), &hint)
+        })
+        .to_vec()
+}
+
+/// A signature object as a mirror may serve it (FORMAT.md 7c): `open`
+/// against the test key's public half, and the unverified readings of its
+/// statement (`claimed_knot`, `claimed_package`). Whatever `open` accepts
+/// claims the knot and the package it was signed for.
+pub fn sig(data: &[u8]) {
+    use gkq_format::sig;
+    let claimed = sig::claimed_knot(data);
+    let package = sig::claimed_package(data);
+    let trusted = [sig::PublicKey::from_key(*test_key().verifying_key())];
+    let Ok(signed) = sig::open(data, &trusted) else {
+        return;
+    };
+    if let Ok(Some(id)) = claimed {
+        assert!(
+            signed.check_knot(id).is_ok(),
+            "open and claimed_knot disagree"
+        );
+    }
+    assert!(
+        package.is_ok(),
+        "a statement open accepts has a readable name"
+    );
+}

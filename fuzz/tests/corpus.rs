@@ -59,30 +59,52 @@ fn gguf_corpus() {
     replay("gguf", gkq_fuzz::gguf);
 }
 
-/// The knot corpus holds every seed of the mutation fuzzer, so that AFL++
-/// starts from every layout a writer writes (versions 3, 4 and 5).
-/// `GKQ_BLESS=1` writes the missing ones (`seed-` and their digest).
 #[test]
-fn knot_corpus_holds_a_knot_of_every_version() {
+fn sig_corpus() {
+    replay("sig", gkq_fuzz::sig);
+}
+
+/// Requires `target`'s corpus to hold each of `seeds`; `GKQ_BLESS=1`
+/// writes the missing ones (`seed-` and their digest).
+fn holds_seeds(target: &str, seeds: &[Vec<u8>]) {
     use sha2::{Digest, Sha256};
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/knot");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(target);
     let committed: Vec<Vec<u8>> = std::fs::read_dir(&dir)
-        .expect("the knot corpus")
+        .expect("the corpus")
         .map(|e| std::fs::read(e.expect("entry").path()).expect("read"))
         .collect();
-    let seeds = gkq_fuzz::mutate::seeds().expect("the seeds");
-    let version = |k: &[u8]| u32::from_le_bytes(k[8..12].try_into().expect("4 bytes"));
-    let versions: std::collections::BTreeSet<u32> = seeds.iter().map(|s| version(s)).collect();
-    assert_eq!(versions, [3, 4, 5].into(), "a seed of each version");
     for s in seeds.iter().filter(|s| !committed.contains(s)) {
         let name = format!("seed-{}", &gkq_format::hex(&Sha256::digest(s))[..16]);
         if std::env::var_os("GKQ_BLESS").is_some() {
             std::fs::write(dir.join(&name), s).expect("write");
         } else {
-            panic!(
-                "the knot corpus lacks {name} (version {}): GKQ_BLESS=1",
-                version(s)
-            );
+            panic!("the {target} corpus lacks its seed {name}: GKQ_BLESS=1");
         }
     }
+}
+
+/// The knot corpus holds every seed of the mutation fuzzer, so that AFL++
+/// starts from every layout a writer writes (versions 3, 4 and 5).
+#[test]
+fn knot_corpus_holds_a_knot_of_every_version() {
+    let seeds = gkq_fuzz::mutate::seeds().expect("the seeds");
+    let version = |k: &[u8]| u32::from_le_bytes(k[8..12].try_into().expect("4 bytes"));
+    let versions: std::collections::BTreeSet<u32> = seeds.iter().map(|s| version(s)).collect();
+    assert_eq!(versions, [3, 4, 5].into(), "a seed of each version");
+    holds_seeds("knot", &seeds);
+}
+
+/// The signature corpus holds signature objects `open` accepts.
+#[test]
+fn sig_corpus_holds_signatures_the_test_key_made() {
+    let seeds = gkq_fuzz::sig_seeds();
+    let trusted = [gkq_format::sig::PublicKey::from_key(
+        *gkq_fuzz::test_key().verifying_key(),
+    )];
+    for s in &seeds {
+        assert!(gkq_format::sig::open(s, &trusted).is_ok(), "a seed opens");
+    }
+    holds_seeds("sig", &seeds);
 }

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use fixtures::workspace::{cargo, root, run};
 
 /// Every target of `fuzz/src/lib.rs`.
-pub(crate) const TARGETS: [&str; 8] = [
+pub(crate) const TARGETS: [&str; 9] = [
     "knot",
     "merkle",
     "runs",
@@ -23,6 +23,7 @@ pub(crate) const TARGETS: [&str; 8] = [
     "spectral",
     "quant",
     "gguf",
+    "sig",
 ];
 
 fn out_dir(target: &str) -> PathBuf {
